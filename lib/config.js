@@ -1,0 +1,265 @@
+'use strict'
+
+/**
+ * Every clusterize option: defaults, environment fallbacks and validation.
+ * Validation runs before anything is forked, and every error names the option
+ * and the values it accepts.
+ */
+
+const os = require('os')
+const fs = require('fs')
+const { ClusterizeOptionError } = require('./errors')
+
+const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky']
+const SERIALIZATION = ['json', 'advanced']
+
+const DEFAULTS = {
+  port: 3000,
+  host: undefined,
+  workers: 'auto',
+  scheduling: 'rr',
+  health: {
+    heartbeatMs: 1000,
+    heartbeatTimeoutMs: 10000,
+    maxMemoryMB: 0,
+    maxHeapRatio: 0.9,
+    maxEventLoopDelayMs: 500
+  },
+  restart: {
+    backoffInitialMs: 100,
+    backoffMaxMs: 10000,
+    maxCrashes: 5,
+    crashWindowMs: 60000
+  },
+  reload: {
+    signal: 'SIGUSR2',
+    readyTimeoutMs: 30000,
+    drainTimeoutMs: 30000,
+    batch: 1
+  },
+  shutdown: {
+    timeoutMs: 25000,
+    signals: ['SIGTERM', 'SIGINT']
+  },
+  probes: null,
+  bus: {
+    redis: null,
+    channel: 'clusterize:bus',
+    serialization: 'json',
+    maxMessageBytes: 1024 * 1024
+  },
+  logger: undefined,
+  keepAliveTimeout: 65000,
+  headersTimeout: 66000
+}
+
+const TOP_LEVEL = Object.keys(DEFAULTS)
+
+function fail (option, accepted, value) {
+  const got = typeof value === 'string' ? JSON.stringify(value) : String(value)
+  return new ClusterizeOptionError(`clusterize: option "${option}" must be ${accepted}, got ${got}`, option)
+}
+
+function checkInteger (option, value, min, max) {
+  if (!Number.isInteger(value) || value < min || (max !== undefined && value > max)) {
+    const range = max === undefined ? `an integer >= ${min}` : `an integer from ${min} to ${max}`
+    throw fail(option, range, value)
+  }
+  return value
+}
+
+function checkNumber (option, value, min, max) {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < min || value > max) {
+    throw fail(option, `a number from ${min} to ${max}`, value)
+  }
+  return value
+}
+
+function checkOneOf (option, value, accepted) {
+  if (!accepted.includes(value)) {
+    throw fail(option, 'one of ' + accepted.map((v) => `'${v}'`).join(', '), value)
+  }
+  return value
+}
+
+/**
+ * Merge a nested option group over its defaults, refusing unknown keys.
+ */
+function group (name, value, defaults) {
+  if (value === undefined || value === null) return Object.assign({}, defaults)
+  if (typeof value !== 'object' || Array.isArray(value)) {
+    throw fail(name, 'an object', value)
+  }
+  for (const key of Object.keys(value)) {
+    if (!(key in defaults)) {
+      throw new ClusterizeOptionError(
+        `clusterize: unknown option "${name}.${key}" (accepted: ${Object.keys(defaults).join(', ')})`,
+        `${name}.${key}`)
+    }
+  }
+  const merged = Object.assign({}, defaults)
+  for (const key of Object.keys(value)) {
+    if (value[key] !== undefined) merged[key] = value[key]
+  }
+  return merged
+}
+
+function parsePort (option, value) {
+  const port = typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : value
+  return checkInteger(option, port, 0, 65535)
+}
+
+/**
+ * How many CPUs this process may really use: `os.availableParallelism()`
+ * (cgroup-aware from Node 22.12), capped by the cgroup CPU quota on older Node
+ * so a container limited to 2 CPUs on a 64-core host does not fork 64 workers.
+ * @returns {number}
+ */
+function availableCpus () {
+  const parallelism = typeof os.availableParallelism === 'function'
+    ? os.availableParallelism()
+    : os.cpus().length
+  const quota = cgroupCpuQuota()
+  return Math.max(1, quota ? Math.min(parallelism, quota) : parallelism)
+}
+
+function cgroupCpuQuota () {
+  // cgroup v2: "max 100000" or "200000 100000"
+  const v2 = readFileQuietly('/sys/fs/cgroup/cpu.max')
+  if (v2) {
+    const [quota, period] = v2.trim().split(/\s+/)
+    if (quota !== 'max' && Number(period) > 0) return Math.max(1, Math.floor(Number(quota) / Number(period)))
+    return 0
+  }
+  // cgroup v1
+  const quota = Number(readFileQuietly('/sys/fs/cgroup/cpu/cpu.cfs_quota_us'))
+  const period = Number(readFileQuietly('/sys/fs/cgroup/cpu/cpu.cfs_period_us'))
+  if (quota > 0 && period > 0) return Math.max(1, Math.floor(quota / period))
+  return 0
+}
+
+function readFileQuietly (file) {
+  try {
+    return fs.readFileSync(file, 'utf8')
+  } catch {
+    return ''
+  }
+}
+
+function resolveWorkers (value) {
+  if (value === 'auto') return availableCpus()
+  const count = typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : value
+  if (!Number.isInteger(count) || count < 0 || count > 1024) throw fail('workers', "an integer from 0 to 1024 or 'auto'", value)
+  return count
+}
+
+function checkLogger (value) {
+  if (value === undefined || value === false || value === null) return value
+  if (typeof value !== 'object' && typeof value !== 'function') {
+    throw fail('logger', "an object with info/warn/error methods, or false", value)
+  }
+  for (const level of ['info', 'warn', 'error']) {
+    if (typeof value[level] !== 'function') {
+      throw new ClusterizeOptionError(`clusterize: option "logger" must have an ${level}() method (pino, console and winston do)`, 'logger')
+    }
+  }
+  return value
+}
+
+/**
+ * Validate options and fill in defaults and environment fallbacks
+ * (PORT, WORKERS, REDIS_URL).
+ *
+ * @param {object} [options]
+ * @param {NodeJS.ProcessEnv} [env]
+ * @returns {object} the resolved configuration
+ */
+function resolveConfig (options, env) {
+  env = env || process.env
+  if (options === undefined || options === null) options = {}
+  if (typeof options !== 'object' || Array.isArray(options)) {
+    throw new ClusterizeOptionError('clusterize: options must be an object', 'options')
+  }
+  for (const key of Object.keys(options)) {
+    if (!TOP_LEVEL.includes(key)) {
+      throw new ClusterizeOptionError(
+        `clusterize: unknown option "${key}" (accepted: ${TOP_LEVEL.join(', ')})`, key)
+    }
+  }
+  const pick = (key, envName) => {
+    if (options[key] !== undefined) return options[key]
+    if (envName && env[envName] !== undefined && env[envName] !== '') return env[envName]
+    return DEFAULTS[key]
+  }
+
+  const config = {}
+  config.port = parsePort('port', pick('port', 'PORT'))
+  const host = pick('host')
+  if (host !== undefined && (typeof host !== 'string' || host === '')) {
+    throw fail('host', 'a non-empty string such as "127.0.0.1" or "::"', host)
+  }
+  config.host = host
+  config.workers = resolveWorkers(pick('workers', 'WORKERS'))
+  config.scheduling = checkOneOf('scheduling', pick('scheduling'), SCHEDULING)
+
+  const health = group('health', options.health, DEFAULTS.health)
+  checkInteger('health.heartbeatMs', health.heartbeatMs, 50)
+  checkInteger('health.heartbeatTimeoutMs', health.heartbeatTimeoutMs, 100)
+  if (health.heartbeatTimeoutMs <= health.heartbeatMs) {
+    throw fail('health.heartbeatTimeoutMs', `greater than health.heartbeatMs (${health.heartbeatMs})`, health.heartbeatTimeoutMs)
+  }
+  checkNumber('health.maxMemoryMB', health.maxMemoryMB, 0, 1024 * 1024)
+  checkNumber('health.maxHeapRatio', health.maxHeapRatio, 0, 1)
+  checkNumber('health.maxEventLoopDelayMs', health.maxEventLoopDelayMs, 0, 3600000)
+  config.health = health
+
+  const restart = group('restart', options.restart, DEFAULTS.restart)
+  checkInteger('restart.backoffInitialMs', restart.backoffInitialMs, 0)
+  checkInteger('restart.backoffMaxMs', restart.backoffMaxMs, restart.backoffInitialMs)
+  checkInteger('restart.maxCrashes', restart.maxCrashes, 1)
+  checkInteger('restart.crashWindowMs', restart.crashWindowMs, 1)
+  config.restart = restart
+
+  const reload = group('reload', options.reload, DEFAULTS.reload)
+  if (reload.signal !== null && reload.signal !== false && (typeof reload.signal !== 'string' || !(reload.signal in os.constants.signals))) {
+    throw fail('reload.signal', "a signal name such as 'SIGUSR2', or false", reload.signal)
+  }
+  checkInteger('reload.readyTimeoutMs', reload.readyTimeoutMs, 1)
+  checkInteger('reload.drainTimeoutMs', reload.drainTimeoutMs, 0)
+  checkInteger('reload.batch', reload.batch, 1)
+  config.reload = reload
+
+  const shutdown = group('shutdown', options.shutdown, DEFAULTS.shutdown)
+  checkInteger('shutdown.timeoutMs', shutdown.timeoutMs, 0)
+  if (!Array.isArray(shutdown.signals) || shutdown.signals.some((s) => typeof s !== 'string' || !(s in os.constants.signals))) {
+    throw fail('shutdown.signals', "an array of signal names such as ['SIGTERM', 'SIGINT']", shutdown.signals)
+  }
+  config.shutdown = shutdown
+
+  if (options.probes === undefined || options.probes === null || options.probes === false) {
+    config.probes = null
+  } else {
+    const probes = group('probes', options.probes, { port: undefined, host: '127.0.0.1' })
+    probes.port = parsePort('probes.port', probes.port)
+    if (typeof probes.host !== 'string' || probes.host === '') throw fail('probes.host', 'a non-empty string', probes.host)
+    config.probes = probes
+  }
+
+  const bus = group('bus', options.bus, DEFAULTS.bus)
+  if (bus.redis === null || bus.redis === undefined) {
+    bus.redis = null
+  } else if (typeof bus.redis !== 'string' && typeof bus.redis !== 'object') {
+    throw fail('bus.redis', 'a redis:// URL, ioredis options or an ioredis client', bus.redis)
+  }
+  checkOneOf('bus.serialization', bus.serialization, SERIALIZATION)
+  checkInteger('bus.maxMessageBytes', bus.maxMessageBytes, 1)
+  if (typeof bus.channel !== 'string' || bus.channel === '') throw fail('bus.channel', 'a non-empty string', bus.channel)
+  config.bus = bus
+
+  config.logger = checkLogger(options.logger)
+  config.keepAliveTimeout = checkInteger('keepAliveTimeout', pick('keepAliveTimeout'), 0)
+  config.headersTimeout = checkInteger('headersTimeout', pick('headersTimeout'), 0)
+  return config
+}
+
+module.exports = { resolveConfig, availableCpus, DEFAULTS, SCHEDULING }

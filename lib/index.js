@@ -1,0 +1,49 @@
+'use strict'
+
+/**
+ * clusterize-express: the public surface. Nothing else is public.
+ */
+
+const cluster = require('cluster')
+const { resolveConfig } = require('./config')
+const errors = require('./errors')
+
+/**
+ * Run an Express app on every core.
+ *
+ * In the primary this forks and supervises workers and returns the primary
+ * handle; in a worker it builds the app, listens and returns
+ * `{ app, server, id, generation, ready }`; with `workers: 0` it runs in one
+ * process with the primary's handle.
+ *
+ * @param {Function|string} createApp a factory returning (or resolving to) an
+ *   Express app, a (req, res) listener or an http.Server; or a module path
+ * @param {object} [options] see README
+ * @returns {object} the handle
+ */
+function clusterize (createApp, options) {
+  if (typeof createApp !== 'function' && typeof createApp !== 'string') {
+    throw new errors.ClusterizeOptionError(
+      'clusterize: the first argument must be a function returning an Express app (or a module path), got ' +
+      (createApp === null ? 'null' : typeof createApp), 'createApp')
+  }
+  if (cluster.isWorker && process.env.CLUSTERIZE_WORKER_ID !== undefined) {
+    return require('./worker').startWorker(createApp, resolveConfig(options))
+  }
+  const config = resolveConfig(options)
+  if (config.workers === 0) {
+    return require('./worker/standalone').startStandalone(createApp, config)
+  }
+  return require('./primary').startPrimary(createApp, config)
+}
+
+module.exports = {
+  clusterize,
+  ClusterizeOptionError: errors.ClusterizeOptionError,
+  ClusterizeTimeoutError: errors.ClusterizeTimeoutError
+}
+
+// Loaded on first use: a primary never needs express-session or worker_threads.
+Object.defineProperty(module.exports, 'offload', { enumerable: true, get: () => require('../middleware/offload') })
+Object.defineProperty(module.exports, 'session', { enumerable: true, get: () => require('../middleware/session') })
+Object.defineProperty(module.exports, 'bus', { enumerable: true, get: () => require('./bus').bus })

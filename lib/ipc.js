@@ -1,0 +1,160 @@
+'use strict'
+
+/**
+ * The one IPC envelope all internal traffic uses: `{ $cz: 1, kind, ...fields }`.
+ *
+ * Everything clusterize says between the primary and its workers goes through
+ * this module. Messages written in the same tick to the same peer are coalesced
+ * into one `batch` envelope, so a burst of small messages costs one IPC write
+ * and one JSON encode instead of one per message. Messages that are not
+ * envelopes (the user's own `process.send` traffic) are never touched.
+ */
+
+const debug = require('debug')('clusterize:ipc')
+
+const MARK = '$cz'
+const BATCH = 'batch'
+
+/**
+ * Is this a clusterize envelope?
+ * @param {*} message
+ * @returns {boolean}
+ */
+function isEnvelope (message) {
+  return message !== null &&
+    typeof message === 'object' &&
+    message[MARK] === 1 &&
+    typeof message.kind === 'string'
+}
+
+/**
+ * Build an envelope of the given kind.
+ * @param {string} kind
+ * @param {object} [fields]
+ * @returns {object}
+ */
+function envelope (kind, fields) {
+  const message = { [MARK]: 1, kind }
+  if (fields) {
+    for (const key of Object.keys(fields)) message[key] = fields[key]
+  }
+  return message
+}
+
+/**
+ * A writer to one peer: `process` inside a worker, a cluster `Worker` in the primary.
+ * `post()` queues and flushes once per tick; `postNow()` writes at once (needed
+ * when a handle travels with the message).
+ */
+class Channel {
+  /**
+   * @param {{ send: Function, isConnected?: Function, connected?: boolean }} peer
+   */
+  constructor (peer) {
+    this.peer = peer
+    this.queue = []
+    this.scheduled = false
+    this.flush = this.flush.bind(this)
+  }
+
+  get connected () {
+    const peer = this.peer
+    if (typeof peer.isConnected === 'function') return peer.isConnected()
+    return peer.connected === true
+  }
+
+  /**
+   * Queue an envelope; it is written with everything else posted this tick.
+   * @param {object} message an envelope
+   */
+  post (message) {
+    this.queue.push(message)
+    if (!this.scheduled) {
+      this.scheduled = true
+      setImmediate(this.flush)
+    }
+  }
+
+  /**
+   * Write now, keeping order with anything already queued.
+   * @param {object} message
+   * @param {*} [handle] a net.Socket or server handle to pass along
+   * @param {Function} [callback]
+   * @returns {boolean} false when the channel is closed
+   */
+  postNow (message, handle, callback) {
+    if (this.queue.length > 0) this.flush()
+    return this.write(message, handle, callback)
+  }
+
+  flush () {
+    this.scheduled = false
+    const queue = this.queue
+    if (queue.length === 0) return
+    this.queue = []
+    this.write(queue.length === 1 ? queue[0] : envelope(BATCH, { items: queue }))
+  }
+
+  write (message, handle, callback) {
+    if (!this.connected) {
+      debug('dropping %s: channel closed', message.kind)
+      if (callback) process.nextTick(callback, new Error('IPC channel closed'))
+      return false
+    }
+    try {
+      if (handle !== undefined) {
+        this.peer.send(message, handle, callback)
+      } else {
+        this.peer.send(message, callback || swallowSendError)
+      }
+      return true
+    } catch (err) {
+      // send() throws synchronously for unserialisable payloads and closed channels;
+      // a broken peer must not take this process down.
+      debug('send failed: %s', err.message)
+      if (callback) process.nextTick(callback, err)
+      return false
+    }
+  }
+}
+
+function swallowSendError (err) {
+  if (err) debug('async send error: %s', err.message)
+}
+
+/**
+ * Call `onEnvelope(message, handle)` for every clusterize envelope the peer sends,
+ * unpacking batches. Foreign messages are ignored; a throwing handler is logged,
+ * never allowed to crash the process.
+ *
+ * @param {import('events').EventEmitter} peer process or cluster Worker
+ * @param {(message: object, handle?: *) => void} onEnvelope
+ * @returns {() => void} stops listening
+ */
+function listen (peer, onEnvelope) {
+  function onMessage (message, handle) {
+    if (!isEnvelope(message)) return
+    if (message.kind === BATCH) {
+      const items = message.items
+      if (!Array.isArray(items)) return
+      for (let i = 0; i < items.length; i++) {
+        if (isEnvelope(items[i])) dispatch(items[i])
+      }
+      return
+    }
+    dispatch(message, handle)
+  }
+  function dispatch (message, handle) {
+    try {
+      onEnvelope(message, handle)
+    } catch (err) {
+      debug('handler for %s threw: %s', message.kind, err && err.stack)
+    }
+  }
+  peer.on('message', onMessage)
+  return function stopListening () {
+    peer.removeListener('message', onMessage)
+  }
+}
+
+module.exports = { isEnvelope, envelope, listen, Channel, MARK }

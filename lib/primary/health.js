@@ -1,0 +1,60 @@
+'use strict'
+
+/**
+ * Watches heartbeats: a worker that stops sending them is hung (a busy loop
+ * blocks its timers) and is killed and replaced; one over the memory limits
+ * is recycled gracefully before V8 runs out of heap; one whose event loop is
+ * overloaded is skipped by the scheduler until it recovers.
+ */
+
+const MB = 1024 * 1024
+
+/**
+ * @param {object} config resolved configuration
+ * @param {import('./supervisor').Supervisor} supervisor
+ * @param {object} log
+ * @param {(record: object, reason: string) => void} recycle replace-then-drain
+ * @returns {{ stop: () => void }}
+ */
+function watchHealth (config, supervisor, log, recycle) {
+  const { heartbeatMs, heartbeatTimeoutMs, maxMemoryMB, maxHeapRatio, maxEventLoopDelayMs } = config.health
+
+  function onHeartbeat (record) {
+    const figures = record.heartbeat
+    record.overloaded = maxEventLoopDelayMs > 0 && figures.eventLoopDelayP99Ms > maxEventLoopDelayMs
+    if (record.state !== 'ready' || record.recycling) return
+    if (maxMemoryMB > 0 && figures.rss > maxMemoryMB * MB) {
+      log.warn(`worker ${record.id} uses ${Math.round(figures.rss / MB)} MB RSS (limit ${maxMemoryMB} MB), recycling it`, { pid: record.pid })
+      recycle(record, 'memory')
+    } else if (maxHeapRatio > 0 && maxHeapRatio < 1 && figures.heapUsed > figures.heapLimit * maxHeapRatio) {
+      log.warn(`worker ${record.id} heap at ${Math.round(100 * figures.heapUsed / figures.heapLimit)}% of its limit (max ${Math.round(maxHeapRatio * 100)}%), recycling it`, { pid: record.pid })
+      recycle(record, 'memory')
+    }
+  }
+
+  function checkHangs () {
+    const now = Date.now()
+    for (const record of supervisor.liveRecords()) {
+      if (record.state !== 'ready' && record.state !== 'draining') continue
+      const last = record.heartbeatAt || record.readyAt
+      if (now - last <= heartbeatTimeoutMs) continue
+      log.error(`worker ${record.id} sent no heartbeat for ${now - last} ms (timeout ${heartbeatTimeoutMs} ms), killing it`, {
+        pid: record.pid,
+        lastState: record.heartbeat || undefined
+      })
+      supervisor.kill(record, 'hang')
+    }
+  }
+
+  supervisor.on('record:heartbeat', onHeartbeat)
+  const timer = setInterval(checkHangs, Math.min(heartbeatMs, 1000))
+  timer.unref()
+  return {
+    stop () {
+      clearInterval(timer)
+      supervisor.removeListener('record:heartbeat', onHeartbeat)
+    }
+  }
+}
+
+module.exports = { watchHealth }

@@ -1,0 +1,64 @@
+'use strict'
+
+/**
+ * Decide how connections reach workers, and fall back (with a warning, never
+ * a crash) when the platform cannot do what was asked.
+ */
+
+const cluster = require('cluster')
+const net = require('net')
+
+/**
+ * Does this Node and platform support `reusePort` on TCP listen?
+ * Node >= 22.12 (22.x) or >= 23.1, on Linux, FreeBSD or DragonFly.
+ * @returns {{ supported: boolean, reason?: string }}
+ */
+function reusePortSupport (version, platform) {
+  version = version || process.versions.node
+  platform = platform || process.platform
+  const [major, minor] = version.split('.').map(Number)
+  const nodeOk = major > 23 || (major === 23 && minor >= 1) || (major === 22 && minor >= 12)
+  if (!nodeOk) return { supported: false, reason: `Node ${version} has no reusePort (needs >= 22.12 or >= 23.1)` }
+  if (!['linux', 'freebsd'].includes(platform)) return { supported: false, reason: `SO_REUSEPORT load balancing is not available on ${platform}` }
+  return { supported: true }
+}
+
+/**
+ * @param {object} config resolved configuration
+ * @param {object} log
+ * @returns {{ mode: string, listenMode: 'handoff'|'cluster'|'reuseport' }}
+ */
+function resolveScheduling (config, log) {
+  let mode = config.scheduling
+  if (mode === 'reuseport') {
+    const support = reusePortSupport()
+    if (!support.supported) {
+      log.warn(`scheduling 'reuseport' is not available: ${support.reason}; falling back to 'rr'`)
+      mode = 'rr'
+    }
+  }
+  if (mode === 'none') {
+    // Must be set before the first fork; cluster freezes it then.
+    cluster.schedulingPolicy = cluster.SCHED_NONE
+    return { mode, listenMode: 'cluster' }
+  }
+  if (mode === 'reuseport') return { mode, listenMode: 'reuseport' }
+  return { mode, listenMode: 'handoff' }
+}
+
+/**
+ * Pick a free port on the host (for port 0 with reuseport, where every worker
+ * must bind the same port).
+ */
+function findFreePort (host) {
+  return new Promise((resolve, reject) => {
+    const probe = net.createServer()
+    probe.once('error', reject)
+    probe.listen({ port: 0, host }, () => {
+      const { port } = probe.address()
+      probe.close(() => resolve(port))
+    })
+  })
+}
+
+module.exports = { resolveScheduling, reusePortSupport, findFreePort }

@@ -1,0 +1,115 @@
+'use strict'
+
+/**
+ * Tracks the server's connections and requests, and drains them without
+ * racing clients: closing an idle keep-alive socket races with a client that
+ * is already sending its next request on it, so while draining the next
+ * request on each socket is answered with `Connection: close`, and a socket
+ * is closed by us only once it has been idle for `idleCloseMs` or the
+ * deadline passes.
+ */
+
+const debug = require('debug')('clusterize:drain')
+
+const kActive = Symbol('clusterize.active')
+const kIdleSince = Symbol('clusterize.idleSince')
+
+/**
+ * @param {import('http').Server} server
+ * @param {{ idleCloseMs?: number }} [options]
+ */
+function trackConnections (server, options) {
+  const idleCloseMs = (options && options.idleCloseMs) || 1000
+  const sockets = new Set()
+  const state = { inFlight: 0, served: 0, draining: false }
+  let idleTimer = null
+  let onDrained = null
+
+  server.on('connection', function onConnection (socket) {
+    sockets.add(socket)
+    socket[kActive] = 0
+    socket[kIdleSince] = Date.now()
+    socket.once('close', function onSocketClose () {
+      sockets.delete(socket)
+      checkDrained()
+    })
+  })
+
+  // Runs before the app so the Connection header can still be changed.
+  server.prependListener('request', function onRequest (req, res) {
+    const socket = req.socket
+    state.inFlight++
+    socket[kActive]++
+    if (state.draining) res.shouldKeepAlive = false
+    let done = false
+    function onResponseDone () {
+      if (done) return
+      done = true
+      state.inFlight--
+      state.served++
+      socket[kActive]--
+      socket[kIdleSince] = Date.now()
+    }
+    res.once('finish', onResponseDone)
+    res.once('close', onResponseDone)
+  })
+
+  function closeIdleSockets (force) {
+    const now = Date.now()
+    for (const socket of sockets) {
+      if (socket[kActive] === 0 && (force || now - socket[kIdleSince] >= idleCloseMs)) {
+        socket.destroySoon ? socket.end() : socket.destroy()
+        // end() sends FIN after pending writes; destroy if the peer never closes.
+        setTimeout(() => socket.destroy(), 1000).unref()
+      }
+    }
+  }
+
+  function checkDrained () {
+    if (state.draining && sockets.size === 0 && onDrained) {
+      const callback = onDrained
+      onDrained = null
+      clearInterval(idleTimer)
+      callback()
+    }
+  }
+
+  /**
+   * Stop taking new requests on kept-alive sockets and resolve once every
+   * socket is closed. In-flight requests are answered with Connection: close.
+   * @returns {Promise<void>}
+   */
+  function drain () {
+    if (state.draining) return drain.promise
+    state.draining = true
+    debug('draining %d sockets, %d requests in flight', sockets.size, state.inFlight)
+    for (const socket of sockets) {
+      const res = socket._httpMessage
+      if (res && !res.headersSent) res.shouldKeepAlive = false
+    }
+    drain.promise = new Promise((resolve) => {
+      onDrained = resolve
+      closeIdleSockets(false)
+      idleTimer = setInterval(closeIdleSockets, Math.max(50, Math.floor(idleCloseMs / 4)), false)
+      idleTimer.unref()
+      checkDrained()
+    })
+    return drain.promise
+  }
+
+  /** Destroy every socket at once (the drain deadline passed). */
+  function destroyAll () {
+    for (const socket of sockets) socket.destroy()
+  }
+
+  return {
+    drain,
+    destroyAll,
+    get inFlight () { return state.inFlight },
+    get served () { return state.served },
+    get connections () { return sockets.size },
+    get draining () { return state.draining }
+  }
+}
+
+module.exports = { trackConnections }

@@ -1,0 +1,148 @@
+'use strict'
+
+/**
+ * The runtime inside a worker: build the app, listen (or take connections
+ * handed over by the primary), report ready, send heartbeats, drain on request.
+ * It talks to the primary only through lib/ipc.js.
+ */
+
+const debug = require('debug')('clusterize:worker')
+const ipc = require('../ipc')
+const { loadApp } = require('./load-app')
+const { trackConnections } = require('./connections')
+const { createHealthSampler } = require('./heartbeat')
+const { listenServer } = require('./listen')
+const busLink = require('./bus-link')
+const poolRegistry = require('../pool/registry')
+const { createLogger } = require('../logger')
+
+/**
+ * Start the worker side. Called by clusterize() when cluster.isWorker.
+ * @param {Function|string} createApp
+ * @param {object} config resolved configuration
+ * @returns {{ app, server, id, generation, ready: Promise }}
+ */
+function startWorker (createApp, config) {
+  const id = Number(process.env.CLUSTERIZE_WORKER_ID)
+  const generation = Number(process.env.CLUSTERIZE_GENERATION) || 1
+  const listenMode = process.env.CLUSTERIZE_LISTEN || 'cluster'
+  const port = process.env.CLUSTERIZE_PORT !== undefined ? Number(process.env.CLUSTERIZE_PORT) : config.port
+  const log = createLogger(config.logger, ` worker ${id}`)
+  const channel = new ipc.Channel(process)
+  const handle = { app: null, server: null, id, generation, ready: null }
+  let tracker = null
+  let sampler = null
+  let heartbeatTimer = null
+  let shuttingDown = false
+
+  busLink.attachWorker(config, log, channel, id, generation)
+
+  ipc.listen(process, function onPrimaryMessage (message, socketHandle) {
+    switch (message.kind) {
+      case 'conn':
+        if (socketHandle && handle.server) acceptHandedConnection(handle.server, socketHandle)
+        else if (socketHandle) socketHandle.destroy()
+        break
+      case 'drain':
+        shutdown(message.timeoutMs, message.reason)
+        break
+      case 'bus':
+        busLink.onPrimaryMessage(message)
+        break
+      default:
+        debug('ignoring %s from primary', message.kind)
+    }
+  })
+
+  // The primary decides when workers stop; a signal sent to the whole process
+  // group (Ctrl-C, some orchestrators) must not cut requests short.
+  for (const signal of config.shutdown.signals) {
+    process.on(signal, function onSignal () {
+      shutdown(config.shutdown.timeoutMs, signal)
+    })
+  }
+
+  handle.ready = boot().catch(function onBootError (err) {
+    log.error('failed to boot: ' + (err && err.message), { pid: process.pid })
+    channel.postNow(ipc.envelope('boot-error', {
+      message: String(err && err.message),
+      stack: err && err.stack ? String(err.stack) : undefined
+    }), undefined, () => process.exit(1))
+    // If the channel is gone the callback may never come.
+    setTimeout(() => process.exit(1), 1000).unref()
+    throw err
+  })
+  // Callers that never await ready must not see an unhandled rejection.
+  handle.ready.catch(() => {})
+  return handle
+
+  async function boot () {
+    const built = await loadApp(createApp)
+    handle.app = built.app
+    handle.server = built.server
+    configureServer(built.server, config)
+    tracker = trackConnections(built.server)
+    const address = listenMode === 'handoff'
+      ? { port, handoff: true }
+      : await listenServer(built.server, { port, host: config.host, reusePort: listenMode === 'reuseport' })
+    sampler = createHealthSampler(tracker)
+    channel.postNow(ipc.envelope('ready', { address }))
+    sendHeartbeat()
+    heartbeatTimer = setInterval(sendHeartbeat, config.health.heartbeatMs)
+    heartbeatTimer.unref()
+    debug('worker %d ready (generation %d, %s)', id, generation, listenMode)
+    return { id, generation, address }
+  }
+
+  function sendHeartbeat () {
+    if (!sampler) return
+    const figures = sampler.sample()
+    figures.generation = generation
+    channel.post(ipc.envelope('heartbeat', { figures, session: busLink.sessionStatus() }))
+  }
+
+  async function shutdown (timeoutMs, reason) {
+    if (shuttingDown) return
+    shuttingDown = true
+    debug('worker %d draining (%s, %d ms)', id, reason, timeoutMs)
+    const deadline = Date.now() + timeoutMs
+    const server = handle.server
+    if (server && listenMode !== 'handoff') server.close()
+    const drained = tracker ? tracker.drain() : Promise.resolve()
+    const timedOut = await raceDeadline(drained, timeoutMs)
+    if (timedOut && tracker) tracker.destroyAll()
+    await poolRegistry.closeAll({ timeoutMs: Math.max(0, deadline - Date.now()) }).catch(() => {})
+    clearInterval(heartbeatTimer)
+    if (sampler) sampler.stop()
+    channel.postNow(ipc.envelope('drained', { timedOut }), undefined, () => process.exit(0))
+    setTimeout(() => process.exit(0), 1000).unref()
+  }
+}
+
+function acceptHandedConnection (server, socket) {
+  server.emit('connection', socket)
+  socket.resume()
+}
+
+/**
+ * Apply the keep-alive and header timeouts. Load balancers keep idle
+ * connections for 60 s; a server that closes first causes 502s.
+ */
+function configureServer (server, config) {
+  server.keepAliveTimeout = config.keepAliveTimeout
+  server.headersTimeout = config.headersTimeout
+}
+
+/** Resolve true if the deadline passed first. */
+function raceDeadline (promise, timeoutMs) {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(true), timeoutMs)
+    timer.unref()
+    promise.then(() => {
+      clearTimeout(timer)
+      resolve(false)
+    })
+  })
+}
+
+module.exports = { startWorker, configureServer, raceDeadline }

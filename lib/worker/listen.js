@@ -1,0 +1,36 @@
+'use strict'
+
+/**
+ * Listen and resolve with the bound address, or reject with a clear
+ * error (EADDRINUSE names the port and what to do).
+ * @param {import('net').Server} server
+ * @param {{ port: number, host?: string, reusePort?: boolean }} options
+ * @returns {Promise<{ port: number, address: string, family: string }>}
+ */
+function listenServer (server, options) {
+  return new Promise((resolve, reject) => {
+    function onError (err) {
+      server.removeListener('listening', onListening)
+      if (err.code === 'EADDRINUSE') {
+        err.message = `port ${options.port} is already in use (EADDRINUSE): stop the other server or choose another port (option "port" or PORT)`
+      }
+      reject(err)
+    }
+    function onListening () {
+      server.removeListener('error', onError)
+      resolve(server.address())
+    }
+    server.once('error', onError)
+    server.once('listening', onListening)
+    const listenOptions = { port: options.port }
+    if (options.host) listenOptions.host = options.host
+    if (options.reusePort) {
+      // Each worker binds its own socket and the kernel spreads connections.
+      listenOptions.reusePort = true
+      listenOptions.exclusive = true
+    }
+    server.listen(listenOptions)
+  })
+}
+
+module.exports = { listenServer }

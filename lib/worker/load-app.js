@@ -1,0 +1,63 @@
+'use strict'
+
+const http = require('http')
+const net = require('net')
+const path = require('path')
+
+/**
+ * Resolve the user's `createApp` into an http.Server that is not yet listening.
+ * Accepts a factory (sync or async) returning an Express app, a `(req, res)`
+ * listener or an http.Server; or a module path exporting any of those.
+ *
+ * @param {Function|string} createApp
+ * @returns {Promise<{ app: Function|null, server: import('http').Server }>}
+ */
+async function loadApp (createApp) {
+  let value = createApp
+  if (typeof createApp === 'string') {
+    value = unwrapModule(require(path.resolve(createApp)))
+    // A module may export the app itself; only a plain function of arity < 2
+    // that is not an Express app is treated as a factory.
+    if (isServer(value) || isListener(value)) return toServer(value)
+  }
+  if (typeof value !== 'function') {
+    throw new TypeError('clusterize: createApp must be a function or a module path, got ' + describe(value))
+  }
+  const built = unwrapModule(await value())
+  if (isServer(built) || typeof built === 'function') return toServer(built)
+  throw new TypeError('clusterize: createApp must return an Express app, a (req, res) listener or an http.Server, got ' + describe(built))
+}
+
+function unwrapModule (value) {
+  if (value && typeof value === 'object' && value.__esModule && 'default' in value) return value.default
+  return value
+}
+
+function isServer (value) {
+  return value instanceof net.Server
+}
+
+function isExpressApp (value) {
+  return typeof value === 'function' && typeof value.handle === 'function' && typeof value.set === 'function'
+}
+
+function isListener (value) {
+  return isExpressApp(value) || (typeof value === 'function' && value.length >= 2)
+}
+
+function toServer (value) {
+  if (isServer(value)) {
+    if (value.listening) throw new Error('clusterize: the http.Server returned by createApp is already listening; return it without calling listen()')
+    const listeners = value.listeners('request')
+    return { app: listeners.length === 1 ? listeners[0] : null, server: value }
+  }
+  return { app: value, server: http.createServer(value) }
+}
+
+function describe (value) {
+  if (value === null) return 'null'
+  if (Array.isArray(value)) return 'an array'
+  return typeof value === 'object' ? 'an object with keys [' + Object.keys(value).slice(0, 5).join(', ') + ']' : typeof value
+}
+
+module.exports = { loadApp }

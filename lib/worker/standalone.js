@@ -1,0 +1,106 @@
+'use strict'
+
+/**
+ * `workers: 0`: everything in one process with the primary's handle and API,
+ * for development, tests and tiny deployments.
+ */
+
+const EventEmitter = require('events')
+const { loadApp } = require('./load-app')
+const { trackConnections } = require('./connections')
+const { createHealthSampler } = require('./heartbeat')
+const { listenServer } = require('./listen')
+const { configureServer, raceDeadline } = require('./index')
+const busLink = require('./bus-link')
+const poolRegistry = require('../pool/registry')
+const { createLogger } = require('../logger')
+
+/**
+ * @param {Function|string} createApp
+ * @param {object} config resolved configuration
+ */
+function startStandalone (createApp, config) {
+  const log = createLogger(config.logger, '')
+  const handle = new EventEmitter()
+  let tracker = null
+  let sampler = null
+  let shutdownPromise = null
+  let signalCount = 0
+  handle.id = 0
+  handle.generation = 1
+  handle.app = null
+  handle.server = null
+  busLink.useLocal(config, log)
+  Object.defineProperty(handle, 'bus', { enumerable: true, get: () => require('../bus').bus })
+
+  handle.ready = (async () => {
+    const built = await loadApp(createApp)
+    handle.app = built.app
+    handle.server = built.server
+    configureServer(built.server, config)
+    tracker = trackConnections(built.server)
+    const address = await listenServer(built.server, { port: config.port, host: config.host })
+    sampler = createHealthSampler(tracker)
+    log.info(`single process ${process.pid} listening on port ${address.port}`)
+    const worker = { id: 0, pid: process.pid, generation: 1, state: 'ready' }
+    handle.emit('worker:ready', worker)
+    return { port: address.port, workers: [worker] }
+  })()
+  handle.ready.catch((err) => log.error(`failed to start: ${err.message}`))
+
+  handle.reload = async function reload () {
+    const result = { ok: false, rolledBack: false, reason: 'reload needs workers: single-process mode (workers: 0) cannot replace itself', replaced: 0, durationMs: 0, generation: 1 }
+    handle.emit('reload:done', result)
+    return result
+  }
+
+  handle.shutdown = function shutdown () {
+    if (shutdownPromise) return shutdownPromise
+    handle.emit('shutdown')
+    shutdownPromise = (async () => {
+      const timeoutMs = config.shutdown.timeoutMs
+      const deadline = Date.now() + timeoutMs
+      let forced = false
+      if (handle.server) {
+        handle.server.close()
+        forced = await raceDeadline(tracker.drain(), timeoutMs)
+        if (forced) tracker.destroyAll()
+      }
+      await poolRegistry.closeAll({ timeoutMs: Math.max(0, deadline - Date.now()) }).catch(() => {})
+      if (sampler) sampler.stop()
+      await busLink.close()
+      log.info(forced ? 'shutdown forced at the deadline' : 'shutdown complete')
+      return { code: forced ? 1 : 0, forced }
+    })()
+    return shutdownPromise
+  }
+
+  handle.stats = function stats () {
+    const figures = sampler ? sampler.sample() : null
+    return {
+      pid: process.pid,
+      port: handle.server && handle.server.address() ? handle.server.address().port : config.port,
+      scheduling: 'single-process',
+      generation: 1,
+      ready: Boolean(sampler) && !shutdownPromise,
+      live: true,
+      crashLooping: false,
+      shuttingDown: Boolean(shutdownPromise),
+      reloads: 0,
+      workers: [{ id: 0, pid: process.pid, generation: 1, state: shutdownPromise ? 'stopping' : 'ready', uptimeMs: Math.round(process.uptime() * 1000), restarts: 0, heartbeat: figures }],
+      bus: busLink.status()
+    }
+  }
+
+  handle.address = () => ({ port: handle.server && handle.server.address() ? handle.server.address().port : config.port, host: config.host })
+
+  for (const signal of config.shutdown.signals) {
+    process.on(signal, function onShutdownSignal () {
+      if (++signalCount > 1) process.exit(1)
+      handle.shutdown().then((result) => process.exit(result.code))
+    })
+  }
+  return handle
+}
+
+module.exports = { startStandalone }
