@@ -1,0 +1,141 @@
+'use strict'
+
+const { test, after } = require('node:test')
+const assert = require('node:assert')
+const fs = require('fs')
+const os = require('os')
+const path = require('path')
+const { startCluster, stopAll, request } = require('./helpers/cluster')
+const { startLoad } = require('./helpers/load')
+
+const fixture = path.join(__dirname, 'fixtures/app-cluster.js')
+const env = (options, extra) => Object.assign({ CZ_TEST_OPTIONS: JSON.stringify(options) }, extra)
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+
+after(stopAll)
+
+test('two reloads in a row under keep-alive load: zero failed requests, zero non-2xx, every pid replaced', async () => {
+  const cluster = await startCluster(fixture, { env: env({ workers: 2 }) })
+  const before = new Set(cluster.workerPids)
+  const load = startLoad({ port: cluster.port, connections: 8, durationMs: 60000 })
+  await sleep(500)
+  const first = await cluster.reload()
+  const second = await cluster.reload()
+  await sleep(300)
+  const results = await load.stop()
+  assert.strictEqual(first.ok, true, JSON.stringify(first))
+  assert.strictEqual(second.ok, true, JSON.stringify(second))
+  assert.strictEqual(first.replaced, 2)
+  assert.strictEqual(second.generation, 3)
+  assert.deepStrictEqual(results.failures, [])
+  assert.strictEqual(results.failed, 0)
+  assert.strictEqual(results.non2xx, 0)
+  assert.ok(results.ok > 100, `load ran (${results.ok} requests)`)
+  const stats = await cluster.stats()
+  assert.strictEqual(stats.workers.length, 2)
+  for (const worker of stats.workers) {
+    assert.ok(!before.has(worker.pid), `pid ${worker.pid} was replaced`)
+    assert.strictEqual(worker.generation, 3)
+  }
+  await cluster.stop()
+})
+
+test('a reload whose new code throws at boot is rolled back: old pids keep serving, zero failed requests', async () => {
+  const flag = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cz-')), 'broken')
+  const cluster = await startCluster(fixture, { env: env({ workers: 2 }, { CZ_BOOT_FAIL_FILE: flag }) })
+  const before = new Set(cluster.workerPids)
+  const load = startLoad({ port: cluster.port, connections: 6, durationMs: 60000 })
+  await sleep(300)
+  fs.writeFileSync(flag, 'deploy broken code')
+  const result = await cluster.reload()
+  await sleep(300)
+  const results = await load.stop()
+  assert.strictEqual(result.ok, false)
+  assert.strictEqual(result.rolledBack, true)
+  assert.match(result.reason, /boom at boot: new code is broken/)
+  assert.strictEqual(results.failed + results.non2xx, 0, JSON.stringify(results.failures.slice(0, 3)))
+  const servedBy = new Set(results.requests.slice(-50).map((r) => r.pid))
+  for (const pid of servedBy) assert.ok(before.has(pid), 'only the old generation serves')
+  const stats = await cluster.stats()
+  assert.deepStrictEqual(new Set(stats.workers.map((w) => w.pid)), before)
+  assert.strictEqual(stats.generation, 1)
+  fs.rmSync(path.dirname(flag), { recursive: true, force: true })
+  await cluster.stop()
+})
+
+test('a worker stuck in a busy loop is detected by missing heartbeats and replaced', async () => {
+  const cluster = await startCluster(fixture, {
+    env: env({ workers: 2, health: { heartbeatMs: 200, heartbeatTimeoutMs: 1500 } })
+  })
+  const stuck = (await cluster.get('/busy')).json.pid
+  const exit = await cluster.waitEvent('worker:exit', (d) => d.pid === stuck)
+  assert.strictEqual(exit.data.reason, 'hang')
+  await cluster.waitEvent('worker:ready', (d) => d.id === exit.data.id && d.pid !== stuck)
+  assert.match(cluster.output, /sent no heartbeat for \d+ ms/)
+  const pids = new Set()
+  for (let i = 0; i < 8; i++) pids.add((await cluster.get('/')).json.pid)
+  assert.strictEqual(pids.size, 2)
+  assert.ok(!pids.has(stuck))
+  await cluster.stop()
+})
+
+test('a worker whose memory grows past maxMemoryMB is recycled with zero failed requests', async () => {
+  const cluster = await startCluster(fixture, {
+    env: env({ workers: 2, health: { heartbeatMs: 200, maxMemoryMB: 200 } })
+  })
+  const load = startLoad({ port: cluster.port, connections: 4, durationMs: 60000 })
+  await sleep(300)
+  const grown = (await cluster.get('/grow?mb=256')).json.pid
+  const exit = await cluster.waitEvent('worker:exit', (d) => d.pid === grown)
+  assert.strictEqual(exit.data.reason, 'memory')
+  assert.strictEqual(exit.data.code, 0, 'drained and exited by itself')
+  await sleep(300)
+  const results = await load.stop()
+  assert.strictEqual(results.failed + results.non2xx, 0, JSON.stringify(results.failures.slice(0, 3)))
+  const replacement = cluster.events.find((e) => e.event === 'worker:ready' && e.data.id === exit.data.id && e.data.pid !== grown)
+  assert.ok(replacement, 'a replacement for the same slot became ready')
+  await cluster.stop()
+})
+
+test('probes: /live, /ready, /stats and /metrics; /ready turns 503 as soon as shutdown starts', async () => {
+  const cluster = await startCluster(fixture, { env: env({ workers: 2, probes: { port: 0 }, shutdown: { timeoutMs: 5000 } }) })
+  assert.ok(cluster.probesPort > 0)
+  assert.strictEqual((await cluster.probe('/live')).status, 200)
+  assert.strictEqual((await cluster.probe('/ready')).status, 200)
+  await cluster.get('/')
+  await sleep(1200)
+  const stats = (await cluster.probe('/stats')).json
+  assert.strictEqual(stats.workers.length, 2)
+  for (const worker of stats.workers) {
+    assert.strictEqual(worker.state, 'ready')
+    assert.strictEqual(worker.generation, 1)
+    assert.ok(worker.heartbeat.rss > 0)
+    assert.ok(typeof worker.heartbeat.eventLoopDelayP99Ms === 'number')
+  }
+  const metrics = await cluster.probe('/metrics')
+  assert.strictEqual(metrics.status, 200)
+  assertPrometheusText(metrics.body)
+  assert.match(metrics.body, /^clusterize_workers\{state="ready"\} 2$/m)
+  assert.match(metrics.body, /^clusterize_worker_rss_bytes\{worker="0",pid="\d+",generation="1"\} \d+/m)
+  assert.match(metrics.body, /^clusterize_requests_total \d+/m)
+
+  const slow = cluster.get('/slow?ms=1500')
+  await sleep(200)
+  cluster.signal('SIGTERM')
+  await sleep(100)
+  const ready = await request(cluster.probesPort, '/ready')
+  assert.strictEqual(ready.status, 503)
+  assert.strictEqual((await slow).status, 200)
+  assert.strictEqual((await cluster.exit).code, 0)
+})
+
+/** Every line is a comment or `name{labels} value` per the text exposition format. */
+function assertPrometheusText (text) {
+  const sample = /^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*",?)*\})? -?(\d+(\.\d+)?(e[+-]?\d+)?|NaN|\+Inf|-Inf)$/
+  const lines = text.split('\n').filter(Boolean)
+  assert.ok(lines.length > 10)
+  for (const line of lines) {
+    if (line.startsWith('# HELP ') || line.startsWith('# TYPE ')) continue
+    assert.match(line, sample)
+  }
+}
