@@ -100,7 +100,8 @@ function startPrimary (createApp, config) {
         log.error(`cannot listen: ${err.message}`)
         throw err
       }
-    } else if (listenMode === 'reuseport' && config.port === 0) {
+    } else if (config.port === 0) {
+      // Workers bind the port themselves: they must all agree on one.
       state.port = await findFreePort(config.host)
     }
     runtime.port = state.port

@@ -6,6 +6,7 @@
  * It talks to the primary only through lib/ipc.js.
  */
 
+const net = require('net')
 const debug = require('debug')('clusterize:worker')
 const ipc = require('../ipc')
 const { loadApp } = require('./load-app')
@@ -107,7 +108,7 @@ function startWorker (createApp, config) {
     debug('worker %d draining (%s, %d ms)', id, reason, timeoutMs)
     const deadline = Date.now() + timeoutMs
     const server = handle.server
-    if (server && listenMode !== 'handoff') server.close()
+    if (server && listenMode !== 'handoff') stopListening(server)
     const drained = tracker ? tracker.drain() : Promise.resolve()
     const timedOut = await raceDeadline(drained, timeoutMs)
     if (timedOut && tracker) tracker.destroyAll()
@@ -117,6 +118,15 @@ function startWorker (createApp, config) {
     channel.postNow(ipc.envelope('drained', { timedOut }), undefined, () => process.exit(0))
     setTimeout(() => process.exit(0), 1000).unref()
   }
+}
+
+/**
+ * Close the listening socket only. http.Server#close() (Node >= 19) also
+ * closes idle keep-alive sockets at once, which races with clients already
+ * sending on them; the connection tracker drains those instead.
+ */
+function stopListening (server) {
+  net.Server.prototype.close.call(server)
 }
 
 function acceptHandedConnection (server, socket) {
@@ -145,4 +155,4 @@ function raceDeadline (promise, timeoutMs) {
   })
 }
 
-module.exports = { startWorker, configureServer, raceDeadline }
+module.exports = { startWorker, configureServer, raceDeadline, stopListening }

@@ -10,7 +10,7 @@ const { loadApp } = require('./load-app')
 const { trackConnections } = require('./connections')
 const { createHealthSampler } = require('./heartbeat')
 const { listenServer } = require('./listen')
-const { configureServer, raceDeadline } = require('./index')
+const { configureServer, raceDeadline, stopListening } = require('./index')
 const busLink = require('./bus-link')
 const poolRegistry = require('../pool/registry')
 const { createLogger } = require('../logger')
@@ -62,7 +62,7 @@ function startStandalone (createApp, config) {
       const deadline = Date.now() + timeoutMs
       let forced = false
       if (handle.server) {
-        handle.server.close()
+        stopListening(handle.server)
         forced = await raceDeadline(tracker.drain(), timeoutMs)
         if (forced) tracker.destroyAll()
       }
