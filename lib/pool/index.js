@@ -1,0 +1,519 @@
+'use strict'
+
+/**
+ * Our own worker_threads pool behind offload(): pre-warmed threads, idle-first
+ * dispatch, a bounded FIFO queue, per-task timeouts counted from dispatch,
+ * AbortSignal support, crash isolation, graceful close and stats.
+ */
+
+const path = require('node:path')
+const { Worker } = require('node:worker_threads')
+const { performance } = require('node:perf_hooks')
+const debug = require('debug')('clusterize:pool')
+const registry = require('./registry')
+const { normalizeOptions } = require('./options')
+const { resolveTask, unwrapTransfers, cloneError } = require('./task')
+const Queue = require('./queue')
+const Samples = require('./samples')
+const {
+  QueueFullError, TaskTimeoutError, TaskAbortedError, TaskError, ThreadExitError,
+  ThreadStartupError, PoolClosedError, CloneError, OuterVariableError
+} = require('./errors')
+
+const THREAD_MAIN = path.join(__dirname, 'thread-main.js')
+const MAX_KNOWN_PER_THREAD = 4096
+const now = performance.now.bind(performance)
+const noop = () => {}
+
+let nextPoolId = 1
+
+/** One queued or running task. */
+class Task {
+  constructor (entry, args, transfer, timeoutMs, signal, terminateOnAbort, resolve, reject) {
+    this.entry = entry
+    this.args = args
+    this.transfer = transfer
+    this.timeoutMs = timeoutMs
+    this.signal = signal
+    this.terminateOnAbort = terminateOnAbort
+    this.resolve = resolve
+    this.reject = reject
+    this.enqueuedAt = 0
+    this.startedAt = 0
+    this.thread = null
+    this.done = false
+    this.onAbort = null
+  }
+}
+
+/** One pool thread and what the pool knows about it. */
+class Thread {
+  constructor (id, worker) {
+    this.id = id
+    this.worker = worker
+    this.ready = false
+    this.task = null
+    this.retiring = false
+    this.error = null
+    this.known = new Set()
+    this.msg = [0, undefined, undefined, false]
+    this.timer = null
+    this.timerAt = 0
+  }
+}
+
+/**
+ * A pool of worker threads. Create it with `createPool(options)`.
+ */
+class Pool {
+  /**
+   * @param {object} [options] see docs/offload.md (threads, maxQueue, taskTimeoutMs, resourceLimits, setup, maxStartupFailures)
+   * @param {{ prefix?: string, middleware?: boolean, normalized?: boolean }} [ctx]
+   */
+  constructor (options, ctx = {}) {
+    const opts = ctx.normalized ? options : normalizeOptions(options, ctx)
+    this.id = nextPoolId++
+    this.options = opts
+    this._threads = []
+    this._idle = []
+    this._queue = new Queue()
+    this._queued = 0
+    this._busy = 0
+    this._pending = 0
+    this._nextThreadId = 1
+    this._starting = 0
+    this._startupFailures = 0
+    this._respawnTimer = null
+    this._broken = null
+    this._closing = false
+    this._closed = false
+    this._closePromise = null
+    this._drained = null
+    this._avgRunMs = 0
+    this._counters = { completed: 0, failed: 0, cancelled: 0, timedOut: 0, rejected: 0, crashed: 0, replaced: 0 }
+    this._wait = new Samples(1024)
+    this._run = new Samples(1024)
+    this._keepAlive = setInterval(noop, 1 << 30)
+    this._keepAlive.unref()
+    this._onTimer = this._onTimer.bind(this)
+    for (let i = 0; i < opts.threads; i++) this._spawn()
+    registry.register(this)
+    debug('pool %d created: %d threads, maxQueue %d, taskTimeoutMs %d', this.id, opts.threads, opts.maxQueue, opts.taskTimeoutMs)
+  }
+
+  /** Tasks waiting for a thread. */
+  get queued () { return this._queued }
+  /** Threads currently running a task. */
+  get busy () { return this._busy }
+  /** Number of live threads (starting or ready). */
+  get threads () { return this._threads.length }
+
+  /**
+   * Run `task(...args)` in a thread.
+   * @param {Function|object} task a self-contained function or offload.task(modulePath, exportName)
+   * @param {...unknown} args
+   * @returns {Promise<unknown>}
+   */
+  run (task, ...args) {
+    return this.exec(task, args)
+  }
+
+  /**
+   * Run `task(...args)` in a thread with per-call options.
+   * @param {Function|object} task
+   * @param {unknown[]} [args]
+   * @param {{ signal?: AbortSignal, timeoutMs?: number, terminateOnAbort?: boolean }} [options]
+   * @returns {Promise<unknown>}
+   */
+  exec (task, args = [], options) {
+    if (this._closing) return Promise.reject(new PoolClosedError(this._closed ? 'offload pool is closed' : 'offload pool is closing'))
+    if (this._broken !== null && this._threads.length === 0) return Promise.reject(this._broken)
+    let entry
+    try {
+      entry = resolveTask(task)
+    } catch (err) {
+      return Promise.reject(err)
+    }
+    if (!Array.isArray(args)) return Promise.reject(new TypeError('offload: args must be an array'))
+    let timeoutMs = this.options.taskTimeoutMs
+    let signal = null
+    let terminateOnAbort = true
+    if (options !== undefined && options !== null) {
+      if (options.timeoutMs !== undefined) {
+        if (!Number.isInteger(options.timeoutMs) || options.timeoutMs < 0) return Promise.reject(new TypeError(`offload: option "timeoutMs" must be an integer >= 0, got ${options.timeoutMs}`))
+        timeoutMs = options.timeoutMs
+      }
+      if (options.signal != null) {
+        signal = options.signal
+        if (signal.aborted) {
+          this._counters.cancelled++
+          return Promise.reject(new TaskAbortedError(signal.reason))
+        }
+      }
+      if (options.terminateOnAbort === false) terminateOnAbort = false
+    }
+    const idle = this._idle
+    // threads still starting count as capacity: a fresh pool accepts its first tasks
+    if (idle.length === 0 && this._queued >= this.options.maxQueue + this._starting) {
+      this._counters.rejected++
+      return Promise.reject(new QueueFullError(this.options.maxQueue, this._retryAfter()))
+    }
+    const transfer = unwrapTransfers(args)
+    let t
+    const promise = new Promise((resolve, reject) => {
+      t = new Task(entry, args, transfer, timeoutMs, signal, terminateOnAbort, resolve, reject)
+    })
+    if (signal !== null) {
+      t.onAbort = () => this._abort(t)
+      signal.addEventListener('abort', t.onAbort, { once: true })
+    }
+    if (this._pending++ === 0) this._keepAlive.ref()
+    t.enqueuedAt = now()
+    if (idle.length > 0) {
+      const th = idle.pop()
+      if (!this._start(th, t)) this._next(th)
+    } else {
+      this._queue.push(t)
+      this._queued++
+    }
+    return promise
+  }
+
+  _retryAfter () {
+    const threads = Math.max(1, this._threads.length)
+    const seconds = Math.ceil(((this._queued + this._busy) * this._avgRunMs) / threads / 1000)
+    return Math.min(60, Math.max(1, seconds))
+  }
+
+  /** Send `t` to the idle thread `th`; false when its arguments cannot be sent (t is rejected). */
+  _start (th, t) {
+    const entry = t.entry
+    const msg = th.msg
+    let isNew = false
+    msg[0] = entry.id
+    msg[1] = t.args
+    if (th.known.has(entry.id)) {
+      msg[2] = undefined
+    } else {
+      if (th.known.size >= MAX_KNOWN_PER_THREAD) {
+        th.known.clear()
+        msg[3] = true
+      }
+      msg[2] = entry.def
+      th.known.add(entry.id)
+      isNew = true
+    }
+    try {
+      th.worker.postMessage(msg, t.transfer)
+    } catch (err) {
+      if (isNew) th.known.delete(entry.id)
+      msg[1] = msg[2] = undefined
+      this._counters.failed++
+      this._settle(t, false, cloneError(t.args, err))
+      return false
+    }
+    msg[1] = msg[2] = undefined
+    msg[3] = false
+    const startedAt = now()
+    this._wait.add(startedAt - t.enqueuedAt)
+    t.startedAt = startedAt
+    t.thread = th
+    t.args = null
+    t.transfer = undefined
+    th.task = t
+    this._busy++
+    if (t.timeoutMs > 0) this._armTimer(th, startedAt + t.timeoutMs, t.timeoutMs)
+    return true
+  }
+
+  /** Give `th` the next queued task, or mark it idle. */
+  _next (th) {
+    const queue = this._queue
+    while (this._queued > 0) {
+      const t = queue.shift()
+      if (t.done) continue
+      this._queued--
+      if (this._start(th, t)) return
+    }
+    if (queue.length > 0) queue.clear() // only cancelled leftovers
+    if (!th.retiring) this._idle.push(th)
+  }
+
+  _onMessage (th, msg) {
+    const t = th.task
+    if (t === null) {
+      if (msg === 'ready') this._onReady(th)
+      return
+    }
+    th.task = null
+    this._busy--
+    const runMs = now() - t.startedAt
+    this._run.add(runMs)
+    this._avgRunMs = this._avgRunMs === 0 ? runMs : this._avgRunMs * 0.9 + runMs * 0.1
+    if (msg[0] === 0) {
+      this._counters.completed++
+      this._settle(t, true, msg[1])
+    } else {
+      this._counters.failed++
+      this._settle(t, false, remoteError(msg[1]))
+    }
+    this._next(th)
+  }
+
+  _settle (t, ok, value) {
+    if (t.done) return
+    t.done = true
+    if (t.onAbort !== null) t.signal.removeEventListener('abort', t.onAbort)
+    t.signal = null
+    t.onAbort = null
+    if (ok) t.resolve(value)
+    else t.reject(value)
+    if (--this._pending === 0) {
+      this._keepAlive.unref()
+      if (this._drained !== null) this._drained()
+    }
+  }
+
+  _abort (t) {
+    if (t.done) return
+    const th = t.thread
+    if (th === null) {
+      // still queued: drop it (lazily removed from the queue)
+      this._queued--
+      this._counters.cancelled++
+      debug('pool %d: queued task cancelled', this.id)
+      return this._settle(t, false, new TaskAbortedError(t.signal && t.signal.reason))
+    }
+    if (!t.terminateOnAbort) return
+    this._counters.cancelled++
+    debug('pool %d: running task aborted, terminating thread %d', this.id, th.id)
+    this._killRunning(th, new TaskAbortedError(t.signal && t.signal.reason))
+  }
+
+  _armTimer (th, deadline, delay) {
+    if (th.timer !== null) {
+      if (th.timerAt <= deadline) return // fires earlier and re-checks
+      clearTimeout(th.timer)
+    }
+    th.timerAt = deadline
+    th.timer = setTimeout(this._onTimer, Math.max(1, Math.ceil(delay)), th)
+    th.timer.unref()
+  }
+
+  _onTimer (th) {
+    th.timer = null
+    const t = th.task
+    if (t === null || t.timeoutMs <= 0 || th.retiring) return
+    const deadline = t.startedAt + t.timeoutMs
+    const remaining = deadline - now()
+    if (remaining > 1) return this._armTimer(th, deadline, remaining)
+    this._counters.timedOut++
+    debug('pool %d: task timed out after %d ms on thread %d, replacing it', this.id, t.timeoutMs, th.id)
+    this._killRunning(th, new TaskTimeoutError(t.timeoutMs))
+  }
+
+  /** Reject the running task of `th`, terminate the thread and start a replacement. */
+  _killRunning (th, err) {
+    const t = th.task
+    th.task = null
+    this._busy--
+    this._retire(th)
+    this._settle(t, false, err)
+    this._replace()
+  }
+
+  _retire (th) {
+    if (!th.ready) this._starting--
+    th.retiring = true
+    if (th.timer !== null) clearTimeout(th.timer)
+    th.timer = null
+    removeItem(this._threads, th)
+    removeItem(this._idle, th)
+    th.worker.terminate().catch(noop)
+  }
+
+  _replace () {
+    if (this._closed) return
+    this._counters.replaced++
+    this._spawn()
+  }
+
+  _spawn () {
+    const th = new Thread(this._nextThreadId++, null)
+    const worker = new Worker(THREAD_MAIN, {
+      workerData: { setup: this.options.setup },
+      resourceLimits: this.options.resourceLimits
+    })
+    th.worker = worker
+    worker.unref()
+    worker.on('message', (msg) => this._onMessage(th, msg))
+    worker.on('error', (err) => { th.error = err })
+    worker.on('exit', (code) => this._onExit(th, code))
+    this._threads.push(th)
+    this._starting++
+    return th
+  }
+
+  _onReady (th) {
+    if (th.ready || th.retiring) return
+    th.ready = true
+    this._starting--
+    this._startupFailures = 0
+    this._next(th)
+  }
+
+  _onExit (th, code) {
+    if (th.retiring) return
+    if (!th.ready) this._starting--
+    th.retiring = true
+    if (th.timer !== null) clearTimeout(th.timer)
+    removeItem(this._threads, th)
+    removeItem(this._idle, th)
+    const reason = th.error ? th.error.message : `exit code ${code}`
+    if (!th.ready) return this._onStartupFailure(th, reason, code)
+    const t = th.task
+    if (t !== null) {
+      th.task = null
+      this._busy--
+      this._counters.failed++
+      this._counters.crashed++
+      const message = th.error
+        ? `offload thread crashed while running the task: ${th.error.message}`
+        : `offload thread exited with code ${code} while running the task`
+      debug('pool %d: thread %d died running a task (%s), replacing it', this.id, th.id, reason)
+      this._settle(t, false, new ThreadExitError(message, code, th.error || undefined))
+    } else {
+      debug('pool %d: idle thread %d exited (%s), replacing it', this.id, th.id, reason)
+    }
+    this._replace()
+  }
+
+  _onStartupFailure (th, reason, code) {
+    if (this._closed) return
+    this._startupFailures++
+    debug('pool %d: thread %d failed at startup (%d in a row): %s', this.id, th.id, this._startupFailures, reason)
+    if (this._startupFailures >= this.options.maxStartupFailures) {
+      this._broken = new ThreadStartupError(reason, th.error || undefined)
+      this._broken.exitCode = code
+      if (this._threads.length === 0) this._rejectQueued(this._broken)
+      return
+    }
+    const delay = 50 * 2 ** (this._startupFailures - 1)
+    this._respawnTimer = setTimeout(() => {
+      this._respawnTimer = null
+      if (!this._closed) this._spawn()
+    }, delay)
+    this._respawnTimer.unref()
+  }
+
+  _rejectQueued (err) {
+    while (this._queue.length > 0) {
+      const t = this._queue.shift()
+      if (t.done) continue
+      this._queued--
+      this._settle(t, false, err)
+    }
+    this._queued = 0
+  }
+
+  /**
+   * Pool statistics.
+   * @returns {object} see PoolStats in docs/offload.d.ts.txt
+   */
+  stats () {
+    const c = this._counters
+    return {
+      threads: this._threads.length,
+      busy: this._busy,
+      idle: this._idle.length,
+      queued: this._queued,
+      maxQueue: this.options.maxQueue,
+      completed: c.completed,
+      failed: c.failed,
+      cancelled: c.cancelled,
+      timedOut: c.timedOut,
+      rejected: c.rejected,
+      crashed: c.crashed,
+      replaced: c.replaced,
+      waitTime: this._wait.percentiles(),
+      runTime: this._run.percentiles(),
+      broken: this._broken === null ? null : this._broken.message,
+      closing: this._closing
+    }
+  }
+
+  /**
+   * Stop accepting tasks, let running and queued tasks finish (up to
+   * `timeoutMs`), then terminate every thread. Tasks still unfinished at the
+   * deadline reject with PoolClosedError. Idempotent.
+   * @param {{ timeoutMs?: number }} [options] default 30000
+   * @returns {Promise<{ drained: boolean }>}
+   */
+  close (options = {}) {
+    if (this._closePromise !== null) return this._closePromise
+    const timeoutMs = options && options.timeoutMs !== undefined ? options.timeoutMs : 30000
+    this._closing = true
+    registry.unregister(this)
+    debug('pool %d closing: %d running, %d queued', this.id, this._busy, this._queued)
+    const drained = this._pending === 0 || this._broken !== null
+      ? Promise.resolve(true)
+      : new Promise((resolve) => {
+        const timer = setTimeout(() => resolve(false), Math.max(0, timeoutMs))
+        this._drained = () => { clearTimeout(timer); resolve(true) }
+      })
+    this._closePromise = drained.then((ok) => {
+      this._drained = null
+      this._closed = true
+      const err = new PoolClosedError('offload pool closed before the task finished')
+      this._rejectQueued(err)
+      const exits = []
+      for (const th of this._threads.slice()) {
+        if (th.task !== null) {
+          const t = th.task
+          th.task = null
+          this._busy--
+          this._settle(t, false, err)
+        }
+        exits.push(new Promise((resolve) => th.worker.once('exit', resolve)))
+        this._retire(th)
+      }
+      if (this._respawnTimer !== null) clearTimeout(this._respawnTimer)
+      clearInterval(this._keepAlive)
+      return Promise.all(exits).then(() => {
+        debug('pool %d closed (drained: %s)', this.id, ok)
+        return { drained: ok }
+      })
+    })
+    return this._closePromise
+  }
+
+  /**
+   * Terminate every thread now; running and queued tasks reject.
+   * @returns {Promise<{ drained: boolean }>}
+   */
+  destroy () {
+    return this.close({ timeoutMs: 0 })
+  }
+}
+
+function remoteError (info) {
+  if (info.outerVariable) return new OuterVariableError(info.outerVariable)
+  if (info.clone) return new CloneError(info.message, 0)
+  return new TaskError(info)
+}
+
+function removeItem (list, item) {
+  const i = list.indexOf(item)
+  if (i !== -1) list.splice(i, 1)
+}
+
+/**
+ * Create a pool; its threads start at once (pre-warmed).
+ * @param {object} [options]
+ * @returns {Pool}
+ */
+function createPool (options) {
+  return new Pool(options)
+}
+
+module.exports = { createPool, Pool }

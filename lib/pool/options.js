@@ -1,0 +1,112 @@
+'use strict'
+
+const os = require('node:os')
+const path = require('node:path')
+const { OffloadOptionError } = require('./errors')
+
+const RESOURCE_LIMIT_KEYS = ['maxOldGenerationSizeMb', 'maxYoungGenerationSizeMb', 'codeRangeSizeMb', 'stackSizeMb']
+const POOL_KEYS = ['threads', 'maxQueue', 'taskTimeoutMs', 'resourceLimits', 'setup', 'maxStartupFailures']
+const MIDDLEWARE_KEYS = POOL_KEYS.concat(['cancelOnDisconnect', 'terminateOnDisconnect'])
+
+/** Queue slots per thread when `maxQueue` is not given. */
+const QUEUE_PER_THREAD = 64
+
+/**
+ * Default thread count: the cores this process may use divided by the number
+ * of cluster workers on the host (CLUSTERIZE_WORKERS, set by the primary), at
+ * least 1, so N workers do not start N x cores threads.
+ * @returns {number}
+ */
+function defaultThreads () {
+  const cores = typeof os.availableParallelism === 'function' ? os.availableParallelism() : os.cpus().length
+  const env = Number(process.env.CLUSTERIZE_WORKERS)
+  const workers = Number.isInteger(env) && env > 0 ? env : 1
+  return Math.max(1, Math.floor(cores / workers))
+}
+
+function describe (value) {
+  if (typeof value === 'string') return JSON.stringify(value)
+  if (typeof value === 'function') return 'a function'
+  if (Array.isArray(value)) return 'an array'
+  if (value === null) return 'null'
+  if (typeof value === 'object') return 'an object'
+  return String(value)
+}
+
+function fail (prefix, name, accepted, value) {
+  throw new OffloadOptionError(`${prefix}: option "${name}" must be ${accepted}, got ${describe(value)}`)
+}
+
+function positiveInt (prefix, name, value, fallback) {
+  if (value === undefined) return fallback
+  if (!Number.isInteger(value) || value < 1) fail(prefix, name, 'a positive integer', value)
+  return value
+}
+
+function nonNegativeInt (prefix, name, value, fallback, allowInfinity) {
+  if (value === undefined) return fallback
+  if (allowInfinity && value === Infinity) return value
+  if (!Number.isInteger(value) || value < 0) fail(prefix, name, allowInfinity ? 'an integer >= 0 or Infinity' : 'an integer >= 0', value)
+  return value
+}
+
+function bool (prefix, name, value, fallback) {
+  if (value === undefined) return fallback
+  if (typeof value !== 'boolean') fail(prefix, name, 'true or false', value)
+  return value
+}
+
+function resourceLimits (prefix, value) {
+  if (value === undefined) return undefined
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) fail(prefix, 'resourceLimits', `an object with any of ${RESOURCE_LIMIT_KEYS.join(', ')}`, value)
+  const out = {}
+  for (const key of Object.keys(value)) {
+    if (!RESOURCE_LIMIT_KEYS.includes(key)) fail(prefix, 'resourceLimits', `an object with any of ${RESOURCE_LIMIT_KEYS.join(', ')}`, `an object with "${key}"`)
+    const v = value[key]
+    if (typeof v !== 'number' || !(v > 0) || !Number.isFinite(v)) fail(prefix, `resourceLimits.${key}`, 'a positive number (MB)', v)
+    out[key] = v
+  }
+  return out
+}
+
+function setupPath (prefix, value) {
+  if (value === undefined) return undefined
+  if (typeof value !== 'string' || !path.isAbsolute(value)) fail(prefix, 'setup', 'an absolute module path (use require.resolve)', value)
+  return value
+}
+
+/**
+ * Validate and normalise pool options; throws OffloadOptionError naming the
+ * bad option and the accepted values.
+ * @param {object} [options]
+ * @param {{ prefix?: string, middleware?: boolean }} [ctx]
+ */
+function normalizeOptions (options, ctx = {}) {
+  const prefix = ctx.prefix || 'offload'
+  if (options === undefined || options === null) options = {}
+  if (typeof options !== 'object' || Array.isArray(options)) {
+    throw new OffloadOptionError(`${prefix}: options must be an object, got ${describe(options)}`)
+  }
+  const keys = ctx.middleware ? MIDDLEWARE_KEYS : POOL_KEYS
+  for (const key of Object.keys(options)) {
+    if (!keys.includes(key) && options[key] !== undefined) {
+      throw new OffloadOptionError(`${prefix}: unknown option "${key}"; accepted options are ${keys.join(', ')}`)
+    }
+  }
+  const threads = positiveInt(prefix, 'threads', options.threads, defaultThreads())
+  const out = {
+    threads,
+    maxQueue: nonNegativeInt(prefix, 'maxQueue', options.maxQueue, threads * QUEUE_PER_THREAD, true),
+    taskTimeoutMs: nonNegativeInt(prefix, 'taskTimeoutMs', options.taskTimeoutMs, ctx.middleware ? 30000 : 0, false),
+    resourceLimits: resourceLimits(prefix, options.resourceLimits),
+    setup: setupPath(prefix, options.setup),
+    maxStartupFailures: positiveInt(prefix, 'maxStartupFailures', options.maxStartupFailures, 3)
+  }
+  if (ctx.middleware) {
+    out.cancelOnDisconnect = bool(prefix, 'cancelOnDisconnect', options.cancelOnDisconnect, true)
+    out.terminateOnDisconnect = bool(prefix, 'terminateOnDisconnect', options.terminateOnDisconnect, false)
+  }
+  return out
+}
+
+module.exports = { normalizeOptions, defaultThreads, QUEUE_PER_THREAD, POOL_KEYS, MIDDLEWARE_KEYS }

@@ -1,0 +1,186 @@
+'use strict'
+
+/**
+ * Code that runs in each pool thread. Messages from the pool are
+ * `[id, args, def?, flush?]`; replies are `[0, result]` or `[1, error]`, in the
+ * order the tasks arrived (tasks run one at a time; async ones are awaited).
+ */
+
+const { parentPort, workerData } = require('node:worker_threads')
+const { createRequire } = require('node:module')
+const path = require('node:path')
+const { pathToFileURL } = require('node:url')
+
+const kTransfer = Symbol.for('clusterize.offload.transfer')
+const NOT_DEFINED_RE = /^([\p{L}\p{Nl}$_][\p{L}\p{Nl}\p{Mn}\p{Mc}\p{Nd}\p{Pc}$\u200c\u200d]*) is not defined$/u
+
+/** `require` given to inline functions, resolving from the process's cwd. */
+const userRequire = createRequire(path.join(process.cwd(), '[offload-inline]'))
+
+/** id -> { fn, source } (source only for inline functions) */
+const cache = new Map()
+/** Tasks that arrived while an async task was running. */
+const backlog = []
+let busy = false
+
+const okMsg = [0, undefined]
+const errMsg = [1, undefined]
+
+function compileInline (def) {
+  const expr = def.form === 1 ? `(function () { const o = ({${def.source}\n}); return o[Reflect.ownKeys(o)[0]] })()` : `(${def.source}\n)`
+  const tail = `\n//# sourceURL=offload-inline-${def.hash}.js`
+  let factory
+  try {
+    factory = new Function('require', `'use strict'; return ${expr}${tail}`) // eslint-disable-line no-new-func
+  } catch {
+    factory = new Function('require', `return ${expr}${tail}`) // eslint-disable-line no-new-func
+  }
+  return { fn: factory(userRequire), source: def.source }
+}
+
+function pickExport (mod, def) {
+  let fn = mod != null ? mod[def.exportName] : undefined
+  if (typeof fn !== 'function' && def.exportName === 'default' && typeof mod === 'function') fn = mod
+  if (typeof fn !== 'function') throw new Error(`offload.task: ${def.path} has no exported function "${def.exportName}"`)
+  return fn
+}
+
+function loadModule (def) {
+  let mod
+  try {
+    mod = require(def.path)
+  } catch (err) {
+    if (err && (err.code === 'ERR_REQUIRE_ESM' || err.code === 'ERR_REQUIRE_ASYNC_MODULE')) {
+      return import(pathToFileURL(def.path).href).then((ns) => {
+        const fn = pickExport(ns, def)
+        return { fn, source: null }
+      })
+    }
+    throw err
+  }
+  return { fn: pickExport(mod, def), source: null }
+}
+
+function serializeError (err, entry) {
+  if (err === null || typeof err !== 'object') {
+    return { name: 'Error', message: `offloaded task threw a non-error value: ${String(err)}` }
+  }
+  const out = { name: err.name, message: String(err.message), stack: err.stack, code: err.code, status: err.status || err.statusCode }
+  if (entry && entry.source !== null && err instanceof ReferenceError) {
+    const m = NOT_DEFINED_RE.exec(err.message)
+    if (m !== null && !(m[1] in globalThis) && usesIdentifier(entry.source, m[1])) out.outerVariable = m[1]
+  }
+  return out
+}
+
+function usesIdentifier (source, name) {
+  const escaped = name.replace(/[$]/g, '\\$')
+  return new RegExp(`(^|[^\\w$.])${escaped}($|[^\\w$])`).test(source)
+}
+
+function replyOk (result) {
+  let list
+  if (result !== null && typeof result === 'object' && result[kTransfer] === true) {
+    list = result.list
+    result = result.value
+  }
+  okMsg[1] = result
+  try {
+    parentPort.postMessage(okMsg, list)
+  } catch (err) {
+    errMsg[1] = { name: 'CloneError', message: `offload result cannot be cloned: ${err.message}; return plain data`, code: 'ERR_OFFLOAD_CLONE', clone: true }
+    parentPort.postMessage(errMsg)
+    errMsg[1] = undefined
+  }
+  okMsg[1] = undefined
+}
+
+function replyError (err, entry) {
+  errMsg[1] = serializeError(err, entry)
+  try {
+    parentPort.postMessage(errMsg)
+  } catch {
+    errMsg[1] = { name: 'Error', message: String(err && err.message) }
+    parentPort.postMessage(errMsg)
+  }
+  errMsg[1] = undefined
+}
+
+function settleAsync (promise, entry) {
+  busy = true
+  promise.then(replyOk, (err) => replyError(err, entry)).then(drainBacklog)
+}
+
+function drainBacklog () {
+  busy = false
+  while (!busy && backlog.length > 0) runTask(backlog.shift())
+}
+
+function isThenable (v) {
+  return v !== null && (typeof v === 'object' || typeof v === 'function') && typeof v.then === 'function'
+}
+
+function getEntry (msg) {
+  const id = msg[0]
+  let entry = cache.get(id)
+  if (entry !== undefined) return entry
+  const def = msg[2]
+  if (def == null) throw new Error(`offload thread does not know task ${id}`)
+  entry = def.kind === 0 ? compileInline(def) : loadModule(def)
+  cache.set(id, entry)
+  return entry
+}
+
+function runTask (msg) {
+  if (msg[3] === true) cache.clear()
+  let entry
+  let result
+  try {
+    entry = getEntry(msg)
+    if (isThenable(entry)) {
+      // an ES module task still loading: wait, then run
+      const pending = entry
+      return settleAsync(pending.then((loaded) => {
+        cache.set(msg[0], loaded)
+        entry = loaded
+        return loaded.fn.apply(undefined, msg[1])
+      }), { get source () { return entry && entry.source } })
+    }
+    result = entry.fn.apply(undefined, msg[1])
+  } catch (err) {
+    return replyError(err, entry)
+  }
+  if (isThenable(result)) return settleAsync(result, entry)
+  replyOk(result)
+}
+
+function onMessage (msg) {
+  if (busy) backlog.push(msg)
+  else runTask(msg)
+}
+
+function start () {
+  const setup = workerData && workerData.setup
+  if (!setup) return undefined
+  let mod
+  try {
+    mod = require(setup)
+  } catch (err) {
+    if (!err || err.code !== 'ERR_REQUIRE_ESM') throw err
+    return import(pathToFileURL(setup).href).then((ns) => (typeof ns.default === 'function' ? ns.default() : undefined))
+  }
+  const init = typeof mod === 'function' ? mod : mod && typeof mod.default === 'function' ? mod.default : null
+  return init ? init() : undefined
+}
+
+function ready () {
+  parentPort.on('message', onMessage)
+  parentPort.postMessage('ready')
+}
+
+const started = start()
+if (isThenable(started)) {
+  started.then(ready, (err) => { setImmediate(() => { throw err }) })
+} else {
+  ready()
+}
