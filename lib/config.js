@@ -49,6 +49,7 @@ const DEFAULTS = {
     maxMessageBytes: 1024 * 1024
   },
   logger: undefined,
+  banner: true,
   keepAliveTimeout: 65000,
   headersTimeout: 66000
 }
@@ -257,6 +258,8 @@ function resolveConfig (options, env) {
   config.bus = bus
 
   config.logger = checkLogger(options.logger)
+  config.banner = pick('banner')
+  if (typeof config.banner !== 'boolean') throw fail('banner', 'true or false', config.banner)
   config.keepAliveTimeout = checkInteger('keepAliveTimeout', pick('keepAliveTimeout'), 0)
   config.headersTimeout = checkInteger('headersTimeout', pick('headersTimeout'), 0)
   return config

@@ -18,6 +18,7 @@ const { startProbes } = require('./probes')
 const { createMetrics } = require('./metrics')
 const busLink = require('./bus-link')
 const { createLogger } = require('../logger')
+const { formatBanner } = require('./banner')
 
 /**
  * The handle returned by clusterize() in the primary.
@@ -128,6 +129,9 @@ function startPrimary (createApp, config) {
       supervisor.once('crashloop', fail)
     })
     readySettled = true
+    if (config.banner && config.logger === undefined) {
+      log.info(formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, redis: config.bus.redis }).trimEnd())
+    }
     return { port: state.port, probesPort: state.probesPort, workers: supervisor.readyRecords().map(publicWorker) }
   }
 

@@ -100,6 +100,12 @@ function startStandalone (createApp, config) {
       handle.shutdown().then((result) => process.exit(result.code))
     })
   }
+  if (config.reload.signal) {
+    // Without a handler the reload signal would kill the process.
+    process.on(config.reload.signal, function onReloadSignal () {
+      handle.reload().then((result) => log.warn(`reload skipped: ${result.reason}`))
+    })
+  }
   return handle
 }
 

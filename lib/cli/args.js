@@ -1,0 +1,182 @@
+'use strict'
+
+/**
+ * Command-line parsing for `clusterize`. Every mistake is a CliUsageError
+ * that names the flag; the CLI prints it and exits with code 2 before
+ * anything is forked.
+ */
+
+const { SCHEDULING } = require('../config')
+
+const COMMANDS = ['reload', 'stop', 'status']
+const DEFAULT_PID_FILE = 'clusterize.pid'
+
+/** A usage mistake: printed with a hint to --help, exit code 2. */
+class CliUsageError extends Error {
+  constructor (message) {
+    super(message)
+    this.name = 'CliUsageError'
+    this.exitCode = 2
+  }
+}
+
+// flag -> { key, value: kind of value (undefined for booleans), commands it applies to }
+const FLAGS = {
+  '--workers': { key: 'workers', value: 'workers', for: ['start'] },
+  '--port': { key: 'port', value: 'port', for: ['start'] },
+  '--host': { key: 'host', value: 'string', for: ['start'] },
+  '--scheduling': { key: 'scheduling', value: 'scheduling', for: ['start'] },
+  '--probes-port': { key: 'probesPort', value: 'port', for: ['start', 'status'] },
+  '--probes-host': { key: 'probesHost', value: 'string', for: ['start', 'status'] },
+  '--redis': { key: 'redis', value: 'string', for: ['start'] },
+  '--pid-file': { key: 'pidFile', value: 'string', for: ['start', 'reload', 'stop', 'status'] },
+  '--timeout': { key: 'timeout', value: 'seconds', for: ['reload', 'stop'] },
+  '--json': { key: 'json', for: ['start', 'reload', 'stop', 'status'] },
+  '--help': { key: 'help', for: ['start', 'reload', 'stop', 'status'] },
+  '--version': { key: 'version', for: ['start', 'reload', 'stop', 'status'] }
+}
+const ALIASES = { '-h': '--help', '-v': '--version' }
+
+/**
+ * Parse `process.argv.slice(2)`.
+ * @param {string[]} argv
+ * @returns {{ command: 'start'|'reload'|'stop'|'status', app: string|null, flags: object }}
+ * @throws {CliUsageError}
+ */
+function parseArgs (argv) {
+  const flags = {}
+  const positionals = []
+  const seen = new Map()
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]
+    if (arg === '--') {
+      positionals.push(...argv.slice(i + 1))
+      break
+    }
+    if (!arg.startsWith('-') || arg === '-') {
+      positionals.push(arg)
+      continue
+    }
+    const eq = arg.startsWith('--') ? arg.indexOf('=') : -1
+    const name = ALIASES[eq === -1 ? arg : arg.slice(0, eq)] || (eq === -1 ? arg : arg.slice(0, eq))
+    const spec = FLAGS[name]
+    if (!spec) throw new CliUsageError(`unknown flag ${arg}${suggest(name)}`)
+    if (!spec.value) {
+      if (eq !== -1) throw new CliUsageError(`${name} takes no value, got ${JSON.stringify(arg.slice(eq + 1))}`)
+      flags[spec.key] = true
+      seen.set(spec.key, name)
+      continue
+    }
+    let raw
+    if (eq !== -1) {
+      raw = arg.slice(eq + 1)
+    } else {
+      raw = argv[i + 1]
+      if (raw === undefined || (raw.startsWith('-') && raw !== '-' && !/^-\d/.test(raw))) {
+        throw new CliUsageError(`${name} needs a value (${describeValue(spec.value)})`)
+      }
+      i++
+    }
+    flags[spec.key] = convert(name, spec.value, raw)
+    seen.set(spec.key, name)
+  }
+
+  let command = 'start'
+  if (positionals.length > 0 && COMMANDS.includes(positionals[0])) command = positionals.shift()
+  const app = command === 'start' && positionals.length > 0 ? positionals.shift() : null
+  if (flags.help || flags.version) return { command, app, flags }
+  if (positionals.length > 0) {
+    throw new CliUsageError(`unexpected argument ${JSON.stringify(positionals[0])}` +
+      (command === 'start' ? ' (one app file only)' : ` (clusterize ${command} takes no file; use --pid-file)`))
+  }
+  for (const name of seen.values()) {
+    if (!FLAGS[name].for.includes(command)) {
+      throw new CliUsageError(`${name} does not apply to ${command === 'start' ? 'starting an app' : 'clusterize ' + command}`)
+    }
+  }
+  if (command === 'start' && !app) {
+    throw new CliUsageError('missing the app file: clusterize app.js [flags]')
+  }
+  return { command, app, flags }
+}
+
+function convert (name, kind, raw) {
+  switch (kind) {
+    case 'port':
+      if (!/^\d+$/.test(raw) || Number(raw) > 65535) throw new CliUsageError(`${name} must be a port number from 0 to 65535, got ${JSON.stringify(raw)}`)
+      return Number(raw)
+    case 'workers':
+      if (raw === 'auto') return raw
+      if (!/^\d+$/.test(raw) || Number(raw) > 1024) throw new CliUsageError(`${name} must be a number from 0 to 1024 or "auto", got ${JSON.stringify(raw)}`)
+      return Number(raw)
+    case 'scheduling':
+      if (!SCHEDULING.includes(raw)) throw new CliUsageError(`${name} must be one of ${SCHEDULING.join(', ')}, got ${JSON.stringify(raw)}`)
+      return raw
+    case 'seconds':
+      if (!/^\d+(\.\d+)?$/.test(raw) || Number(raw) <= 0) throw new CliUsageError(`${name} must be a number of seconds greater than 0, got ${JSON.stringify(raw)}`)
+      return Number(raw)
+    default:
+      if (raw === '') throw new CliUsageError(`${name} needs a non-empty value`)
+      return raw
+  }
+}
+
+function describeValue (kind) {
+  return {
+    port: 'a port number',
+    workers: 'a number or "auto"',
+    scheduling: SCHEDULING.join('|'),
+    seconds: 'seconds',
+    string: 'a value'
+  }[kind]
+}
+
+function suggest (name) {
+  const bare = name.replace(/^-+/, '')
+  let best = null
+  let bestDistance = 3
+  for (const flag of Object.keys(FLAGS)) {
+    const distance = editDistance(bare, flag.slice(2))
+    if (distance < bestDistance) {
+      best = flag
+      bestDistance = distance
+    }
+  }
+  return best ? ` (did you mean ${best}?)` : ''
+}
+
+function editDistance (a, b) {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j)
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i]
+    for (let j = 1; j <= b.length; j++) {
+      row[j] = Math.min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1))
+    }
+    previous = row
+  }
+  return previous[b.length]
+}
+
+/**
+ * The clusterize() options for a start, identical in the primary and in
+ * every worker (workers re-run this script with the same argv).
+ * @param {object} flags from parseArgs
+ * @param {NodeJS.ProcessEnv} env
+ * @returns {object}
+ */
+function buildOptions (flags, env) {
+  const options = {}
+  if (flags.workers !== undefined) options.workers = flags.workers
+  if (flags.port !== undefined) options.port = flags.port
+  if (flags.host !== undefined) options.host = flags.host
+  if (flags.scheduling !== undefined) options.scheduling = flags.scheduling
+  const redis = flags.redis !== undefined ? flags.redis : (env.REDIS_URL || undefined)
+  if (redis) options.bus = { redis }
+  // The CLI always serves probes (loopback, any free port unless given) so
+  // that `clusterize status` works from the pid file alone.
+  options.probes = { port: flags.probesPort !== undefined ? flags.probesPort : 0 }
+  if (flags.probesHost !== undefined) options.probes.host = flags.probesHost
+  return options
+}
+
+module.exports = { parseArgs, buildOptions, CliUsageError, FLAGS, COMMANDS, DEFAULT_PID_FILE }

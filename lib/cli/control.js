@@ -1,0 +1,196 @@
+'use strict'
+
+/**
+ * `clusterize reload | stop | status`: find the running primary through its
+ * pid file (or, for status, a probes port) and signal or query it.
+ */
+
+const http = require('http')
+const path = require('path')
+const debug = require('debug')('clusterize:cli')
+const { formatWorkersTable } = require('../primary/banner')
+const { DEFAULT_PID_FILE } = require('./args')
+const pidFile = require('./pid-file')
+
+const POLL_MS = 100
+
+/** A failure to report on stderr with exit code 1. */
+class CliRuntimeError extends Error {
+  constructor (message) {
+    super(message)
+    this.name = 'CliRuntimeError'
+    this.exitCode = 1
+  }
+}
+
+/**
+ * Find the live primary described by the pid file.
+ * @param {object} flags
+ * @returns {{ file: string, info: object }}
+ * @throws {CliRuntimeError} no pid file, or a stale one (which is removed)
+ */
+function findPrimary (flags) {
+  const file = path.resolve(flags.pidFile || DEFAULT_PID_FILE)
+  let info
+  try {
+    info = pidFile.readPidFile(file)
+  } catch (err) {
+    throw new CliRuntimeError(err.message)
+  }
+  if (!info) {
+    throw new CliRuntimeError(`no pid file at ${file}: is clusterize running from this directory? ` +
+      'Pass the one it was started with: --pid-file F')
+  }
+  if (!pidFile.isPrimaryAlive(info)) {
+    const why = pidFile.isAlive(info.pid)
+      ? `pid ${info.pid} now belongs to another program`
+      : `process ${info.pid} is not running any more (killed, or crashed without cleaning up)`
+    pidFile.removePidFile(file, info.pid)
+    throw new CliRuntimeError(`stale pid file ${file}: ${why}; the file has been removed`)
+  }
+  return { file, info }
+}
+
+/**
+ * SIGUSR2 the primary; when its probes server is known, wait for the reload
+ * to finish and report the new generation.
+ * @returns {Promise<number>} exit code
+ */
+async function reload (flags, io) {
+  const { info } = findPrimary(flags)
+  const target = probesTarget(info)
+  const before = target ? await fetchStats(target).catch(() => null) : null
+  signal(info.pid, 'SIGUSR2')
+  if (!before) {
+    report(io, flags, { requested: true, pid: info.pid }, `reload requested (SIGUSR2 sent to primary ${info.pid}); follow the primary's logs for the result\n`)
+    return 0
+  }
+  const timeoutMs = (flags.timeout || 120) * 1000
+  const after = await poll(() => fetchStats(target).then((s) => s.reloads > before.reloads ? s : null, () => null), timeoutMs)
+  if (!after) throw new CliRuntimeError(`reload still running after ${timeoutMs / 1000} s (primary ${info.pid}); check \`clusterize status\` and its logs`)
+  const ok = after.generation > before.generation
+  const text = ok
+    ? `reload done: generation ${before.generation} -> ${after.generation}\n\n${formatWorkersTable(after.workers)}`
+    : `reload failed: generation ${before.generation} keeps serving (rolled back; see the primary's logs)\n\n${formatWorkersTable(after.workers)}`
+  report(io, flags, { ok, pid: info.pid, generation: after.generation, previousGeneration: before.generation, workers: after.workers }, text)
+  return ok ? 0 : 1
+}
+
+/**
+ * SIGTERM the primary and wait (bounded) for it to exit.
+ * @returns {Promise<number>} exit code
+ */
+async function stop (flags, io) {
+  const { file, info } = findPrimary(flags)
+  const started = Date.now()
+  signal(info.pid, 'SIGTERM')
+  const timeoutMs = (flags.timeout || 60) * 1000
+  const gone = await poll(() => Promise.resolve(!pidFile.isAlive(info.pid)), timeoutMs)
+  if (!gone) {
+    throw new CliRuntimeError(`primary ${info.pid} is still running ${timeoutMs / 1000} s after SIGTERM ` +
+      `(draining long requests?). Wait, run \`clusterize stop\` again to force it, or kill -9 ${info.pid}`)
+  }
+  pidFile.removePidFile(file, info.pid) // normally already gone: the primary removes it
+  const ms = Date.now() - started
+  report(io, flags, { stopped: true, pid: info.pid, ms }, `stopped: primary ${info.pid} and its workers exited after ${ms} ms\n`)
+  return 0
+}
+
+/**
+ * Print the workers table from the probes server's /stats.
+ * @returns {Promise<number>} exit code
+ */
+async function status (flags, io) {
+  let target
+  let pid = null
+  if (flags.probesPort !== undefined) {
+    target = { host: loopbackFor(flags.probesHost || '127.0.0.1'), port: flags.probesPort }
+  } else {
+    const { info } = findPrimary(flags)
+    pid = info.pid
+    target = probesTarget(info)
+    if (!target) {
+      throw new CliRuntimeError(`primary ${info.pid} has no probes server (single-process mode, workers 0?), so there is no status to read`)
+    }
+  }
+  let stats
+  try {
+    stats = await fetchStats(target)
+  } catch (err) {
+    throw new CliRuntimeError(`cannot read http://${target.host}:${target.port}/stats: ${err.message}`)
+  }
+  if (flags.json) {
+    io.stdout.write(JSON.stringify(stats) + '\n')
+    return 0
+  }
+  const state = stats.shuttingDown ? 'shutting down' : stats.crashLooping ? 'CRASH LOOP' : stats.ready ? 'ready' : 'not ready'
+  io.stdout.write(`primary ${stats.pid || pid}: ${state}, port ${stats.port}, scheduling ${stats.scheduling}, ` +
+    `generation ${stats.generation}, ${stats.reloads} reload(s)\n\n` + formatWorkersTable(stats.workers || []))
+  return 0
+}
+
+function probesTarget (info) {
+  if (!info.probesPort) return null
+  return { host: loopbackFor(info.probesHost || '127.0.0.1'), port: info.probesPort }
+}
+
+/** A wildcard bind address is reached on loopback. */
+function loopbackFor (host) {
+  if (host === '0.0.0.0') return '127.0.0.1'
+  if (host === '::') return '::1'
+  return host
+}
+
+function signal (pid, name) {
+  try {
+    process.kill(pid, name)
+    debug('sent %s to %d', name, pid)
+  } catch (err) {
+    throw new CliRuntimeError(`cannot send ${name} to primary ${pid}: ${err.code === 'EPERM' ? 'permission denied (another user owns it)' : err.message}`)
+  }
+}
+
+/**
+ * GET /stats from a probes server.
+ * @param {{ host: string, port: number }} target
+ * @returns {Promise<object>}
+ */
+function fetchStats (target) {
+  return new Promise((resolve, reject) => {
+    const req = http.get({ host: target.host, port: target.port, path: '/stats', timeout: 5000, agent: false }, (res) => {
+      let body = ''
+      res.setEncoding('utf8')
+      res.on('data', (chunk) => { body += chunk })
+      res.on('end', () => {
+        if (res.statusCode !== 200) return reject(new Error(`HTTP ${res.statusCode}`))
+        try {
+          resolve(JSON.parse(body))
+        } catch (err) {
+          reject(new Error('not JSON: ' + err.message))
+        }
+      })
+    })
+    req.on('timeout', () => req.destroy(new Error('no answer in 5 s')))
+    req.on('error', reject)
+  })
+}
+
+/** Call check() every POLL_MS until it resolves truthy; null at the deadline. */
+function poll (check, timeoutMs) {
+  const deadline = Date.now() + timeoutMs
+  return new Promise((resolve, reject) => {
+    (function next () {
+      check().then((value) => {
+        if (value) return resolve(value)
+        if (Date.now() >= deadline) return resolve(null)
+        setTimeout(next, POLL_MS)
+      }, reject)
+    })()
+  })
+}
+
+function report (io, flags, json, text) {
+  io.stdout.write(flags.json ? JSON.stringify(json) + '\n' : text)
+}
+
+module.exports = { reload, stop, status, findPrimary, fetchStats, CliRuntimeError }

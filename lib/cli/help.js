@@ -1,0 +1,67 @@
+'use strict'
+
+/**
+ * `clusterize --help` and `--version`.
+ */
+
+const { version } = require('../../package.json')
+
+const HELP = `clusterize ${version}: run an Express app on every core, with zero-downtime reloads
+
+Usage
+  clusterize <app.js> [flags]          start app.js (an Express app, a factory or an http.Server)
+  clusterize reload [--pid-file F]     replace every worker, one by one, without dropping requests
+  clusterize stop   [--pid-file F]     graceful shutdown: drain requests, then exit
+  clusterize status [--pid-file F | --probes-port P]   print the workers table
+
+  app.js needs no clusterize import: it exports an Express app, a function
+  returning one (sync or async), a (req, res) listener, or an http.Server
+  that is not listening yet.
+
+Start flags
+  --workers N          workers to fork, or "auto" (usable CPUs, cgroup-aware)  [env WORKERS, default auto]
+                       0 runs everything in one process (development)
+  --port P             port to listen on, 0 = any free port                   [env PORT, default 3000]
+  --host H             address to bind, e.g. 127.0.0.1 or ::                   [default: all interfaces]
+  --scheduling MODE    how connections reach workers                           [default rr]
+                         rr         round-robin in the primary, least busy first
+                         none       the kernel picks (node:cluster SCHED_NONE)
+                         reuseport  every worker binds the port (Linux, Node >= 22.12; else rr)
+                         sticky     the same client IP always reaches the same worker
+  --probes-port P      serve /live /ready /stats /metrics on this port          [default: any free port]
+  --probes-host H      address for the probes server                            [default 127.0.0.1]
+  --redis URL          bridge the bus to other hosts through Redis, and export
+                       REDIS_URL so session() uses the Redis store               [env REDIS_URL]
+  --pid-file F         where the primary writes its pid file                    [default ./clusterize.pid]
+  --json               structured logs: one JSON object per line on stdout
+
+Command flags
+  --pid-file F         the pid file of the running primary                      [default ./clusterize.pid]
+  --probes-port P      status only: ask this probes port directly (no pid file needed)
+  --probes-host H      status only: probes address                              [default 127.0.0.1]
+  --timeout S          reload/stop: seconds to wait for the result              [default: reload 120, stop 60]
+  --json               status/reload/stop: print the result as JSON
+
+General
+  -h, --help           this help
+  -v, --version        print the version
+
+Signals (to the primary)
+  SIGUSR2              rolling reload (what \`clusterize reload\` sends)
+  SIGTERM, SIGINT      graceful shutdown (what \`clusterize stop\` sends); a second one exits at once
+
+Exit codes
+  0 ok, 1 runtime failure (startup failed, stop timed out, reload rolled back), 2 bad usage or options
+
+Examples
+  clusterize app.js                                 # every core, port 3000 (or $PORT)
+  clusterize app.js --workers 4 --port 8080 --host 0.0.0.0
+  WORKERS=2 PORT=8080 clusterize app.js --json      # env fallbacks, JSON logs
+  clusterize app.js --scheduling sticky --redis redis://127.0.0.1:6379
+  clusterize app.js --probes-port 9090 --probes-host 0.0.0.0   # Kubernetes probes
+  clusterize reload                                 # after a deploy: new code, no dropped requests
+  clusterize status
+  clusterize stop --pid-file /run/myapp.pid
+`
+
+module.exports = { HELP, version }

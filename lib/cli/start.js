@@ -1,0 +1,170 @@
+'use strict'
+
+/**
+ * `clusterize app.js [flags]`: runs in the primary and, because workers
+ * re-run the same script with the same argv, in every worker too. Both build
+ * the same options; only the primary checks and writes the pid file and
+ * prints the banner.
+ */
+
+const cluster = require('cluster')
+const fs = require('fs')
+const path = require('path')
+const debug = require('debug')('clusterize:cli')
+const { clusterize } = require('../index')
+const { resolveConfig } = require('../config')
+const { ClusterizeOptionError } = require('../errors')
+const { formatBanner } = require('../primary/banner')
+const { buildOptions, CliUsageError, DEFAULT_PID_FILE } = require('./args')
+const { createJsonLogger } = require('./json-logger')
+const pidFile = require('./pid-file')
+const { version } = require('./help')
+
+/**
+ * Start the app. Resolves once the primary is ready (or at once in a worker).
+ * Usage and option errors throw CliUsageError (exit code 2) before any fork.
+ * @param {{ app: string, flags: object }} parsed from parseArgs
+ * @param {{ stdout: object, stderr: object, env: object }} io
+ * @returns {Promise<void>}
+ */
+async function start (parsed, io) {
+  const { flags } = parsed
+  const appPath = path.resolve(parsed.app)
+  const options = buildOptions(flags, io.env)
+  // The app's session store reads REDIS_URL (session({ store: 'auto' })).
+  if (options.bus && typeof options.bus.redis === 'string') io.env.REDIS_URL = options.bus.redis
+  if (flags.json) options.logger = createJsonLogger(io.stdout, roleFields())
+  // The CLI prints its own banner (with the pid file) at ready.
+  options.banner = false
+
+  if (isClusterizeWorker()) {
+    clusterize(appPath, options)
+    return
+  }
+
+  const config = validate(options, flags, io.env)
+  checkAppFile(appPath, parsed.app)
+  const file = path.resolve(flags.pidFile || DEFAULT_PID_FILE)
+  refuseIfRunning(file)
+
+  const startedAt = Date.now()
+  const handle = clusterize(appPath, options)
+  process.on('exit', function onExit () {
+    pidFile.removePidFile(file, process.pid)
+  })
+  if (config.workers === 0 && config.reload.signal) {
+    // Single-process mode installs no reload signal and the default action of
+    // SIGUSR2 is to terminate: answer it instead.
+    process.on(config.reload.signal, function onReloadSignal () {
+      handle.reload().then((result) => {
+        if (!result.ok) io.stderr.write(`clusterize: reload skipped: ${result.reason}\n`)
+      })
+    })
+  }
+
+  let info
+  try {
+    info = await handle.ready
+  } catch (err) {
+    io.stderr.write(`clusterize: could not start ${parsed.app}: ${err.message}\n`)
+    const result = await handle.shutdown().catch(() => null)
+    debug('shutdown after failed start: %o', result)
+    process.exit(1)
+  }
+  pidFile.writePidFile(file, {
+    pid: process.pid,
+    port: info.port,
+    host: config.host || null,
+    probesPort: info.probesPort || null,
+    probesHost: info.probesPort ? config.probes.host : null,
+    app: appPath,
+    script: path.basename(process.argv[1]),
+    workers: config.workers,
+    startedAt: new Date(startedAt).toISOString()
+  })
+  await waitForHeartbeats(handle, Math.min(2000, config.health.heartbeatMs * 2))
+  const stats = handle.stats()
+  if (flags.json) {
+    options.logger.info({ port: info.port, probesPort: info.probesPort || null, pidFile: file, workers: stats.workers.map((w) => ({ id: w.id, pid: w.pid, generation: w.generation, state: w.state })) }, 'ready')
+  } else {
+    io.stdout.write(formatBanner(stats, {
+      version,
+      app: parsed.app,
+      host: config.host,
+      probesPort: info.probesPort,
+      probesHost: config.probes && config.probes.host,
+      redis: config.bus.redis,
+      pidFile: path.relative(process.cwd(), file) || file,
+      startupMs: Date.now() - startedAt,
+      color: Boolean(io.stdout.isTTY) && !io.env.NO_COLOR
+    }) + '\n')
+  }
+}
+
+const ENV_FALLBACKS = { port: 'PORT', workers: 'WORKERS' }
+
+/** Validate every option now, so mistakes exit with code 2 before a fork. */
+function validate (options, flags, env) {
+  try {
+    return resolveConfig(options, env)
+  } catch (err) {
+    if (!(err instanceof ClusterizeOptionError)) throw err
+    let message = err.message.replace(/^clusterize: /, '')
+    const envName = ENV_FALLBACKS[err.option]
+    if (envName && flags[err.option] === undefined && env[envName]) message += ` (from the environment variable ${envName})`
+    throw new CliUsageError(message)
+  }
+}
+
+function checkAppFile (appPath, given) {
+  try {
+    require.resolve(appPath)
+  } catch {
+    throw new CliUsageError(`cannot find the app file ${JSON.stringify(given)} (looked for ${appPath})`)
+  }
+}
+
+/** Two primaries sharing one pid file would make reload/stop ambiguous. */
+function refuseIfRunning (file) {
+  let existing
+  try {
+    existing = pidFile.readPidFile(file)
+  } catch (err) {
+    throw new CliUsageError(`${err.message}; choose another --pid-file`)
+  }
+  if (!existing) return
+  if (pidFile.isPrimaryAlive(existing)) {
+    const error = new Error(`already running: primary pid ${existing.pid} owns ${file}. ` +
+      'Stop it with `clusterize stop`, or give this instance its own --pid-file.')
+    error.exitCode = 1
+    throw error
+  }
+  debug('replacing stale pid file %s (pid %d is gone)', file, existing.pid)
+}
+
+/**
+ * Wait (bounded) until every worker has sent a heartbeat, so the banner can
+ * say which session store the app uses.
+ */
+function waitForHeartbeats (handle, timeoutMs) {
+  const deadline = Date.now() + timeoutMs
+  return new Promise((resolve) => {
+    (function poll () {
+      const workers = handle.stats().workers
+      if (workers.every((w) => w.heartbeat) || Date.now() >= deadline) return resolve()
+      setTimeout(poll, 20).unref()
+    })()
+  })
+}
+
+/** The same test lib/index.js uses: a worker forked by a clusterize primary. */
+function isClusterizeWorker () {
+  return cluster.isWorker && process.env.CLUSTERIZE_WORKER_ID !== undefined
+}
+
+function roleFields () {
+  if (!isClusterizeWorker()) return { role: 'primary' }
+  return { role: 'worker', worker: Number(process.env.CLUSTERIZE_WORKER_ID), generation: Number(process.env.CLUSTERIZE_GENERATION) || 1 }
+}
+
+module.exports = { start }
