@@ -47,3 +47,4 @@ module.exports = {
 Object.defineProperty(module.exports, 'offload', { enumerable: true, get: () => require('../middleware/offload') })
 Object.defineProperty(module.exports, 'session', { enumerable: true, get: () => require('../middleware/session') })
 Object.defineProperty(module.exports, 'bus', { enumerable: true, get: () => require('./bus').bus })
+Object.defineProperty(module.exports, 'ClusterizeBusError', { enumerable: true, get: () => require('./bus').ClusterizeBusError })

@@ -1,14 +1,23 @@
 'use strict'
 
 /**
- * Where the primary meets the bus and the session backend.
+ * Where the primary meets the bus and the session backend it holds.
  */
 
-function attachPrimary (config, log) {}
-function addWorker (record) {}
-function removeWorker (record) {}
-function onWorkerMessage (record, message) {}
-function status () { return undefined }
-function close () { return Promise.resolve() }
+const busModule = require('../bus')
+const { attachSessionBackend } = require('../session/cluster-backend')
 
-module.exports = { attachPrimary, addWorker, removeWorker, onWorkerMessage, status, close }
+function attachPrimary (config, log) {
+  busModule.configureBus(config.bus, { logger: log, role: 'primary' })
+  // Cheap until a worker uses session({ store: 'cluster' }): an empty Map.
+  attachSessionBackend(busModule.bus)
+}
+
+module.exports = {
+  attachPrimary,
+  addWorker: busModule.busAddWorker,
+  removeWorker: busModule.busRemoveWorker,
+  onWorkerMessage: busModule.busOnWorkerMessage,
+  status: busModule.busStatus,
+  close: busModule.busClose
+}

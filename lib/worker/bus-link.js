@@ -2,14 +2,27 @@
 
 /**
  * Where the worker runtime meets the bus and the session store status.
- * Kept in one place so the runtime does not depend on their internals.
  */
 
-function attachWorker (config, log, channel, id, generation) {}
-function onPrimaryMessage (message) {}
-function sessionStatus () { return undefined }
+const busModule = require('../bus')
+const { sessionStatus } = require('../session/status')
 
-module.exports = { attachWorker, onPrimaryMessage, sessionStatus }
-module.exports.useLocal = function useLocal (config, log) {}
-module.exports.close = function close () { return Promise.resolve() }
-module.exports.status = function status () { return undefined }
+function attachWorker (config, log, channel, id, generation) {
+  busModule.configureBus(config.bus, { logger: log, role: 'worker' })
+  busModule.busAttachToPrimary({ channel, id, generation })
+}
+
+/** Single-process mode: the bus and the cluster session store live in this process. */
+function useLocal (config, log) {
+  busModule.configureBus(config.bus, { logger: log, role: 'local' })
+  require('../session/cluster-backend').attachSessionBackend(busModule.bus)
+}
+
+module.exports = {
+  attachWorker,
+  useLocal,
+  onPrimaryMessage: busModule.busOnPrimaryMessage,
+  sessionStatus,
+  status: busModule.busStatus,
+  close: busModule.busClose
+}

@@ -1,0 +1,346 @@
+'use strict'
+
+/**
+ * The bus inside the primary: a relay between workers, the home of request
+ * handlers, the coordinator of gathers, and (through the bridge) the link to
+ * other hosts.
+ *
+ * Payloads arrive already encoded by the sender and are relayed as they are:
+ * one relay envelope per message, posted to every recipient's ipc.Channel,
+ * which coalesces everything posted in a tick into one IPC write per worker.
+ */
+
+const debug = require('debug')('clusterize:bus')
+const { MARK } = require('../ipc')
+const { isTopic } = require('./core')
+
+const KIND = 'bus'
+
+/** Envelopes a worker may send; anything else is ignored. */
+const FROM_WORKER = new Set(['b', 'B', 's', 'rq', 'gq', 'hr'])
+
+function isLive (record) {
+  return record.state !== 'stopping' && record.state !== 'exited'
+}
+
+function isGatherTarget (record) {
+  return record.state === undefined || record.state === 'ready'
+}
+
+/**
+ * @param {import('./core').BusCore} core
+ */
+function createPrimaryTransport (core) {
+  /** @type {Set<object>} worker records, as given by busAddWorker */
+  const records = new Set()
+  /** @type {Map<number, object>} gathers in flight, by primary-side id */
+  const gathers = new Map()
+  let nextGatherId = 1
+  /** @type {Map<object, object>} per worker: the 'M' envelope still queued in its channel */
+  const openRelays = new Map()
+
+  function post (record, message) {
+    try {
+      record.channel.post(message)
+      flushSoon(record.channel)
+    } catch (err) {
+      debug('post to worker %s failed: %s', record.id, err.message)
+    }
+  }
+
+  /** The record that `send(workerId)` should reach: the READY one of that slot, else the newest live one. */
+  function recordForSlot (workerId) {
+    let best = null
+    for (const record of records) {
+      if (record.id !== workerId || !isLive(record)) continue
+      if (best === null) {
+        best = record
+        continue
+      }
+      const bestReady = isGatherTarget(best)
+      const ready = isGatherTarget(record)
+      if ((ready && !bestReady) || (ready === bestReady && (record.generation || 0) > (best.generation || 0))) best = record
+    }
+    return best
+  }
+
+  /**
+   * Relay one encoded message. Consecutive relays to a worker within a tick
+   * share one 'M' envelope (a flat [topic, payload, from, generation, ...]
+   * array): far fewer bytes and objects to encode than one envelope each.
+   */
+  function relay (topic, payload, from, generation, host, except) {
+    if (host !== undefined) {
+      const message = { [MARK]: 1, kind: KIND, op: 'm', t: topic, d: payload, f: from, g: generation, h: host }
+      for (const record of records) {
+        if (record !== except) post(record, message)
+      }
+      return
+    }
+    for (const record of records) {
+      if (record === except) continue
+      const open = openRelays.get(record)
+      if (open !== undefined && isLastQueued(record.channel, open)) {
+        open.m.push(topic, payload, from, generation)
+      } else {
+        const message = { [MARK]: 1, kind: KIND, op: 'M', m: [topic, payload, from, generation] }
+        openRelays.set(record, message)
+        post(record, message)
+      }
+    }
+  }
+
+  function localMeta (topic, from, generation, host) {
+    const meta = { topic, from, generation: generation === undefined ? null : generation }
+    if (host !== undefined) meta.host = host
+    return meta
+  }
+
+  // ---- gathers -----------------------------------------------------------
+
+  /**
+   * Ask every ready worker's handler; settle with `(answers, missing)` when
+   * all have answered, exited, or the timeout passes.
+   */
+  function startGather (topic, payload, timeoutMs, from, generation, settle) {
+    const id = nextGatherId++
+    const state = { id, topic, pending: new Set(), answers: [], timer: null, settle }
+    for (const record of records) {
+      if (isGatherTarget(record)) state.pending.add(record)
+    }
+    if (state.pending.size === 0) {
+      settle([], [])
+      return
+    }
+    gathers.set(id, state)
+    const message = { [MARK]: 1, kind: KIND, op: 'ha', id, t: topic, d: payload, f: from, g: generation }
+    for (const record of state.pending) post(record, message)
+    state.timer = setTimeout(finishGather, timeoutMs, state)
+  }
+
+  function finishGather (state) {
+    if (!gathers.has(state.id)) return
+    gathers.delete(state.id)
+    clearTimeout(state.timer)
+    const missing = []
+    for (const record of state.pending) missing.push(record.id)
+    state.settle(state.answers, missing)
+  }
+
+  function gatherAnswer (record, message) {
+    const state = gathers.get(message.id)
+    if (state === undefined || !state.pending.has(record)) return
+    state.pending.delete(record)
+    const answer = { w: record.id, p: record.pid, ok: message.ok === true }
+    if (answer.ok && core.acceptsPayload(message.d)) {
+      answer.d = message.d
+    } else if (answer.ok) {
+      answer.ok = false
+      answer.e = { message: `worker ${record.id} sent a malformed answer`, code: 'ERR_CLUSTERIZE_BUS_DECODE' }
+    } else {
+      answer.e = message.e && typeof message.e === 'object' ? message.e : { message: 'unknown error' }
+    }
+    state.answers.push(answer)
+    if (state.pending.size === 0) finishGather(state)
+  }
+
+  // ---- messages from workers ------------------------------------------------
+
+  function fromWorkerBroadcast (record, topic, payload) {
+    relay(topic, payload, record.id, record.generation, undefined, record)
+    core.deliver(topic, payload, localMeta(topic, record.id, record.generation))
+    if (core.bridge) core.bridge.publish(topic, payload, record.id, record.generation)
+  }
+
+  /**
+   * Handle one 'bus' envelope from a worker. Malformed envelopes are ignored.
+   * @param {object} record
+   * @param {object} message
+   */
+  function onWorkerMessage (record, message) {
+    if (!record || !message || !FROM_WORKER.has(message.op)) {
+      debug('ignoring bus envelope with op %o', message && message.op)
+      return
+    }
+    if (message.op === 'hr') {
+      gatherAnswer(record, message)
+      return
+    }
+    if (message.op === 'B') {
+      // Broadcasts a worker made in one tick: [topic, payload, topic, payload, ...]
+      const items = message.m
+      if (!Array.isArray(items) || items.length % 2 !== 0) return
+      for (let i = 0; i < items.length; i += 2) {
+        const topic = items[i]
+        const payload = items[i + 1]
+        if (isTopic(topic) && core.acceptsPayload(payload)) fromWorkerBroadcast(record, topic, payload)
+      }
+      return
+    }
+    const topic = message.t
+    const payload = message.d
+    if (!isTopic(topic) || !core.acceptsPayload(payload)) {
+      debug('ignoring malformed bus envelope (op %s) from worker %s', message.op, record.id)
+      return
+    }
+    switch (message.op) {
+      case 'b': {
+        fromWorkerBroadcast(record, topic, payload)
+        return
+      }
+      case 's': {
+        const to = message.to
+        if (to === 'primary') {
+          core.deliver(topic, payload, localMeta(topic, record.id, record.generation))
+          return
+        }
+        if (typeof to !== 'number') return
+        const target = recordForSlot(to)
+        if (target === null) {
+          debug('bus.send to worker %s on %s dropped: no live worker in that slot', to, topic)
+          return
+        }
+        post(target, { [MARK]: 1, kind: KIND, op: 'm', t: topic, d: payload, f: record.id, g: record.generation })
+        return
+      }
+      case 'rq': {
+        const id = message.id
+        if (typeof id !== 'number') return
+        core.invoke(topic, payload, localMeta(topic, record.id, record.generation), 'the primary').then(function reply (answer) {
+          // A worker that exited meanwhile gets nothing: its request died with it.
+          if (!records.has(record)) return
+          post(record, { [MARK]: 1, kind: KIND, op: 'rs', id, ok: answer.ok, d: answer.d, e: answer.e })
+        })
+        return
+      }
+      case 'gq': {
+        const id = message.id
+        const timeoutMs = message.ms
+        if (typeof id !== 'number' || typeof timeoutMs !== 'number' || !(timeoutMs > 0)) return
+        startGather(topic, payload, Math.min(timeoutMs, 2147483647), record.id, record.generation, function replyGather (answers, missing) {
+          if (!records.has(record)) return
+          post(record, { [MARK]: 1, kind: KIND, op: 'gs', id, r: answers, m: missing })
+        })
+      }
+    }
+  }
+
+  return {
+    role: 'primary',
+
+    addWorker (record) {
+      if (!record || !record.channel || typeof record.channel.post !== 'function') {
+        throw new TypeError('busAddWorker(record): record.channel must be an ipc.Channel')
+      }
+      records.add(record)
+    },
+
+    removeWorker (record) {
+      if (!records.delete(record)) return
+      openRelays.delete(record)
+      for (const state of Array.from(gathers.values())) {
+        if (!state.pending.has(record)) continue
+        state.pending.delete(record)
+        state.answers.push({
+          w: record.id,
+          p: record.pid,
+          ok: false,
+          e: { message: `worker ${record.id} (pid ${record.pid}) exited before answering "${state.topic}"`, code: 'ERR_CLUSTERIZE_WORKER_EXIT' }
+        })
+        if (state.pending.size === 0) finishGather(state)
+      }
+    },
+
+    onWorkerMessage,
+
+    broadcast (topic, payload, self) {
+      relay(topic, payload, 'primary', undefined, undefined, null)
+      if (core.bridge) core.bridge.publish(topic, payload, 'primary', undefined)
+      if (self) process.nextTick(deliverLater, core, topic, payload, localMeta(topic, 'primary'))
+    },
+
+    send (to, topic, payload) {
+      if (to === 'primary') {
+        process.nextTick(deliverLater, core, topic, payload, localMeta(topic, 'primary'))
+        return true
+      }
+      const target = recordForSlot(to)
+      if (target === null) return false
+      post(target, { [MARK]: 1, kind: KIND, op: 'm', t: topic, d: payload, f: 'primary' })
+      return true
+    },
+
+    request (topic, payload, timeoutMs) {
+      return core.invokeLocally(topic, payload, localMeta(topic, 'primary'), 'the primary', timeoutMs, 'bus.request')
+    },
+
+    gather (topic, payload, timeoutMs) {
+      return new Promise(function gatherFromPrimary (resolve) {
+        startGather(topic, payload, timeoutMs, 'primary', undefined, function settle (answers, missing) {
+          resolve(core.gatherResult(topic, answers, missing))
+        })
+      })
+    },
+
+    /** A broadcast that came over Redis from another host. */
+    fromBridge (topic, payload, from, generation, host) {
+      relay(topic, payload, from, generation, host, null)
+      core.deliver(topic, payload, localMeta(topic, from, generation, host))
+    },
+
+    close () {
+      for (const state of Array.from(gathers.values())) finishGather(state)
+    },
+
+    status () {
+      let ready = 0
+      for (const record of records) if (isGatherTarget(record)) ready++
+      return { workers: records.size, readyWorkers: ready, pendingGathers: gathers.size }
+    }
+  }
+}
+
+const toFlush = new Set()
+let flushQueued = false
+
+/**
+ * Write this channel's queue at the end of the current tick (after the
+ * microtasks) instead of at setImmediate: everything posted while handling
+ * one incoming batch still goes out as one write, a hop sooner.
+ * @param {import('../ipc').Channel} channel
+ */
+function flushSoon (channel) {
+  toFlush.add(channel)
+  if (!flushQueued) {
+    flushQueued = true
+    queueMicrotask(flushAll)
+  }
+}
+
+function flushAll () {
+  flushQueued = false
+  for (const channel of toFlush) {
+    try {
+      channel.flush()
+    } catch (err) {
+      debug('flush failed: %s', err.message)
+    }
+  }
+  toFlush.clear()
+}
+
+/**
+ * Is `message` the last envelope queued (not yet written) in this ipc.Channel?
+ * Then more items may be appended to it without changing the order of anything.
+ * (ipc.Channel swaps its queue for a new array when it flushes.)
+ */
+function isLastQueued (channel, message) {
+  const queue = channel.queue
+  return Array.isArray(queue) && queue.length > 0 && queue[queue.length - 1] === message
+}
+
+function deliverLater (core, topic, payload, meta) {
+  core.deliver(topic, payload, meta)
+}
+
+module.exports = { createPrimaryTransport, deliverLater, isLastQueued, flushSoon }

@@ -1,0 +1,233 @@
+'use strict'
+
+/**
+ * Bridges broadcasts between hosts over one Redis pub/sub channel. It runs in
+ * the primary only (or the single process with `workers: 0`): one publisher
+ * and one dedicated subscriber connection per host, not per worker.
+ *
+ * Frame on the wire (a Buffer): one JSON header line, '\n', then the payload
+ * exactly as the sender encoded it. The header carries this bridge's random
+ * instance id so each host drops its own echoes, and a readable host id that
+ * receivers see as `meta.host`.
+ *
+ * Delivery across hosts is at-most-once: while Redis is unreachable,
+ * broadcasts are dropped (counted in status().dropped), never queued.
+ * ioredis reconnects by itself; errors are logged, never thrown.
+ */
+
+const os = require('os')
+const crypto = require('crypto')
+const debug = require('debug')('clusterize:bus')
+const { createCodec } = require('./codec')
+
+const NEWLINE = 10
+const FRAME_VERSION = 1
+
+function isClient (value) {
+  return value !== null && typeof value === 'object' &&
+    typeof value.publish === 'function' && typeof value.duplicate === 'function'
+}
+
+/**
+ * @param {object} options
+ * @param {string|object} options.redis URL, ioredis options, or an ioredis client
+ * @param {string} options.channel Redis channel name (bus.channel)
+ * @param {import('./codec').Codec} options.codec
+ * @param {{ info: Function, warn: Function, error: Function }} options.log
+ * @param {string} [options.hostId] what other hosts see as meta.host
+ * @param {(topic: string, payload: *, from: *, generation: *, host: string) => void} options.onMessage
+ */
+function createRedisBridge (options) {
+  const { Redis } = require('ioredis')
+  const channel = options.channel
+  const codec = options.codec
+  const log = options.log
+  const onMessage = options.onMessage
+  const instance = crypto.randomBytes(8).toString('hex')
+  const host = options.hostId || `${os.hostname()}:${process.pid}`
+  const foreignCodecs = new Map()
+  const stats = { published: 0, received: 0, dropped: 0, echoes: 0, malformed: 0 }
+  let lastError = null
+  let lastErrorAt = null
+  let healthy = false
+  let loggedOnce = false
+  let closed = false
+
+  let pub
+  let sub
+  let ownsPub = true
+  if (isClient(options.redis)) {
+    pub = options.redis
+    ownsPub = false
+    sub = options.redis.duplicate()
+  } else {
+    // The publisher never queues while offline: at-most-once, bounded memory.
+    const pubOverrides = { enableOfflineQueue: false, maxRetriesPerRequest: 1 }
+    pub = typeof options.redis === 'string'
+      ? new Redis(options.redis, pubOverrides)
+      : new Redis(Object.assign({}, options.redis, pubOverrides))
+    sub = typeof options.redis === 'string' ? new Redis(options.redis) : new Redis(Object.assign({}, options.redis))
+  }
+
+  function onError (which) {
+    return function redisError (err) {
+      lastError = `${which}: ${err && err.message}`
+      lastErrorAt = new Date().toISOString()
+      if (healthy || !loggedOnce) {
+        loggedOnce = true
+        log.warn(`bus: Redis bridge lost its ${which} connection: ${err && err.message}; reconnecting`, { channel, err })
+      } else {
+        debug('redis %s error: %s', which, err && err.message)
+      }
+      healthy = false
+    }
+  }
+  pub.on('error', onError('publisher'))
+  sub.on('error', onError('subscriber'))
+
+  function onReady () {
+    if (closed) return
+    if (pub.status === 'ready' && sub.status === 'ready' && !healthy) {
+      healthy = true
+      log.info(`bus: Redis bridge connected on channel "${channel}"`, { channel, host })
+    }
+  }
+  pub.on('ready', onReady)
+  sub.on('ready', onReady)
+  if (!ownsPub && pub.status === 'ready') process.nextTick(onReady)
+
+  // ioredis re-subscribes by itself after a reconnect (autoResubscribe).
+  sub.subscribe(channel).catch(function subscribeFailed (err) {
+    if (!closed) onError('subscriber')(err)
+  })
+
+  sub.on('messageBuffer', function onFrame (channelName, frame) {
+    if (closed || String(channelName) !== channel) return
+    receive(frame)
+  })
+
+  function receive (frame) {
+    if (!Buffer.isBuffer(frame)) return
+    const end = frame.indexOf(NEWLINE)
+    let header
+    try {
+      if (end === -1) throw new Error('no header')
+      header = JSON.parse(frame.toString('utf8', 0, end))
+      if (!header || header.v !== FRAME_VERSION || typeof header.t !== 'string' || header.t.length === 0 || header.t.length > 256) throw new Error('bad header')
+    } catch (err) {
+      stats.malformed++
+      debug('ignoring malformed frame on %s: %s', channel, err.message)
+      return
+    }
+    if (header.i === instance) {
+      stats.echoes++
+      return
+    }
+    const body = frame.subarray(end + 1)
+    if (body.length > codec.maxMessageBytes) {
+      stats.dropped++
+      log.warn(`bus: dropped a ${body.length}-byte message on topic "${header.t}" from ${header.h}: over bus.maxMessageBytes (${codec.maxMessageBytes})`, { topic: header.t })
+      return
+    }
+    let payload
+    try {
+      payload = header.n === 1 ? undefined : toLocalPayload(header.s, body)
+    } catch (err) {
+      stats.malformed++
+      debug('cannot convert message on %s from %s: %s', header.t, header.h, err.message)
+      return
+    }
+    stats.received++
+    onMessage(header.t, payload, header.f, header.g === undefined ? null : header.g, typeof header.h === 'string' ? header.h : 'unknown')
+  }
+
+  /** Hosts may run different bus.serialization: convert to ours. */
+  function toLocalPayload (serialization, body) {
+    const theirs = serialization === 'advanced' ? 'advanced' : 'json'
+    const local = theirs === 'json' ? body.toString('utf8') : Buffer.from(body)
+    if (theirs === codec.name) return local
+    let foreign = foreignCodecs.get(theirs)
+    if (!foreign) {
+      foreign = createCodec({ serialization: theirs, maxMessageBytes: codec.maxMessageBytes })
+      foreignCodecs.set(theirs, foreign)
+    }
+    return codec.encode('bridge', foreign.decode(local))
+  }
+
+  return {
+    host,
+    instance,
+
+    /**
+     * Publish an already-encoded broadcast to the other hosts (fire and forget).
+     */
+    publish (topic, payload, from, generation) {
+      if (closed) return
+      if (pub.status !== 'ready') {
+        stats.dropped++
+        return
+      }
+      const header = { v: FRAME_VERSION, i: instance, h: host, t: topic, f: from, s: codec.name }
+      if (generation !== undefined && generation !== null) header.g = generation
+      if (payload === undefined) header.n = 1
+      const head = Buffer.from(JSON.stringify(header) + '\n')
+      const frame = payload === undefined
+        ? head
+        : Buffer.concat([head, typeof payload === 'string' ? Buffer.from(payload) : payload])
+      stats.published++
+      pub.publish(channel, frame).catch(function publishFailed (err) {
+        stats.dropped++
+        stats.published--
+        lastError = `publisher: ${err.message}`
+        lastErrorAt = new Date().toISOString()
+        debug('publish failed: %s', err.message)
+      })
+    },
+
+    /** @returns {object} for /ready and /stats */
+    status () {
+      return {
+        connected: pub.status === 'ready' && sub.status === 'ready',
+        publisher: pub.status,
+        subscriber: sub.status,
+        channel,
+        host,
+        lastError,
+        lastErrorAt,
+        published: stats.published,
+        received: stats.received,
+        dropped: stats.dropped,
+        malformed: stats.malformed
+      }
+    },
+
+    /** Close our connections (a client passed in by the user is left open). */
+    close () {
+      if (closed) return Promise.resolve()
+      closed = true
+      const closing = [quietly(sub)]
+      if (ownsPub) closing.push(quietly(pub))
+      return Promise.all(closing).then(() => undefined)
+    }
+  }
+}
+
+function quietly (client) {
+  if (client.status === 'end') return Promise.resolve()
+  return new Promise(function disconnect (resolve) {
+    const timer = setTimeout(resolve, 1000)
+    if (timer.unref) timer.unref()
+    client.once('end', function ended () {
+      clearTimeout(timer)
+      resolve()
+    })
+    try {
+      client.disconnect()
+    } catch (err) {
+      debug('disconnect failed: %s', err.message)
+      resolve()
+    }
+  })
+}
+
+module.exports = { createRedisBridge }

@@ -1,0 +1,184 @@
+'use strict'
+
+/**
+ * The bus inside a worker: everything goes to the primary over the worker's
+ * ipc.Channel (coalesced per tick), and comes back from it.
+ */
+
+const debug = require('debug')('clusterize:bus')
+const { MARK } = require('../ipc')
+const { ClusterizeTimeoutError } = require('../errors')
+const { ClusterizeBusError, errorFromWire } = require('./errors')
+const { isTopic } = require('./core')
+const { deliverLater, isLastQueued, flushSoon } = require('./primary')
+
+const KIND = 'bus'
+/** How long past its own timeout a gather waits for the primary's summary. */
+const GATHER_GRACE_MS = 2000
+
+/**
+ * @param {import('./core').BusCore} core
+ * @param {{ channel: import('../ipc').Channel, id: number, generation?: number }} options
+ */
+function createWorkerTransport (core, options) {
+  const channel = options.channel
+  const selfId = options.id
+  const selfGeneration = options.generation === undefined ? null : options.generation
+  /** @type {Map<number, { resolve: Function, reject: Function, timer: *, topic: string }>} */
+  const pending = new Map()
+  let nextId = 1
+  /** The 'B' envelope still queued in the channel: broadcasts of one tick share it. */
+  let openBroadcasts = null
+
+  function post (message) {
+    channel.post(message)
+    flushSoon(channel)
+  }
+
+  function track (kind, topic, timeoutMs, onTimeout) {
+    const id = nextId++
+    return {
+      id,
+      promise: new Promise(function register (resolve, reject) {
+        const timer = setTimeout(function timedOut () {
+          pending.delete(id)
+          onTimeout(resolve, reject)
+        }, timeoutMs)
+        pending.set(id, { kind, resolve, reject, timer, topic })
+      })
+    }
+  }
+
+  function settle (id, kind) {
+    const entry = pending.get(id)
+    if (entry === undefined || entry.kind !== kind) return undefined
+    pending.delete(id)
+    clearTimeout(entry.timer)
+    return entry
+  }
+
+  function failAll (reason) {
+    for (const [id, entry] of Array.from(pending)) {
+      pending.delete(id)
+      clearTimeout(entry.timer)
+      entry.reject(new ClusterizeBusError(`bus.${entry.kind}("${entry.topic}"): ${reason}`, 'ERR_CLUSTERIZE_BUS_CLOSED', { topic: entry.topic }))
+    }
+  }
+
+  function selfMeta (topic) {
+    return { topic, from: selfId, generation: selfGeneration }
+  }
+
+  /**
+   * Handle one 'bus' envelope from the primary. Malformed envelopes are ignored.
+   * @param {object} message
+   */
+  function onPrimaryMessage (message) {
+    if (!message) return
+    switch (message.op) {
+      case 'M': {
+        // Relayed messages of one tick: [topic, payload, from, generation, ...]
+        const items = message.m
+        if (!Array.isArray(items) || items.length % 4 !== 0) return
+        for (let i = 0; i < items.length; i += 4) {
+          const topic = items[i]
+          const payload = items[i + 1]
+          if (!isTopic(topic) || !core.hasListeners(topic) || !core.acceptsPayload(payload)) continue
+          const generation = items[i + 3]
+          core.deliver(topic, payload, { topic, from: items[i + 2], generation: generation === undefined ? null : generation })
+        }
+        return
+      }
+      case 'm': {
+        if (!isTopic(message.t) || !core.acceptsPayload(message.d)) return
+        const meta = { topic: message.t, from: message.f, generation: message.g === undefined ? null : message.g }
+        if (message.h !== undefined) meta.host = message.h
+        core.deliver(message.t, message.d, meta)
+        return
+      }
+      case 'rs': {
+        const entry = settle(message.id, 'request')
+        if (entry === undefined) return
+        if (message.ok === true) {
+          let value
+          try {
+            value = core.codec.decode(message.d)
+          } catch (err) {
+            entry.reject(new ClusterizeBusError(`bus.request("${entry.topic}"): could not decode the answer: ${err.message}`, 'ERR_CLUSTERIZE_BUS_DECODE'))
+            return
+          }
+          entry.resolve(value)
+        } else {
+          entry.reject(errorFromWire(message.e, `the handler for "${entry.topic}" failed`))
+        }
+        return
+      }
+      case 'gs': {
+        const entry = settle(message.id, 'gather')
+        if (entry === undefined) return
+        entry.resolve(core.gatherResult(entry.topic, Array.isArray(message.r) ? message.r : [], Array.isArray(message.m) ? message.m : []))
+        return
+      }
+      case 'ha': {
+        const id = message.id
+        if (typeof id !== 'number' || !isTopic(message.t) || !core.acceptsPayload(message.d)) return
+        const meta = { topic: message.t, from: message.f, generation: message.g === undefined ? null : message.g }
+        core.invoke(message.t, message.d, meta, `worker ${selfId}`).then(function answer (reply) {
+          post({ [MARK]: 1, kind: KIND, op: 'hr', id, ok: reply.ok, d: reply.d, e: reply.e })
+        })
+        return
+      }
+      default:
+        debug('ignoring bus envelope with op %o', message.op)
+    }
+  }
+
+  return {
+    role: 'worker',
+    id: selfId,
+    generation: selfGeneration,
+    onPrimaryMessage,
+    failAll,
+
+    broadcast (topic, payload, self) {
+      if (openBroadcasts !== null && isLastQueued(channel, openBroadcasts)) {
+        openBroadcasts.m.push(topic, payload)
+      } else {
+        openBroadcasts = { [MARK]: 1, kind: KIND, op: 'B', m: [topic, payload] }
+        post(openBroadcasts)
+      }
+      if (self) process.nextTick(deliverLater, core, topic, payload, selfMeta(topic))
+    },
+
+    send (to, topic, payload) {
+      post({ [MARK]: 1, kind: KIND, op: 's', to, t: topic, d: payload })
+      return true
+    },
+
+    request (topic, payload, timeoutMs) {
+      const { id, promise } = track('request', topic, timeoutMs, function requestTimedOut (resolve, reject) {
+        reject(new ClusterizeTimeoutError(`bus.request("${topic}"): the primary did not answer within ${timeoutMs} ms (options.timeoutMs)`))
+      })
+      post({ [MARK]: 1, kind: KIND, op: 'rq', id, t: topic, d: payload })
+      return promise
+    },
+
+    gather (topic, payload, timeoutMs) {
+      const { id, promise } = track('gather', topic, timeoutMs + GATHER_GRACE_MS, function gatherLost (resolve, reject) {
+        reject(new ClusterizeTimeoutError(`bus.gather("${topic}"): the primary did not return the answers within ${timeoutMs} ms (+${GATHER_GRACE_MS} ms grace)`))
+      })
+      post({ [MARK]: 1, kind: KIND, op: 'gq', id, t: topic, d: payload, ms: timeoutMs })
+      return promise
+    },
+
+    close () {
+      failAll('the bus was closed')
+    },
+
+    status () {
+      return { id: selfId, generation: selfGeneration, pending: pending.size, connected: channel.connected }
+    }
+  }
+}
+
+module.exports = { createWorkerTransport }
