@@ -1,0 +1,9 @@
+// A CommonJS TypeScript consumer using require().
+import cz = require('clusterize-express')
+
+const handle = cz.clusterize(() => require('express')(), { workers: 0 })
+if ('stats' in handle) console.log(handle.stats().workers.length)
+cz.bus.on('topic', (data: unknown) => console.log(data))
+
+// @ts-expect-error port must be a number or numeric string
+cz.clusterize(() => require('express')(), { port: { value: 1 } })

@@ -1,0 +1,566 @@
+// Type definitions for clusterize-express
+// Hand-written; compiled against test/types/*.ts by `npm test`.
+
+/// <reference types="node" />
+
+import { EventEmitter } from 'node:events'
+import type { Server } from 'node:http'
+import type { RequestHandler } from 'express'
+import type { SessionOptions, Store } from 'express-session'
+
+// ---- clusterize ------------------------------------------------------------
+
+/** Anything createApp may give: an Express app, a (req, res) listener or an http.Server. */
+export type AppLike =
+  | ((req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse, next?: (err?: unknown) => void) => unknown)
+  | Server
+
+/** A factory (sync or async) returning an app, or a module path whose export is one. */
+export type CreateApp = (() => AppLike | Promise<AppLike>) | string
+
+export type Scheduling = 'rr' | 'none' | 'reuseport' | 'sticky'
+
+export type SignalName = NodeJS.Signals
+
+export interface HealthOptions {
+  /** How often each worker reports. Default 1000. */
+  heartbeatMs?: number
+  /** No heartbeat for this long: the worker is hung, killed and replaced. Default 10000. */
+  heartbeatTimeoutMs?: number
+  /** Recycle a worker whose RSS passes this (MB); 0 = off. Default 0. */
+  maxMemoryMB?: number
+  /** Recycle a worker whose heap passes this fraction of its limit. Default 0.9. */
+  maxHeapRatio?: number
+  /** Skip a worker for new connections while its event-loop delay p99 is above this ('rr'); 0 = off. Default 500. */
+  maxEventLoopDelayMs?: number
+}
+
+export interface RestartOptions {
+  /** First restart delay after consecutive failures. Default 100. */
+  backoffInitialMs?: number
+  /** Restart delay cap. Default 10000. */
+  backoffMaxMs?: number
+  /** Failures within crashWindowMs that trip the crash-loop breaker. Default 5. */
+  maxCrashes?: number
+  /** Default 60000. */
+  crashWindowMs?: number
+}
+
+export interface ReloadOptions {
+  /** Signal that starts a rolling reload; false to disable. Default 'SIGUSR2'. */
+  signal?: SignalName | false
+  /** A new worker must listen, report ready and send a heartbeat within this. Default 30000. */
+  readyTimeoutMs?: number
+  /** An old worker is killed if still draining after this. Default 30000. */
+  drainTimeoutMs?: number
+  /** Workers replaced at a time after the canary. Default 1. */
+  batch?: number
+}
+
+export interface ShutdownOptions {
+  /** Workers still draining after this are killed and the exit code is 1. Default 25000. */
+  timeoutMs?: number
+  /** Default ['SIGTERM', 'SIGINT']. A second signal forces exit. */
+  signals?: SignalName[]
+}
+
+export interface ProbesOptions {
+  port: number
+  /** Default '127.0.0.1'. */
+  host?: string
+}
+
+
+/** pino, console and winston fit. */
+export interface Logger {
+  info(...args: any[]): unknown
+  warn(...args: any[]): unknown
+  error(...args: any[]): unknown
+  debug?(...args: any[]): unknown
+}
+
+export interface ClusterizeOptions {
+  /** Default PORT or 3000. 0 picks a free port. */
+  port?: number | string
+  host?: string
+  /** Default WORKERS or 'auto' (cgroup-aware CPU count). 0 = single-process mode. */
+  workers?: number | 'auto' | string
+  /** Default 'rr' (load-aware round robin). */
+  scheduling?: Scheduling
+  health?: HealthOptions
+  restart?: RestartOptions
+  reload?: ReloadOptions
+  shutdown?: ShutdownOptions
+  /** /live, /ready, /stats, /metrics served by the primary. Off by default. */
+  probes?: ProbesOptions | null | false
+  bus?: BusOptions
+  /** Default: one readable line per lifecycle event on stderr. false = silent. */
+  logger?: Logger | false
+  /** Default 65000 (longer than load balancers' 60 s idle timeout). */
+  keepAliveTimeout?: number
+  /** Default 66000. */
+  headersTimeout?: number
+}
+
+export interface WorkerInfo {
+  id: number
+  pid: number
+  generation: number
+  state: 'starting' | 'ready' | 'draining' | 'stopping' | 'exited'
+}
+
+export type ExitReason =
+  | 'crash' | 'boot-failure' | 'hang' | 'memory' | 'reload' | 'reload-failed'
+  | 'recycle-failed' | 'shutdown'
+
+export interface WorkerExitEvent {
+  id: number
+  pid: number
+  code: number | null
+  signal: NodeJS.Signals | null
+  reason: ExitReason
+  generation: number
+}
+
+export interface CrashLoopEvent {
+  reason: ExitReason
+  crashes: number
+  windowMs: number
+  lastError: string | null
+  workersLeft: number
+}
+
+export interface ReloadResult {
+  ok: boolean
+  rolledBack: boolean
+  reason: string | null
+  replaced: number
+  durationMs: number
+  generation: number
+}
+
+export interface Heartbeat {
+  rss: number
+  heapUsed: number
+  heapLimit: number
+  eventLoopDelayP99Ms: number
+  eventLoopDelayMaxMs: number
+  eventLoopUtilization: number
+  inFlight: number
+  served: number
+  connections: number
+  poolQueue: number
+  poolBusy: number
+  generation?: number
+}
+
+export interface WorkerStats {
+  id: number
+  pid: number
+  generation: number
+  state: WorkerInfo['state']
+  uptimeMs: number
+  restarts: number
+  overloaded?: boolean
+  heartbeatAgeMs?: number | null
+  heartbeat: Heartbeat | null
+  session?: unknown
+}
+
+export interface ClusterStats {
+  pid: number
+  port: number
+  scheduling: Scheduling | 'single-process'
+  generation: number
+  ready: boolean
+  live: boolean
+  crashLooping: boolean
+  shuttingDown: boolean
+  reloads: number
+  workers: WorkerStats[]
+  bus?: unknown
+}
+
+export interface ReadyInfo {
+  port: number
+  probesPort?: number
+  workers: WorkerInfo[]
+}
+
+export interface ShutdownResult {
+  /** 0 when every worker drained in time, 1 when some were killed at the deadline. */
+  code: number
+  forced: boolean
+}
+
+/** Returned by clusterize() in the primary and in single-process mode. */
+export interface PrimaryHandle extends EventEmitter {
+  readonly ready: Promise<ReadyInfo>
+  reload(): Promise<ReloadResult>
+  shutdown(): Promise<ShutdownResult>
+  stats(): ClusterStats
+  address(): { port: number, host?: string }
+  readonly bus: Bus
+  on(event: 'worker:ready', listener: (worker: WorkerInfo) => void): this
+  on(event: 'worker:exit', listener: (event: WorkerExitEvent) => void): this
+  on(event: 'reload:done', listener: (result: ReloadResult) => void): this
+  on(event: 'crashloop', listener: (info: CrashLoopEvent) => void): this
+  on(event: 'shutdown', listener: () => void): this
+  on(event: string | symbol, listener: (...args: any[]) => void): this
+  once(event: 'worker:ready', listener: (worker: WorkerInfo) => void): this
+  once(event: 'worker:exit', listener: (event: WorkerExitEvent) => void): this
+  once(event: 'reload:done', listener: (result: ReloadResult) => void): this
+  once(event: 'crashloop', listener: (info: CrashLoopEvent) => void): this
+  once(event: string | symbol, listener: (...args: any[]) => void): this
+  /** Single-process mode only. */
+  readonly app?: AppLike | null
+  readonly server?: Server | null
+}
+
+/** Returned by clusterize() inside a worker. */
+export interface WorkerHandle {
+  app: AppLike | null
+  server: Server | null
+  /** Stable slot id 0..N-1 (also env CLUSTERIZE_WORKER_ID). */
+  id: number
+  generation: number
+  ready: Promise<{ id: number, generation: number, address: unknown }>
+}
+
+/**
+ * Run an Express app on every core. In the primary returns the primary handle,
+ * in a worker the worker handle.
+ */
+export declare function clusterize(createApp: CreateApp, options?: ClusterizeOptions): PrimaryHandle | WorkerHandle
+
+export declare class ClusterizeOptionError extends TypeError {
+  constructor(message: string, option?: string)
+  readonly code: 'ERR_CLUSTERIZE_OPTION'
+  readonly option: string
+}
+
+export declare class ClusterizeTimeoutError extends Error {
+  readonly code: 'ERR_CLUSTERIZE_TIMEOUT'
+}
+
+// ---- bus -------------------------------------------------------------------
+
+export interface BusMeta {
+  /** The topic the message was sent on. */
+  topic: string
+  /** The sender: a worker slot id, or 'primary'. */
+  from: number | 'primary'
+  /** The sender's reload generation; null when the sender is a primary. */
+  generation: number | null
+  /** Only on messages bridged over Redis: the sending host (hostname:pid of its primary). */
+  host?: string
+}
+
+export type BusListener<T = any> = (data: T, meta: BusMeta) => void | Promise<void>
+export type BusHandler<T = any, R = any> = (data: T, meta: BusMeta) => R | Promise<R>
+
+export type GatherEntry<R = any> =
+  | { workerId: number; pid: number; result: R; error?: undefined }
+  | { workerId: number; pid: number; error: Error & { code?: string | number; remote?: boolean }; result?: undefined }
+
+/** One entry per worker that answered or failed, sorted by workerId; `missing`: ids that did not answer in time. */
+export type GatherResult<R = any> = Array<GatherEntry<R>> & { missing: number[] }
+
+export interface BusRequestOptions {
+  /** Default 5000. */
+  timeoutMs?: number
+}
+
+export interface BusBroadcastOptions {
+  /** Also deliver to the sender's own listeners (default false). */
+  self?: boolean
+}
+
+export interface Bus {
+  on<T = any>(topic: string, handler: BusListener<T>): Bus
+  once<T = any>(topic: string, handler: BusListener<T>): Bus
+  once<T = any>(topic: string): Promise<{ data: T; meta: BusMeta }>
+  off(topic: string, handler?: BusListener<any>): Bus
+  broadcast(topic: string, data?: unknown, options?: BusBroadcastOptions): void
+  /** false when the message was certainly dropped (primary / single process only). */
+  send(workerId: number | 'primary', topic: string, data?: unknown): boolean
+  /** Returns a function that removes the handler. */
+  handle<T = any, R = any>(topic: string, fn: BusHandler<T, R>): () => void
+  request<R = any>(topic: string, data?: unknown, options?: BusRequestOptions): Promise<R>
+  gather<R = any>(topic: string, data?: unknown, options?: BusRequestOptions): Promise<GatherResult<R>>
+  /** 'none' before clusterize() starts, then 'primary' | 'worker' | 'local'. */
+  readonly role: 'none' | 'primary' | 'worker' | 'local'
+}
+
+export interface BusOptions {
+  /** A redis:// URL, ioredis options or an ioredis client: bridges broadcasts between hosts. */
+  redis?: string | object | null
+  /** Redis pub/sub channel. Default 'clusterize:bus'. */
+  channel?: string
+  /** Default 'json'. 'advanced' = structured clone (Map, Set, Buffer, Date, BigInt). */
+  serialization?: 'json' | 'advanced'
+  /** Default 1048576. */
+  maxMessageBytes?: number
+}
+
+export interface BusBridgeStatus {
+  connected: boolean
+  publisher: string
+  subscriber: string
+  channel: string
+  host: string
+  lastError: string | null
+  lastErrorAt: string | null
+  published: number
+  received: number
+  dropped: number
+  malformed: number
+}
+
+/** Thrown by bus calls: code is one of the ERR_CLUSTERIZE_BUS_* codes. */
+export declare class ClusterizeBusError extends Error {
+  code: 'ERR_CLUSTERIZE_BUS_TOPIC' | 'ERR_CLUSTERIZE_BUS_TOO_LARGE' | 'ERR_CLUSTERIZE_BUS_UNSERIALISABLE' |
+    'ERR_CLUSTERIZE_BUS_NOT_STARTED' | 'ERR_CLUSTERIZE_BUS_HANDLER' | 'ERR_CLUSTERIZE_BUS_HANDLER_EXISTS' |
+    'ERR_CLUSTERIZE_BUS_OPTION' | 'ERR_CLUSTERIZE_BUS_TARGET' | 'ERR_CLUSTERIZE_BUS_CLOSED' | 'ERR_CLUSTERIZE_BUS_DECODE'
+  topic?: string
+  size?: number
+  limit?: number
+}
+
+export declare const bus: Bus
+
+// ---- offload ---------------------------------------------------------------
+
+/** A task that lives in a module; made by `offload.task(modulePath, exportName)`. */
+export interface OffloadTask<Args extends unknown[] = any[], Result = any> {
+  readonly modulePath: string
+  readonly exportName: string
+  /** @internal phantom for inference only */
+  readonly __signature?: (...args: Args) => Result
+}
+
+/** What a task may be: a self-contained function (no outer variables) or a module task. */
+export type OffloadTaskLike<Args extends unknown[] = any[], Result = any> =
+  | ((...args: Args) => Result)
+  | OffloadTask<Args, Result>
+
+/** Result of a task as seen by the caller (promises are awaited in the thread). */
+export type OffloadResult<T> = T extends OffloadTaskLike<any, infer R> ? Awaited<R> : unknown
+
+export interface OffloadResourceLimits {
+  maxOldGenerationSizeMb?: number
+  maxYoungGenerationSizeMb?: number
+  codeRangeSizeMb?: number
+  stackSizeMb?: number
+}
+
+export interface PoolOptions {
+  /** Default: max(1, floor(os.availableParallelism() / CLUSTERIZE_WORKERS)). */
+  threads?: number
+  /** Tasks allowed to wait for a thread. Default threads * 64; 0 = none; Infinity = unbounded. */
+  maxQueue?: number
+  /** Max run time from dispatch to a thread; 0 = none. Default 30000 for offload(), 0 for offload.pool(). */
+  taskTimeoutMs?: number
+  /** Passed to new Worker(). */
+  resourceLimits?: OffloadResourceLimits
+  /** Absolute path of a module each thread loads (and calls, if it exports a function) before taking tasks. */
+  setup?: string
+  /** Consecutive startup failures after which the pool stops respawning threads. Default 3. */
+  maxStartupFailures?: number
+}
+
+export interface OffloadOptions extends PoolOptions {
+  /** A client that goes away removes its queued task. Default true. */
+  cancelOnDisconnect?: boolean
+  /** A client that goes away also stops its running task (thread replaced). Default false. */
+  terminateOnDisconnect?: boolean
+}
+
+export interface ExecOptions {
+  /** Queued task: removed. Running task: terminated (thread replaced) unless terminateOnAbort is false. */
+  signal?: AbortSignal
+  /** Overrides the pool's taskTimeoutMs for this task. */
+  timeoutMs?: number
+  /** Default true. */
+  terminateOnAbort?: boolean
+}
+
+export interface Percentiles {
+  /** milliseconds */
+  p50: number
+  /** milliseconds */
+  p99: number
+  samples: number
+}
+
+export interface PoolStats {
+  threads: number
+  busy: number
+  idle: number
+  queued: number
+  maxQueue: number
+  completed: number
+  failed: number
+  cancelled: number
+  timedOut: number
+  /** Tasks rejected because the queue was full. */
+  rejected: number
+  crashed: number
+  replaced: number
+  /** Enqueue to dispatch, last 1024 tasks. */
+  waitTime: Percentiles
+  /** Dispatch to result, last 1024 tasks. */
+  runTime: Percentiles
+  /** Why the pool stopped respawning threads, or null. */
+  broken: string | null
+  closing: boolean
+}
+
+export interface Pool {
+  readonly options: Required<Omit<PoolOptions, 'resourceLimits' | 'setup'>> & Pick<PoolOptions, 'resourceLimits' | 'setup'>
+  /** Tasks waiting for a thread. */
+  readonly queued: number
+  /** Threads running a task. */
+  readonly busy: number
+  /** Live threads. */
+  readonly threads: number
+  run<T extends OffloadTaskLike>(task: T, ...args: T extends OffloadTaskLike<infer A, any> ? A : unknown[]): Promise<OffloadResult<T>>
+  exec<T extends OffloadTaskLike>(task: T, args?: T extends OffloadTaskLike<infer A, any> ? A : unknown[], options?: ExecOptions): Promise<OffloadResult<T>>
+  stats(): PoolStats
+  /** Drain running and queued tasks (up to timeoutMs, default 30000), then terminate the threads. */
+  close(options?: { timeoutMs?: number }): Promise<{ drained: boolean }>
+  /** close({ timeoutMs: 0 }) */
+  destroy(): Promise<{ drained: boolean }>
+}
+
+export type OffloadRequestFn = <T extends OffloadTaskLike>(
+  task: T,
+  ...args: T extends OffloadTaskLike<infer A, any> ? A : unknown[]
+) => Promise<OffloadResult<T>>
+
+export interface OffloadMiddleware {
+  (req: any, res: any, next: (err?: unknown) => void): void
+  readonly pool: Pool
+  stats(): PoolStats
+  close(options?: { timeoutMs?: number }): Promise<{ drained: boolean }>
+}
+
+export declare class OffloadError extends Error {
+  status: number
+  statusCode: number
+  code: string
+  expose: boolean
+}
+export declare class QueueFullError extends OffloadError {
+  retryAfter: number
+  headers: { 'Retry-After': string }
+}
+export declare class TaskTimeoutError extends OffloadError { timeoutMs: number }
+export declare class TaskAbortedError extends OffloadError { name: 'AbortError' }
+export declare class TaskError extends OffloadError { taskErrorName: string }
+export declare class ThreadExitError extends OffloadError { exitCode: number | null }
+export declare class ThreadStartupError extends OffloadError {}
+export declare class PoolClosedError extends OffloadError {}
+export declare class CloneError extends OffloadError { position?: number }
+export declare class OuterVariableError extends OffloadError { variable: string }
+export declare class InvalidTaskError extends OffloadError {}
+export declare class OffloadOptionError extends TypeError { code: 'ERR_OFFLOAD_OPTION' }
+
+export interface OffloadFunction {
+  /** Express middleware installing req.offload(task, ...args). Its pool starts at once. */
+  (options?: OffloadOptions): OffloadMiddleware
+  /** Route handler sending task(...mapReq(req)) as JSON; errors answered as JSON { error, code }. */
+  route<T extends OffloadTaskLike>(task: T, mapReq?: (req: any) => unknown): (req: any, res: any, next: (err?: unknown) => void) => void
+  /** Module task descriptor; exportName defaults to 'default' (falls back to module.exports). */
+  task<Args extends unknown[] = any[], Result = any>(modulePath: string | URL, exportName?: string): OffloadTask<Args, Result>
+  /** Transfer instead of copy (ArrayBuffer, typed array, MessagePort). */
+  transfer<T extends ArrayBuffer | ArrayBufferView | import('node:worker_threads').MessagePort>(value: T): T
+  /** The same pool for use outside Express (no task timeout by default). */
+  pool(options?: PoolOptions): Pool
+  /** Express error handler answering offload errors as JSON; other errors go to next(err). */
+  errorHandler(): (err: unknown, req: any, res: any, next: (err?: unknown) => void) => void
+  errors: {
+    OffloadError: typeof OffloadError
+    QueueFullError: typeof QueueFullError
+    TaskTimeoutError: typeof TaskTimeoutError
+    TaskAbortedError: typeof TaskAbortedError
+    TaskError: typeof TaskError
+    ThreadExitError: typeof ThreadExitError
+    ThreadStartupError: typeof ThreadStartupError
+    PoolClosedError: typeof PoolClosedError
+    CloneError: typeof CloneError
+    OuterVariableError: typeof OuterVariableError
+    InvalidTaskError: typeof InvalidTaskError
+    OffloadOptionError: typeof OffloadOptionError
+  }
+}
+
+export declare const offload: OffloadFunction
+
+declare global {
+  namespace Express {
+    interface Request {
+      /** Installed by offload(): run a task in this worker's thread pool. */
+      offload: OffloadRequestFn
+    }
+  }
+}
+
+// ---- session ---------------------------------------------------------------
+
+export type SessionStoreKind = 'auto' | 'redis' | 'cluster' | 'memory'
+
+export interface ClusterizeSessionOptions extends Omit<SessionOptions, 'store' | 'secret'> {
+  /** Signing secret(s); default SESSION_SECRET. Required (>= 32 chars) with NODE_ENV=production. */
+  secret?: string | string[]
+  /**
+   * 'auto' (default): Redis when `redis` or REDIS_URL is set, else 'cluster'.
+   * 'memory' is refused when more than one worker runs.
+   */
+  store?: SessionStoreKind | Store
+  /** redis:// URL, ioredis options, or an ioredis client (not closed by us). Default REDIS_URL. */
+  redis?: string | Record<string, unknown> | { get: Function, set: Function, status: string }
+  /** Redis key prefix. Default 'sess:'. */
+  prefix?: string
+  /** Seconds a session lives when its cookie has no maxAge/expires. Default 86400. */
+  ttl?: number
+  /** Per-operation deadline in ms before the request gets 503. Default 2000. */
+  timeoutMs?: number
+  /** Cluster store: most sessions the primary holds; the closest to expiry is evicted first. Default 100000. */
+  maxSessions?: number
+  /** Retry-After seconds on a 503. Default 1. */
+  retryAfter?: number
+}
+
+export interface SessionStatus {
+  store: string
+  available: boolean
+  lastError: string | null
+}
+
+export interface SessionMiddleware extends RequestHandler {
+  /** The express-session Store in use. */
+  readonly store: Store
+  /** 'redis' | 'cluster' | 'memory' | the class name of a store you passed. */
+  readonly storeKind: string
+  /** Stop using the store (quits a Redis client session() created). */
+  close(): Promise<void>
+}
+
+export interface SessionFunction {
+  (options?: ClusterizeSessionOptions): SessionMiddleware
+  /** Status of this process's session store(s), or null when session() was never called. */
+  status(): SessionStatus | null
+  sessionStatus(): SessionStatus | null
+}
+
+export declare const session: SessionFunction
+
+/** Error passed to callbacks (and answered as 503) when the store cannot answer. */
+export declare class SessionStoreUnavailableError extends Error {
+  readonly code: 'ERR_SESSION_STORE_UNAVAILABLE'
+  readonly status: 503
+  readonly statusCode: 503
+  readonly expose: true
+  readonly store?: string
+}
