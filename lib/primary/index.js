@@ -65,6 +65,7 @@ function startPrimary (createApp, config) {
   supervisor.on('worker:fork', (record) => busLink.addWorker(record))
   supervisor.on('record:exit', (record) => busLink.removeWorker(record))
   supervisor.on('crashloop', onCrashLoop)
+  supervisor.on('record:heartbeat', watchSessionStore)
 
   handle.ready = start()
   handle.ready.catch(() => {})
@@ -107,7 +108,7 @@ function startPrimary (createApp, config) {
     }
     runtime.port = state.port
     if (config.probes) {
-      probes = await startProbes(config.probes, { stats, metrics, isLive, isReady })
+      probes = await startProbes(config.probes, { stats, metrics, isLive, isReady, degradation })
       state.probesPort = probes.port
     }
     health = watchHealth(config, supervisor, log, recycle)
@@ -164,6 +165,24 @@ function startPrimary (createApp, config) {
       log.error(`no worker left after a crash loop; exiting with code 1. Last failure: ${info.lastError}`)
       shutdown().then(() => setImmediate(() => process.exit(1)))
     }
+  }
+
+  /** Log when a worker's session store becomes unavailable or recovers. */
+  function watchSessionStore (record) {
+    const session = record.session
+    const down = Boolean(session && session.available === false)
+    if (down === Boolean(record.sessionDown)) return
+    record.sessionDown = down
+    if (down) log.warn(`worker ${record.id}: session store ${session.store} unavailable: ${session.lastError}; session requests get 503 until it recovers`, { pid: record.pid })
+    else log.info(`worker ${record.id}: session store ${session ? session.store : ''} available again`, { pid: record.pid })
+  }
+
+  /** Why the service is degraded though ready (shown by /ready), or ''. */
+  function degradation () {
+    for (const record of supervisor.readyRecords()) {
+      if (record.sessionDown) return `session store ${record.session.store} unavailable: ${record.session.lastError}`
+    }
+    return ''
   }
 
   function isLive () {

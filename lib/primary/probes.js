@@ -21,10 +21,13 @@ function startProbes (options, sources) {
         return sources.isLive()
           ? send(res, 200, 'text/plain', 'ok\n')
           : send(res, 503, 'text/plain', 'crash loop: workers keep failing, see the logs\n')
-      case '/ready':
-        return sources.isReady()
-          ? send(res, 200, 'text/plain', 'ready\n')
-          : send(res, 503, 'text/plain', 'not ready\n')
+      case '/ready': {
+        // A dead shared dependency (Redis) stays visible here but does not
+        // pull every instance out of the load balancer at once.
+        const degraded = sources.degradation()
+        if (!sources.isReady()) return send(res, 503, 'text/plain', 'not ready\n')
+        return send(res, 200, 'text/plain', degraded ? `ready, degraded: ${degraded}\n` : 'ready\n')
+      }
       case '/stats':
         return send(res, 200, 'application/json', JSON.stringify(sources.stats()))
       case '/metrics':

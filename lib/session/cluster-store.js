@@ -1,0 +1,186 @@
+'use strict'
+
+/**
+ * The cluster session store: an express-session Store whose sessions live in
+ * the primary (lib/session/cluster-backend.js). Every operation is exactly one
+ * bus request: `bus.request('$cz:session', { op, ... }, { timeoutMs })`.
+ * Sessions travel as JSON strings; expiry is computed here, from the cookie,
+ * so the primary never parses a session.
+ */
+
+const cluster = require('cluster')
+const { Store } = require('express-session')
+const debug = require('debug')('clusterize:session')
+const { TOPIC, attachSessionBackend } = require('./cluster-backend')
+const { toUnavailable } = require('./unavailable')
+
+const DEFAULT_TIMEOUT_MS = 2000
+const DEFAULT_TTL_SECONDS = 86400
+
+class ClusterStore extends Store {
+  /**
+   * @param {object} [options]
+   * @param {number} [options.timeoutMs=2000] how long one operation may take before it fails (-> 503)
+   * @param {number} [options.ttl=86400] seconds a session lives when its cookie has no expiry
+   * @param {number} [options.maxSessions] bound on sessions held by the primary (sent to it once)
+   * @param {(msg: object) => Promise<*>} [options.transport] internal: replaces the bus (tests)
+   */
+  constructor (options) {
+    super()
+    options = options || {}
+    this.timeoutMs = options.timeoutMs || DEFAULT_TIMEOUT_MS
+    this.ttlMs = (options.ttl || DEFAULT_TTL_SECONDS) * 1000
+    this.available = true
+    this.lastError = null
+    this.transport = options.transport || busTransport(this.timeoutMs, options.maxSessions)
+    if (options.maxSessions !== undefined) {
+      this.call({ op: 'configure', maxSessions: options.maxSessions }, function configured (err) {
+        if (err) debug('could not send maxSessions to the primary: %s', err.message)
+      })
+    }
+  }
+
+  /**
+   * @param {object} msg
+   * @param {(err: Error|null, value?: *) => void} cb
+   */
+  call (msg, cb) {
+    let pending
+    try {
+      pending = this.transport(msg)
+    } catch (err) {
+      pending = Promise.reject(err)
+    }
+    pending.then((value) => {
+      if (!this.available) {
+        this.available = true
+        debug('cluster store answering again')
+      }
+      cb(null, value)
+    }, (err) => {
+      const unavailable = toUnavailable(err, 'cluster')
+      this.available = false
+      this.lastError = unavailable.message
+      debug('%s (op %s)', unavailable.message, msg.op)
+      cb(unavailable)
+    })
+  }
+
+  /** @returns {{ available: boolean, lastError: string|null }} */
+  availability () {
+    return { available: this.available, lastError: this.lastError }
+  }
+
+  get (sid, cb) {
+    this.call({ op: 'get', sid }, function onGet (err, json) {
+      if (err) return cb(err)
+      if (json === null || json === undefined) return cb(null, null)
+      let sess
+      try {
+        sess = JSON.parse(json)
+      } catch (parseError) {
+        debug('unreadable session %s dropped: %s', sid, parseError.message)
+        return cb(null, null)
+      }
+      cb(null, sess)
+    })
+  }
+
+  set (sid, sess, cb) {
+    let json
+    try {
+      json = JSON.stringify(sess)
+    } catch (err) {
+      return done(cb, err)
+    }
+    this.call({ op: 'set', sid, sess: json, expires: this.expiresAt(sess) }, doneWith(cb))
+  }
+
+  touch (sid, sess, cb) {
+    this.call({ op: 'touch', sid, expires: this.expiresAt(sess) }, doneWith(cb))
+  }
+
+  destroy (sid, cb) {
+    this.call({ op: 'destroy', sid }, doneWith(cb))
+  }
+
+  /** Every live session, as an array of session objects with their `id` (like connect-redis). */
+  all (cb) {
+    this.call({ op: 'all' }, function onAll (err, pairs) {
+      if (err) return cb(err)
+      const out = []
+      for (const [sid, json] of pairs || []) {
+        try {
+          const sess = JSON.parse(json)
+          sess.id = sid
+          out.push(sess)
+        } catch {}
+      }
+      cb(null, out)
+    })
+  }
+
+  length (cb) {
+    this.call({ op: 'length' }, cb)
+  }
+
+  clear (cb) {
+    this.call({ op: 'clear' }, doneWith(cb))
+  }
+
+  /**
+   * Absolute expiry from the session cookie, or now + ttl for a browser-session cookie.
+   * @param {object} sess
+   * @returns {number}
+   */
+  expiresAt (sess) {
+    const cookie = sess && sess.cookie
+    if (cookie && cookie.expires) {
+      const at = new Date(cookie.expires).getTime()
+      if (!Number.isNaN(at)) return at
+    }
+    return Date.now() + this.ttlMs
+  }
+}
+
+function doneWith (cb) {
+  return function finished (err) {
+    done(cb, err)
+  }
+}
+
+function done (cb, err) {
+  if (typeof cb === 'function') cb(err || null)
+}
+
+/**
+ * The default transport. In a worker: one bus request to the primary's
+ * backend. Anywhere else (the primary, `workers: 0`, a plain `node app.js`,
+ * tests) the backend lives in this process: it is attached to the bus (the
+ * same instance the runtime attaches) and called directly, with no encoding.
+ */
+function busTransport (timeoutMs, maxSessions) {
+  let send = null
+  return function sendToBackend (msg) {
+    if (send === null) send = connect(timeoutMs, maxSessions)
+    return send(msg)
+  }
+}
+
+function connect (timeoutMs, maxSessions) {
+  const { bus } = require('../bus')
+  if (cluster.isWorker) {
+    const options = { timeoutMs }
+    return function overBus (msg) {
+      return bus.request(TOPIC, msg, options)
+    }
+  }
+  const backend = attachSessionBackend(bus, maxSessions !== undefined ? { maxSessions } : undefined)
+  return function inProcess (msg) {
+    return new Promise(function run (resolve) {
+      resolve(backend.dispatch(msg))
+    })
+  }
+}
+
+module.exports = { ClusterStore, DEFAULT_TIMEOUT_MS }

@@ -1,0 +1,191 @@
+'use strict'
+
+/**
+ * The Redis session store: connect-redis 8 (the last major that supports
+ * ioredis) over an ioredis client, plus availability tracking so the session
+ * middleware answers 503 at once while Redis is unreachable, and recovers by
+ * itself when it returns.
+ *
+ * The client we build fails fast while disconnected (no offline queue, one
+ * retry per command, a command timeout) and keeps reconnecting forever with
+ * a short capped backoff. A client the user passes in is used as is.
+ */
+
+const { RedisStore } = require('connect-redis')
+const Redis = require('ioredis')
+const debug = require('debug')('clusterize:session')
+const { toUnavailable, SessionStoreUnavailableError } = require('./unavailable')
+
+const DEFAULT_PREFIX = 'sess:'
+const MAX_RECONNECT_DELAY_MS = 1000
+
+/** JSON, except that an unreadable stored session reads as "no session". */
+const serializer = {
+  stringify: JSON.stringify,
+  parse: function parseSession (text) {
+    try {
+      return JSON.parse(text)
+    } catch (err) {
+      debug('unreadable session dropped: %s', err.message)
+      return null
+    }
+  }
+}
+
+/**
+ * Is this an ioredis (or compatible) client rather than options?
+ * @param {*} value
+ * @returns {boolean}
+ */
+function isClient (value) {
+  return value !== null && typeof value === 'object' &&
+    typeof value.get === 'function' && typeof value.set === 'function' &&
+    typeof value.on === 'function' && typeof value.status === 'string'
+}
+
+/**
+ * Build an ioredis client from a URL or an options object, failing fast while disconnected.
+ * @param {string|object} redis
+ * @param {number} timeoutMs
+ * @returns {import('ioredis').Redis}
+ */
+function createClient (redis, timeoutMs) {
+  const defaults = {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 1,
+    commandTimeout: timeoutMs,
+    connectTimeout: Math.max(timeoutMs, 1000),
+    retryStrategy: function reconnectDelay (times) {
+      return Math.min(50 * times, MAX_RECONNECT_DELAY_MS)
+    }
+  }
+  if (typeof redis === 'string') return new Redis(redis, defaults)
+  return new Redis(Object.assign(defaults, redis))
+}
+
+class ClusterizeRedisStore extends RedisStore {
+  /**
+   * @param {object} options
+   * @param {string|object} options.redis redis:// URL, ioredis options or an ioredis client
+   * @param {string} [options.prefix='sess:']
+   * @param {number} [options.ttl=86400] seconds, when the cookie has no expiry
+   * @param {number} [options.timeoutMs=2000] command timeout for a client we build
+   */
+  constructor (options) {
+    const timeoutMs = options.timeoutMs || 2000
+    const ownsClient = !isClient(options.redis)
+    const client = ownsClient ? createClient(options.redis, timeoutMs) : options.redis
+    super({ client, prefix: options.prefix === undefined ? DEFAULT_PREFIX : options.prefix, ttl: options.ttl, serializer })
+    this.redis = client
+    this.ownsClient = ownsClient
+    this.timeoutMs = timeoutMs
+    this.lastError = null
+    this.everReady = client.status === 'ready'
+    this.waiters = []
+    this.onReady = () => {
+      if (!this.everReady) debug('redis session store connected')
+      else debug('redis session store reconnected')
+      this.everReady = true
+      this.lastError = null
+      this.flushWaiters(null)
+    }
+    this.onError = (err) => {
+      this.lastError = err && err.message ? err.message : String(err)
+      debug('redis session store error: %s', this.lastError)
+    }
+    this.onEnd = () => {
+      this.flushWaiters(new Error(this.lastError || 'connection closed'))
+    }
+    client.on('ready', this.onReady)
+    client.on('error', this.onError)
+    client.on('end', this.onEnd)
+  }
+
+  /** @returns {{ available: boolean, lastError: string|null }} */
+  availability () {
+    const available = this.redis.status === 'ready'
+    return { available, lastError: available ? null : (this.lastError || `connection ${this.redis.status}`) }
+  }
+
+  /**
+   * Call back with null when Redis can take commands, or with a
+   * SessionStoreUnavailableError. Before the first connection it waits up to
+   * timeoutMs; after that a disconnected Redis fails at once.
+   * @param {(err: Error|null) => void} cb
+   */
+  checkAvailable (cb) {
+    const status = this.redis.status
+    if (status === 'ready') return cb(null)
+    if (!this.everReady && (status === 'wait' || status === 'connecting' || status === 'connect')) {
+      if (status === 'wait') this.redis.connect().catch(() => {})
+      const waiter = { cb, timer: null }
+      waiter.timer = setTimeout(() => {
+        this.waiters.splice(this.waiters.indexOf(waiter), 1)
+        cb(this.unavailableError())
+      }, this.timeoutMs)
+      this.waiters.push(waiter)
+      return
+    }
+    cb(this.unavailableError())
+  }
+
+  unavailableError () {
+    const reason = this.lastError || `connection ${this.redis.status}`
+    return new SessionStoreUnavailableError(`session store unavailable: redis: ${reason}`, { store: 'redis' })
+  }
+
+  flushWaiters (err) {
+    const waiters = this.waiters
+    this.waiters = []
+    for (const waiter of waiters) {
+      clearTimeout(waiter.timer)
+      waiter.cb(err ? this.unavailableError() : null)
+    }
+  }
+
+  get (sid, cb) { return super.get(sid, tagErrors(cb)) }
+  set (sid, sess, cb) { return super.set(sid, sess, tagErrors(cb)) }
+  touch (sid, sess, cb) { return super.touch(sid, sess, tagErrors(cb)) }
+  destroy (sid, cb) { return super.destroy(sid, tagErrors(cb)) }
+  clear (cb) { return super.clear(tagErrors(cb)) }
+  length (cb) { return super.length(tagErrors(cb)) }
+  all (cb) { return super.all(tagErrors(cb)) }
+
+  /**
+   * Stop using the client: quit it if we built it, else just stop listening.
+   * @returns {Promise<void>}
+   */
+  async close () {
+    this.redis.off('ready', this.onReady)
+    this.redis.off('error', this.onError)
+    this.redis.off('end', this.onEnd)
+    this.flushWaiters(new Error('store closed'))
+    if (!this.ownsClient) return
+    if (this.redis.status === 'ready') {
+      await this.redis.quit().catch(() => this.redis.disconnect())
+    } else {
+      this.redis.disconnect()
+    }
+  }
+}
+
+function tagErrors (cb) {
+  if (typeof cb !== 'function') return cb
+  return function redisAnswered (err, value) {
+    if (err) return cb(toUnavailable(err, 'redis'))
+    cb(null, value)
+  }
+}
+
+/**
+ * The Redis target from the session options or REDIS_URL.
+ * @param {object} options
+ * @param {NodeJS.ProcessEnv} env
+ * @returns {string|object|undefined}
+ */
+function redisTarget (options, env) {
+  if (options.redis !== undefined && options.redis !== null && options.redis !== false) return options.redis
+  return env.REDIS_URL || undefined
+}
+
+module.exports = { ClusterizeRedisStore, createClient, isClient, redisTarget, DEFAULT_PREFIX }

@@ -1,0 +1,67 @@
+'use strict'
+
+/**
+ * What happens when the session store cannot answer: a typed error carrying
+ * HTTP status 503, and the JSON 503 response the session middleware sends
+ * instead of handing the request a fresh, empty session.
+ */
+
+const CODE = 'ERR_SESSION_STORE_UNAVAILABLE'
+
+class SessionStoreUnavailableError extends Error {
+  /**
+   * @param {string} message already prefixed with "session store unavailable: "
+   * @param {{ cause?: Error, store?: string }} [options]
+   */
+  constructor (message, options) {
+    super(message, options && options.cause ? { cause: options.cause } : undefined)
+    this.name = 'SessionStoreUnavailableError'
+    this.code = CODE
+    this.status = 503
+    this.statusCode = 503
+    this.expose = true
+    this.store = options && options.store
+  }
+}
+
+/**
+ * Turn any store failure into a SessionStoreUnavailableError (once).
+ * @param {*} err
+ * @param {string} store the store's name: 'redis', 'cluster', or the class name
+ * @returns {SessionStoreUnavailableError}
+ */
+function toUnavailable (err, store) {
+  if (err instanceof SessionStoreUnavailableError) return err
+  const reason = err && err.message ? err.message : String(err)
+  return new SessionStoreUnavailableError(`session store unavailable: ${store} store: ${reason}`, { cause: err, store })
+}
+
+/**
+ * @param {*} err
+ * @returns {boolean}
+ */
+function isUnavailable (err) {
+  return err instanceof SessionStoreUnavailableError || (err !== null && typeof err === 'object' && err.code === CODE)
+}
+
+/**
+ * Answer 503 `{ error }` with Retry-After. Never throws; does nothing once
+ * headers are out (the response is already committed).
+ * @param {import('http').ServerResponse} res
+ * @param {Error} err
+ * @param {number} [retryAfterSeconds=1]
+ * @returns {boolean} whether a 503 was sent
+ */
+function sendUnavailable (res, err, retryAfterSeconds) {
+  if (res.headersSent) return false
+  const body = JSON.stringify({ error: err.message })
+  res.statusCode = 503
+  res.setHeader('Retry-After', String(retryAfterSeconds || 1))
+  res.setHeader('Cache-Control', 'no-store')
+  res.setHeader('Content-Type', 'application/json; charset=utf-8')
+  res.setHeader('Content-Length', Buffer.byteLength(body))
+  res.end(body)
+  return true
+}
+
+module.exports = { SessionStoreUnavailableError, toUnavailable, isUnavailable, sendUnavailable, CODE }

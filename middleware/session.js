@@ -1,0 +1,75 @@
+'use strict'
+
+/**
+ * session(options): express-session with shared stores and safe defaults.
+ *
+ * store: 'auto' (Redis when `redis` or REDIS_URL is set, else the cluster
+ * store held by the primary) | 'redis' | 'cluster' | 'memory' (single process
+ * only) | an express-session Store. When the store cannot answer, the request
+ * gets 503 `{ error: 'session store unavailable: ...' }` with Retry-After:
+ * never a fresh empty session, never a silent `req.session === undefined`.
+ */
+
+const expressSession = require('express-session')
+const debug = require('debug')('clusterize:session')
+const { resolveSessionOptions } = require('../lib/session/options')
+const { createStore } = require('../lib/session/create-store')
+const { isUnavailable, toUnavailable, sendUnavailable, SessionStoreUnavailableError } = require('../lib/session/unavailable')
+const { registerStatus, sessionStatus } = require('../lib/session/status')
+
+/**
+ * @param {object} [options] express-session options plus store, redis, prefix, ttl, timeoutMs, maxSessions, retryAfter
+ * @returns {import('express').RequestHandler & { store: object, storeKind: string, close: () => Promise<void> }}
+ */
+function session (options) {
+  const opts = resolveSessionOptions(options, process.env)
+  const made = createStore(opts, process.env)
+  const inner = expressSession(Object.assign({}, opts.expressSession, { store: made.store }))
+  const unregister = registerStatus(made.kind, made.availability)
+  const gate = made.gate
+  const retryAfter = opts.retryAfter
+
+  function clusterizeSession (req, res, next) {
+    if (req.session) return next()
+    if (gate === null) return runSession(req, res, next)
+    gate(function gateAnswered (err) {
+      if (err) {
+        debug('%s %s: %s', req.method, req.url, err.message)
+        sendUnavailable(res, err, retryAfter)
+        return
+      }
+      runSession(req, res, next)
+    })
+  }
+
+  function runSession (req, res, next) {
+    let passedOn = false
+    inner(req, res, function afterSession (err) {
+      // Before express-session passes on, an error can only come from store.get.
+      if (err && (isUnavailable(err) || !passedOn)) {
+        const unavailable = toUnavailable(err, made.kind)
+        if (!sendUnavailable(res, unavailable, retryAfter)) {
+          debug('session not saved, response already sent: %s', unavailable.message)
+        }
+        return
+      }
+      passedOn = true
+      next(err)
+    })
+  }
+
+  clusterizeSession.store = made.store
+  clusterizeSession.storeKind = made.kind
+  clusterizeSession.close = function close () {
+    unregister()
+    return made.close()
+  }
+  return clusterizeSession
+}
+
+session.status = sessionStatus
+
+module.exports = session
+module.exports.session = session
+module.exports.sessionStatus = sessionStatus
+module.exports.SessionStoreUnavailableError = SessionStoreUnavailableError

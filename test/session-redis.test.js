@@ -1,0 +1,190 @@
+'use strict'
+
+/**
+ * Redis-specific behaviour: the session key exists with a TTL matching the
+ * cookie; a Redis stopped mid-run gives 503s with the reason, and when it is
+ * started again sessions work with no app restart. The stop/start tests use a
+ * private redis-server on a free loopback port (killed by PID), never the
+ * shared one.
+ */
+
+const { describe, it, before, after } = require('node:test')
+const assert = require('node:assert/strict')
+const request = require('supertest')
+const Redis = require('ioredis')
+const session = require('../middleware/session')
+const { createSessionApp } = require('./fixtures/session-app')
+const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix, privateRedis } = require('./fixtures/session-redis')
+
+const SECRET = 'redis-test-secret-0123456789-abcdefghij'
+
+function sidOf (res) {
+  const cookie = (res.headers['set-cookie'] || []).find((c) => c.startsWith('connect.sid='))
+  assert.ok(cookie, 'a session cookie was set')
+  const value = decodeURIComponent(cookie.split(';')[0].slice('connect.sid='.length))
+  return value.slice(2, value.lastIndexOf('.'))
+}
+
+async function eventually (fn, timeoutMs) {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    try {
+      return await fn()
+    } catch (err) {
+      if (Date.now() > deadline) throw err
+      await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+  }
+}
+
+describe('Redis store keys', async () => {
+  const options = await redisTestOptions()
+  const prefix = uniquePrefix('keys')
+  let client
+  const opened = []
+
+  before(() => {
+    if (options.skip) return
+    client = new Redis(REDIS_URL)
+  })
+  after(async () => {
+    for (const mw of opened) await mw.close()
+    if (client) {
+      try {
+        await deletePrefix(prefix)
+      } finally {
+        client.disconnect()
+      }
+    }
+  })
+
+  it('the session key exists with a TTL matching the cookie maxAge', options, async () => {
+    const mw = session({ store: 'redis', redis: REDIS_URL, prefix, secret: SECRET, cookie: { maxAge: 10 * 60 * 1000 } })
+    opened.push(mw)
+    const res = await request(createSessionApp(mw)).post('/login?user=frank').expect(200)
+    const key = prefix + sidOf(res)
+    const stored = JSON.parse(await client.get(key))
+    assert.equal(stored.user.name, 'frank')
+    const ttl = await client.ttl(key)
+    assert.ok(ttl > 590 && ttl <= 600, `TTL ${ttl}s matches the 600 s cookie`)
+  })
+
+  it('a browser-session cookie gets the default TTL of one day', options, async () => {
+    const mw = session({ store: 'redis', redis: REDIS_URL, prefix, secret: SECRET })
+    opened.push(mw)
+    const res = await request(createSessionApp(mw)).post('/login').expect(200)
+    const ttl = await client.ttl(prefix + sidOf(res))
+    assert.ok(ttl > 86390 && ttl <= 86400, `TTL ${ttl}s is one day`)
+  })
+
+  it('the prefix option is honoured and the session round-trips through a user-supplied ioredis client', options, async () => {
+    const own = new Redis(REDIS_URL)
+    try {
+      const mw = session({ store: 'redis', redis: own, prefix: prefix + 'own:', secret: SECRET })
+      opened.push(mw)
+      const agent = request.agent(createSessionApp(mw))
+      const res = await agent.post('/login?user=gina').expect(200)
+      assert.equal(await client.exists(prefix + 'own:' + sidOf(res)), 1)
+      assert.equal((await agent.get('/me').expect(200)).body.user, 'gina')
+      await mw.close()
+      assert.equal(own.status, 'ready', 'a client the user passed in is not closed by us')
+    } finally {
+      own.disconnect()
+    }
+  })
+})
+
+describe('Redis stopped mid-run and started again', async () => {
+  let redis
+  let mw
+  let app
+
+  before(async () => {
+    redis = await privateRedis()
+    await redis.start()
+    mw = session({ store: 'redis', redis: redis.url, secret: SECRET, timeoutMs: 500 })
+    app = createSessionApp(mw)
+  })
+  after(async () => {
+    if (mw) await mw.close()
+    if (redis) await redis.stop()
+  })
+
+  it('works, then 503s with the reason while Redis is down, then works again with no restart', async () => {
+    const agent = request.agent(app)
+    await agent.post('/login?user=hank').expect(200)
+    assert.equal((await agent.get('/me').expect(200)).body.user, 'hank')
+
+    await redis.stop()
+    const down = await eventually(async () => {
+      const res = await agent.get('/me')
+      assert.equal(res.status, 503)
+      return res
+    }, 5000)
+    assert.match(down.body.error, /^session store unavailable: redis: /)
+    assert.ok(down.headers['retry-after'])
+    const fresh = await request(app).post('/login?user=ivy')
+    assert.equal(fresh.status, 503, 'a new visitor gets 503 too, not a session that will not be saved')
+    assert.equal(session.sessionStatus().available, false)
+
+    await redis.start()
+    const back = request.agent(app)
+    await eventually(() => back.post('/login?user=jade').expect(200), 10000)
+    assert.equal((await back.get('/me').expect(200)).body.user, 'jade')
+    assert.deepEqual(session.sessionStatus(), { store: 'redis', available: true, lastError: null })
+  })
+})
+
+describe('Redis stopped and started under a 2-worker cluster', () => {
+  const path = require('path')
+  const { startCluster } = require('./helpers/cluster')
+  let redis
+  let cluster
+
+  before(async () => {
+    redis = await privateRedis()
+    await redis.start()
+    cluster = await startCluster(path.join(__dirname, 'fixtures', 'session-cluster.js'), {
+      env: {
+        CZ_SESSION_OPTIONS: JSON.stringify({ store: 'redis', redis: redis.url, timeoutMs: 500 }),
+        CZ_TEST_OPTIONS: JSON.stringify({ probes: { port: 0 }, health: { heartbeatMs: 200 } })
+      }
+    })
+  })
+  after(async () => {
+    if (cluster) await cluster.stop()
+    if (redis) await redis.stop()
+  })
+
+  it('every worker answers 503 with the reason while Redis is down, and recovers by itself', async () => {
+    const login = await cluster.get('/login?user=kim', { method: 'POST' })
+    assert.equal(login.status, 200, login.body)
+    await redis.stop()
+    await eventually(async () => {
+      // fresh connections: round robin puts consecutive requests on both workers
+      for (let i = 0; i < 4; i++) {
+        const res = await cluster.get('/count')
+        assert.equal(res.status, 503, res.body)
+        assert.match(res.json.error, /^session store unavailable: redis: /)
+      }
+    }, 5000)
+    // The primary learns it from heartbeats: /ready names the reason, the log says it.
+    await eventually(async () => {
+      const ready = await cluster.probe('/ready')
+      assert.equal(ready.status, 200)
+      assert.match(ready.body, /^ready, degraded: session store redis unavailable: /)
+    }, 5000)
+    assert.match(cluster.output, /session store redis unavailable: .*session requests get 503/)
+    await redis.start()
+    const seen = new Set()
+    await eventually(async () => {
+      const res = await cluster.get('/login?user=lee', { method: 'POST' })
+      assert.equal(res.status, 200, res.body)
+      seen.add(res.json.pid)
+      assert.equal(seen.size, 2, 'both workers recovered')
+    }, 15000)
+    await eventually(async () => {
+      assert.equal((await cluster.probe('/ready')).body, 'ready\n')
+    }, 5000)
+  })
+})
