@@ -5,7 +5,6 @@
 const { clusterize } = require('../../')
 
 clusterize(() => require('./app')(), {
-  port: Number(process.env.PORT) || 3000,
   probes: { port: Number(process.env.PROBES_PORT) || 9090, host: process.env.PROBES_HOST || '127.0.0.1' },
   shutdown: { timeoutMs: 25000 }
 })

@@ -1,4 +1,4 @@
 'use strict'
 
 const { clusterize } = require('../../')
-clusterize(() => require('./app')(), { port: Number(process.env.PORT) || 3000 })
+clusterize(() => require('./app')())

@@ -1,2 +1,2 @@
 const { clusterize } = require('../../')
-clusterize(() => require('./app')(), { port: Number(process.env.PORT) || 3000 })
+clusterize(() => require('./app')())

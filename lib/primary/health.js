@@ -21,7 +21,7 @@ function watchHealth (config, supervisor, log, recycle) {
 
   function onHeartbeat (record) {
     const figures = record.heartbeat
-    record.overloaded = maxEventLoopDelayMs > 0 && figures.eventLoopDelayP99Ms > maxEventLoopDelayMs
+    record.overloaded = isOverloaded(record)
     if (record.state !== 'ready' || record.recycling) return
     if (maxMemoryMB > 0 && figures.rss > maxMemoryMB * MB) {
       log.warn(`worker ${record.id} uses ${Math.round(figures.rss / MB)} MB RSS (limit ${maxMemoryMB} MB), recycling it`, { pid: record.pid })
@@ -30,6 +30,21 @@ function watchHealth (config, supervisor, log, recycle) {
       log.warn(`worker ${record.id} heap at ${Math.round(100 * figures.heapUsed / figures.heapLimit)}% of its limit (max ${Math.round(maxHeapRatio * 100)}%), recycling it`, { pid: record.pid })
       recycle(record, 'memory')
     }
+  }
+
+  /**
+   * Over the limit AND clearly worse than the best other worker: when the
+   * whole machine is busy every worker is slow, and skipping one would only
+   * pile its share onto the others.
+   */
+  function isOverloaded (record) {
+    const delay = record.heartbeat.eventLoopDelayP99Ms
+    if (maxEventLoopDelayMs <= 0 || delay <= maxEventLoopDelayMs) return false
+    let best = Infinity
+    for (const other of supervisor.readyRecords()) {
+      if (other !== record && other.heartbeat) best = Math.min(best, other.heartbeat.eventLoopDelayP99Ms)
+    }
+    return best === Infinity || delay > 2 * best
   }
 
   function checkHangs () {

@@ -1,0 +1,136 @@
+'use strict'
+
+// Every example runs with its one documented command and does what its README says.
+const { test, after } = require('node:test')
+const assert = require('node:assert')
+const { spawn } = require('child_process')
+const net = require('net')
+const path = require('path')
+const { request, waitDead } = require('./helpers/cluster')
+
+const root = path.join(__dirname, '..')
+const running = new Set()
+
+after(async () => {
+  for (const child of running) child.kill('SIGKILL')
+})
+
+function freePort () {
+  return new Promise((resolve, reject) => {
+    const probe = net.createServer()
+    probe.once('error', reject)
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address()
+      probe.close(() => resolve(port))
+    })
+  })
+}
+
+/** `node examples/<name>/server.js` with PORT set; resolves once GET path answers. */
+async function runExample (name, env, readyPath) {
+  const port = await freePort()
+  const child = spawn(process.execPath, [path.join('examples', name, 'server.js')], {
+    cwd: root,
+    env: Object.assign({}, process.env, { PORT: String(port), WORKERS: '2', REDIS_URL: '' }, env),
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  running.add(child)
+  let output = ''
+  child.stdout.on('data', (chunk) => { output += chunk })
+  child.stderr.on('data', (chunk) => { output += chunk })
+  const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })))
+  const workerPids = new Set()
+  const example = {
+    port,
+    output: () => output,
+    get: (urlPath, options) => request(port, urlPath, options),
+    async stop () {
+      child.kill('SIGTERM')
+      const result = await exited
+      running.delete(child)
+      for (const pid of (output.match(/pid=(\d+)/g) || []).map((m) => Number(m.slice(4)))) workerPids.add(pid)
+      for (const pid of workerPids) assert.ok(await waitDead(pid), `worker ${pid} exited`)
+      return result
+    }
+  }
+  const until = Date.now() + 20000
+  for (;;) {
+    try {
+      const response = await example.get(readyPath || '/')
+      if (response.status < 500) break
+    } catch {}
+    if (Date.now() > until) throw new Error(`example ${name} did not answer\n${output}`)
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+  return example
+}
+
+async function distinctPids (example, urlPath, count, options) {
+  const pids = new Set()
+  for (let i = 0; i < count; i++) pids.add((await example.get(urlPath, options)).json.pid)
+  return pids
+}
+
+test('examples/hello: two workers, two pids', async () => {
+  const example = await runExample('hello')
+  assert.strictEqual((await distinctPids(example, '/', 8)).size, 2)
+  assert.match(example.output(), /ready with 2 workers/)
+  assert.strictEqual((await example.stop()).code, 0)
+})
+
+test('examples/offload: the CPU route returns a hash and /health answers', async () => {
+  const example = await runExample('offload', {}, '/health')
+  const hash = await example.get('/hash?password=secret')
+  assert.strictEqual(hash.status, 200, hash.body)
+  assert.match(hash.body, /[0-9a-f]{32}/)
+  assert.strictEqual((await example.get('/health')).status, 200)
+  assert.strictEqual((await example.stop()).code, 0)
+})
+
+test('examples/sessions: log in once, the session is seen by both workers, log out', async () => {
+  const example = await runExample('sessions')
+  const login = await example.get('/login', { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'user=ada' })
+  assert.ok(login.status < 400, login.body)
+  const cookie = login.headers['set-cookie'][0].split(';')[0]
+  const pids = new Set()
+  for (let i = 0; i < 8; i++) {
+    const profile = await example.get('/profile', { headers: { cookie } })
+    assert.strictEqual(profile.status, 200, profile.body)
+    assert.match(profile.body, /ada/)
+    pids.add(profile.json.pid)
+  }
+  assert.strictEqual(pids.size, 2, 'both workers saw the same session')
+  const logout = await example.get('/logout', { method: 'POST', headers: { cookie } })
+  assert.ok(logout.status < 400)
+  assert.notStrictEqual((await example.get('/profile', { headers: { cookie } })).status, 200)
+  assert.strictEqual((await example.stop()).code, 0)
+})
+
+test('examples/cache-invalidation: a PUT on one worker is seen by every worker', async () => {
+  const example = await runExample('cache-invalidation', {}, '/products/1')
+  for (let i = 0; i < 4; i++) await example.get('/products/1')
+  const put = await example.get('/products/1?price=12', { method: 'PUT' })
+  assert.ok(put.status < 400, put.body)
+  const workers = new Set()
+  for (let i = 0; i < 8; i++) {
+    const product = await example.get('/products/1')
+    assert.strictEqual(product.json.product.price, 12, product.body)
+    workers.add(product.json.worker)
+  }
+  assert.strictEqual(workers.size, 2)
+  assert.strictEqual((await example.stop()).code, 0)
+})
+
+test('examples/graceful-k8s: probes answer, SIGTERM lets a slow request finish', async () => {
+  const probesPort = await freePort()
+  const example = await runExample('graceful-k8s', { PROBES_PORT: String(probesPort) })
+  assert.strictEqual((await request(probesPort, '/ready')).status, 200)
+  assert.strictEqual((await request(probesPort, '/live')).status, 200)
+  const slow = example.get('/slow')
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  const stopped = example.stop()
+  const response = await slow
+  assert.strictEqual(response.status, 200)
+  assert.strictEqual(response.json.finished, true)
+  assert.strictEqual((await stopped).code, 0)
+})
