@@ -55,10 +55,11 @@ async function runExample (name, env, readyPath) {
   }
   const until = Date.now() + 20000
   for (;;) {
-    try {
-      const response = await example.get(readyPath || '/')
-      if (response.status < 500) break
-    } catch {}
+    // The banner prints once every worker is ready.
+    if (/ready with 2 workers/.test(output)) {
+      const response = await example.get(readyPath || '/').catch(() => ({ status: 0 }))
+      if (response.status > 0 && response.status < 500) break
+    }
     if (Date.now() > until) throw new Error(`example ${name} did not answer\n${output}`)
     await new Promise((resolve) => setTimeout(resolve, 100))
   }

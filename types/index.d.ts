@@ -161,7 +161,10 @@ export interface WorkerStats {
   state: WorkerInfo['state']
   uptimeMs: number
   restarts: number
+  /** Skipped by load-aware round robin for new connections. */
   overloaded?: boolean
+  /** Connections the primary handed to this worker ('rr' and 'sticky'). */
+  connectionsHanded?: number
   heartbeatAgeMs?: number | null
   heartbeat: Heartbeat | null
   session?: unknown

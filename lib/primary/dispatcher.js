@@ -27,7 +27,6 @@ function createDispatcher (options, supervisor) {
   const connMessage = ipc.envelope('conn')
   let cursor = 0
   let closed = false
-  const handedTo = new Map()
 
   supervisor.on('record:ready', flushPending)
   server.on('error', (err) => debug('acceptor error: %s', err.message))
@@ -57,7 +56,7 @@ function createDispatcher (options, supervisor) {
   }
 
   function hand (record, socket) {
-    handedTo.set(record.id, (handedTo.get(record.id) || 0) + 1)
+    record.connections++
     record.channel.postNow(connMessage, socket, function onHanded (err) {
       if (err) {
         debug('handing a connection to worker %d failed: %s', record.id, err.message)
@@ -97,8 +96,7 @@ function createDispatcher (options, supervisor) {
       for (const socket of pending.splice(0)) socket.destroy()
       supervisor.removeListener('record:ready', flushPending)
       return new Promise((resolve) => server.close(() => resolve()))
-    },
-    handedTo
+    }
   }
 }
 

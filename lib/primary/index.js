@@ -251,6 +251,7 @@ function startPrimary (createApp, config) {
       uptimeMs: now - record.startedAt,
       restarts: record.restarts,
       overloaded: record.overloaded,
+      connectionsHanded: listenMode === 'handoff' ? record.connections : undefined,
       heartbeatAgeMs: record.heartbeatAt ? now - record.heartbeatAt : null,
       heartbeat: record.heartbeat,
       session: record.session

@@ -71,6 +71,7 @@ class Supervisor extends EventEmitter {
       heartbeat: null,
       heartbeatAt: 0,
       overloaded: false,
+      connections: 0,
       retireReason: null,
       bootError: null,
       channel: new ipc.Channel(worker),

@@ -13,6 +13,7 @@ const debug = require('debug')('clusterize:drain')
 
 const kActive = Symbol('clusterize.active')
 const kIdleSince = Symbol('clusterize.idleSince')
+const kClosing = Symbol('clusterize.closing')
 
 /**
  * @param {import('http').Server} server
@@ -54,14 +55,14 @@ function trackConnections (server, options) {
     res.once('close', onResponseDone)
   })
 
-  function closeIdleSockets (force) {
+  function closeIdleSockets () {
     const now = Date.now()
     for (const socket of sockets) {
-      if (socket[kActive] === 0 && (force || now - socket[kIdleSince] >= idleCloseMs)) {
-        socket.destroySoon ? socket.end() : socket.destroy()
-        // end() sends FIN after pending writes; destroy if the peer never closes.
-        setTimeout(() => socket.destroy(), 1000).unref()
-      }
+      if (socket[kClosing] || socket[kActive] !== 0 || now - socket[kIdleSince] < idleCloseMs) continue
+      socket[kClosing] = true
+      // end() sends FIN after pending writes; destroy if the peer never answers it.
+      socket.end()
+      setTimeout(() => socket.destroy(), 1000).unref()
     }
   }
 
@@ -89,8 +90,8 @@ function trackConnections (server, options) {
     }
     drain.promise = new Promise((resolve) => {
       onDrained = resolve
-      closeIdleSockets(false)
-      idleTimer = setInterval(closeIdleSockets, Math.max(50, Math.floor(idleCloseMs / 4)), false)
+      closeIdleSockets()
+      idleTimer = setInterval(closeIdleSockets, Math.max(50, Math.floor(idleCloseMs / 4)))
       idleTimer.unref()
       checkDrained()
     })
