@@ -91,8 +91,9 @@ function runServer (mode) {
   const { monitorEventLoopDelay } = require('node:perf_hooks')
   const app = express()
   let mw = null
-  if (mode === 'offload') {
-    mw = offload({ threads: Number(process.env.BENCH_THREADS) })
+  if (mode === 'offload' || mode === 'offload-nice0') {
+    // offload-nice0: the same pool with threads at the event loop's priority
+    mw = offload({ threads: Number(process.env.BENCH_THREADS), niceness: mode === 'offload-nice0' ? 0 : undefined })
     app.use(mw)
     app.get('/cpu', async (req, res) => {
       res.json(await req.offload((pw, it) => require('node:crypto').pbkdf2Sync(pw, 'salt', it, 32, 'sha256').toString('hex'), 'pw', PBKDF2_ITERATIONS))
@@ -226,18 +227,18 @@ async function main () {
 
   if (part === 'all' || part === 'http') {
     // two rounds in opposite orders, averaged: other load on the host drifts during the run
-    const runs = { inline: [], offload: [], piscina: [] }
-    for (const mode of ['inline', 'offload', 'piscina', 'piscina', 'offload', 'inline']) runs[mode].push(await cpuRoute(mode, httpThreads))
-    const [inline, offloaded, piscina] = [runs.inline, runs.offload, runs.piscina].map(average)
+    const runs = { inline: [], offload: [], 'offload-nice0': [], piscina: [] }
+    for (const mode of ['inline', 'offload', 'offload-nice0', 'piscina', 'piscina', 'offload-nice0', 'offload', 'inline']) runs[mode].push(await cpuRoute(mode, httpThreads))
+    const [inline, offloaded, nice0, piscina] = [runs.inline, runs.offload, runs['offload-nice0'], runs.piscina].map(average)
     console.log(`\n## CPU route (pbkdf2 ${fmt(PBKDF2_ITERATIONS)} iterations) in a single-process Express server, ${httpThreads} threads, ${CONNECTIONS} connections for ${HTTP_SECONDS} s, /health sampled every 20 ms (mean of 2 runs)\n`)
-    console.log('| metric | inline | offloaded (ours) | ours / inline | offloaded (piscina) |')
-    console.log('|---|---:|---:|---:|---:|')
-    const row = (label, get, digits) => console.log(`| ${label} | ${fmt(get(inline), digits)} | ${fmt(get(offloaded), digits)} | ${(get(offloaded) / get(inline)).toFixed(2)}x | ${fmt(get(piscina), digits)} |`)
+    console.log('| metric | inline | offloaded (ours) | ours / inline | ours, niceness 0 | offloaded (piscina) | ours / piscina |')
+    console.log('|---|---:|---:|---:|---:|---:|---:|')
+    const row = (label, get, digits) => console.log(`| ${label} | ${fmt(get(inline), digits)} | ${fmt(get(offloaded), digits)} | ${(get(offloaded) / get(inline)).toFixed(2)}x | ${fmt(get(nice0), digits)} | ${fmt(get(piscina), digits)} | ${(get(offloaded) / get(piscina)).toFixed(2)}x |`)
     row('CPU route req/s', (r) => r.rps, 1)
     row('/health p50 ms', (r) => r.health.p50, 2)
     row('/health p99 ms', (r) => r.health.p99, 2)
     row('event-loop delay p99 ms', (r) => r.loop.loopP99, 2)
-    console.log(`\n/health samples: inline ${fmt(inline.health.samples)}, ours ${fmt(offloaded.health.samples)}, piscina ${fmt(piscina.health.samples)}; errors: inline ${fmt(inline.errors)}, ours ${fmt(offloaded.errors)}, piscina ${fmt(piscina.errors)}`)
+    console.log(`\n/health samples: inline ${fmt(inline.health.samples)}, ours ${fmt(offloaded.health.samples)}, piscina ${fmt(piscina.health.samples)}; errors: inline ${fmt(inline.errors)}, ours ${fmt(offloaded.errors)}, ours niceness 0 ${fmt(nice0.errors)}, piscina ${fmt(piscina.errors)}`)
   }
   console.log(`\ntotal ${((performance.now() - started) / 1000).toFixed(1)} s`)
 }

@@ -331,3 +331,23 @@ describe('options', () => {
     assert.equal(limits.maxOldGenerationSizeMb, 64)
   })
 })
+
+describe('thread priority', () => {
+  const ownPriority = () => {
+    const fs = require('node:fs')
+    const os = require('node:os')
+    const tid = Number(fs.readlinkSync('/proc/thread-self').split('/').pop())
+    return os.getPriority(tid)
+  }
+
+  it('threads run niceness 10 below the event loop by default (Linux), and at its priority with niceness: 0', { skip: process.platform !== 'linux' && 'per-thread priorities are Linux-only' }, async () => {
+    const base = require('node:os').getPriority(process.pid)
+    assert.equal(await pool({ threads: 1 }).run(ownPriority), Math.min(19, base + 10))
+    assert.equal(await pool({ threads: 1, niceness: 0 }).run(ownPriority), base)
+    assert.equal(await pool({ threads: 1, niceness: 3 }).run(ownPriority), Math.min(19, base + 3))
+  })
+
+  it('rejects a bad niceness naming the option', () => {
+    assert.throws(() => createPool({ niceness: 20 }), /option "niceness" must be an integer from 0 \(off\) to 19, got 20/)
+  })
+})

@@ -370,6 +370,8 @@ export interface PoolOptions {
   setup?: string
   /** Consecutive startup failures after which the pool stops respawning threads. Default 3. */
   maxStartupFailures?: number
+  /** Linux: pool threads run this much nicer than the event loop (0 = off, max 19). Default 10. */
+  niceness?: number
 }
 
 export interface OffloadOptions extends PoolOptions {

@@ -341,7 +341,7 @@ class Pool {
   _spawn () {
     const th = new Thread(this._nextThreadId++, null)
     const worker = new Worker(THREAD_MAIN, {
-      workerData: { setup: this.options.setup },
+      workerData: { setup: this.options.setup, niceness: this.options.niceness },
       resourceLimits: this.options.resourceLimits
     })
     th.worker = worker

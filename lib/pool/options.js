@@ -5,8 +5,14 @@ const path = require('node:path')
 const { OffloadOptionError } = require('./errors')
 
 const RESOURCE_LIMIT_KEYS = ['maxOldGenerationSizeMb', 'maxYoungGenerationSizeMb', 'codeRangeSizeMb', 'stackSizeMb']
-const POOL_KEYS = ['threads', 'maxQueue', 'taskTimeoutMs', 'resourceLimits', 'setup', 'maxStartupFailures']
+const POOL_KEYS = ['threads', 'maxQueue', 'taskTimeoutMs', 'resourceLimits', 'setup', 'maxStartupFailures', 'niceness']
 const MIDDLEWARE_KEYS = POOL_KEYS.concat(['cancelOnDisconnect', 'terminateOnDisconnect'])
+
+/**
+ * Default nice increment for pool threads: when CPU is scarce the kernel
+ * runs the event loop (health checks, light requests) before offloaded work.
+ */
+const DEFAULT_NICENESS = 10
 
 /** Queue slots per thread when `maxQueue` is not given. */
 const QUEUE_PER_THREAD = 64
@@ -69,6 +75,12 @@ function resourceLimits (prefix, value) {
   return out
 }
 
+function niceness (prefix, value) {
+  if (value === undefined) return DEFAULT_NICENESS
+  if (!Number.isInteger(value) || value < 0 || value > 19) fail(prefix, 'niceness', 'an integer from 0 (off) to 19', value)
+  return value
+}
+
 function setupPath (prefix, value) {
   if (value === undefined) return undefined
   if (typeof value !== 'string' || !path.isAbsolute(value)) fail(prefix, 'setup', 'an absolute module path (use require.resolve)', value)
@@ -100,7 +112,8 @@ function normalizeOptions (options, ctx = {}) {
     taskTimeoutMs: nonNegativeInt(prefix, 'taskTimeoutMs', options.taskTimeoutMs, ctx.middleware ? 30000 : 0, false),
     resourceLimits: resourceLimits(prefix, options.resourceLimits),
     setup: setupPath(prefix, options.setup),
-    maxStartupFailures: positiveInt(prefix, 'maxStartupFailures', options.maxStartupFailures, 3)
+    maxStartupFailures: positiveInt(prefix, 'maxStartupFailures', options.maxStartupFailures, 3),
+    niceness: niceness(prefix, options.niceness)
   }
   if (ctx.middleware) {
     out.cancelOnDisconnect = bool(prefix, 'cancelOnDisconnect', options.cancelOnDisconnect, true)
@@ -109,4 +122,4 @@ function normalizeOptions (options, ctx = {}) {
   return out
 }
 
-module.exports = { normalizeOptions, defaultThreads, QUEUE_PER_THREAD, POOL_KEYS, MIDDLEWARE_KEYS }
+module.exports = { normalizeOptions, defaultThreads, QUEUE_PER_THREAD, DEFAULT_NICENESS, POOL_KEYS, MIDDLEWARE_KEYS }

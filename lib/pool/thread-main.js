@@ -10,6 +10,8 @@ const { parentPort, workerData } = require('node:worker_threads')
 const { createRequire } = require('node:module')
 const path = require('node:path')
 const { pathToFileURL } = require('node:url')
+const fs = require('node:fs')
+const os = require('node:os')
 
 const kTransfer = Symbol.for('clusterize.offload.transfer')
 const NOT_DEFINED_RE = /^([\p{L}\p{Nl}$_][\p{L}\p{Nl}\p{Mn}\p{Mc}\p{Nd}\p{Pc}$\u200c\u200d]*) is not defined$/u
@@ -159,7 +161,21 @@ function onMessage (msg) {
   else runTask(msg)
 }
 
+/**
+ * Lower this thread's scheduling priority. On Linux a thread has its own
+ * nice value, addressed by its thread id (/proc/thread-self -> <pid>/task/<tid>).
+ * Elsewhere (or if the kernel refuses) threads keep the process's priority.
+ */
+function lowerPriority (niceness) {
+  if (!niceness || process.platform !== 'linux') return
+  try {
+    const tid = Number(fs.readlinkSync('/proc/thread-self').split('/').pop())
+    os.setPriority(tid, Math.min(19, os.getPriority(tid) + niceness))
+  } catch {}
+}
+
 function start () {
+  lowerPriority(workerData && workerData.niceness)
   const setup = workerData && workerData.setup
   if (!setup) return undefined
   let mod
