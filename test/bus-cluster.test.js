@@ -7,6 +7,7 @@ const test = require('node:test')
 const assert = require('node:assert')
 const path = require('path')
 const { startCluster, stopAll, isAlive, waitDead } = require('./helpers/cluster')
+const { eventually } = require('./helpers/wait')
 
 const FIXTURE = path.join(__dirname, 'fixtures', 'bus-cluster.js')
 
@@ -29,15 +30,8 @@ function driver (cluster) {
   return run
 }
 
-async function eventually (check, what, timeoutMs = 15000) {
-  const until = Date.now() + timeoutMs
-  for (;;) {
-    const value = await check()
-    if (value) return value
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 25))
-  }
-}
+/** How long and how often the checks below poll. */
+const POLL = { timeoutMs: 15000, intervalMs: 25 }
 
 const TARGETS = ['primary', 0, 1, 2]
 
@@ -65,7 +59,7 @@ test('bus across a real cluster (primary + 3 workers)', { timeout: 120000 }, asy
     const seen = await eventually(async () => {
       const all = await receivedBy(run)
       return TARGETS.every((target) => count(all[target], 'fence') === 1) && all
-    }, 'the fence broadcast')
+    }, { ...POLL, what: 'the fence broadcast' })
     for (const target of ['primary', 1, 2]) {
       assert.strictEqual(count(seen[target], 'plain'), 1, `${target} got the plain broadcast once`)
       assert.strictEqual(count(seen[target], 'with-self'), 1, `${target} got the self broadcast once`)
@@ -83,7 +77,7 @@ test('bus across a real cluster (primary + 3 workers)', { timeout: 120000 }, asy
     const seen = await eventually(async () => {
       const all = await receivedBy(run)
       return TARGETS.every((target) => count(all[target], 'fence') === 1) && all
-    }, 'the fence broadcast')
+    }, { ...POLL, what: 'the fence broadcast' })
     for (const target of [0, 1, 2]) {
       assert.strictEqual(count(seen[target], 'from-primary'), 1)
       assert.strictEqual(seen[target][0].meta.from, 'primary')
@@ -100,7 +94,7 @@ test('bus across a real cluster (primary + 3 workers)', { timeout: 120000 }, asy
     const seen = await eventually(async () => {
       const all = await receivedBy(run)
       return count(all[2], 'direct') === 1 && count(all.primary, 'to-primary') === 1 && count(all[1], 'primary-to-1') === 1 && all
-    }, 'direct messages')
+    }, { ...POLL, what: 'direct messages' })
     assert.strictEqual(count(seen[0], 'direct') + count(seen[1], 'direct') + count(seen.primary, 'direct'), 0)
     assert.strictEqual(seen[2].find((r) => r.data.marker === 'direct').meta.from, 0)
     assert.strictEqual(seen.primary.find((r) => r.data.marker === 'to-primary').meta.from, 1)
@@ -176,7 +170,7 @@ test('bus across a real cluster (primary + 3 workers)', { timeout: 120000 }, asy
     const seen = await eventually(async () => {
       const all = await receivedBy(run)
       return count(all[1], 'after-garbage') === 1 && count(all[2], 'after-garbage') === 1 && count(all.primary, 'after-garbage') === 1 && all
-    }, 'a broadcast after the garbage')
+    }, { ...POLL, what: 'a broadcast after the garbage' })
     for (const target of ['primary', 1, 2]) {
       assert.deepStrictEqual(seen[target].map((r) => r.data.marker), ['after-garbage'], `${target} received nothing from the garbage`)
     }
@@ -240,13 +234,13 @@ test("serialization 'advanced': Map, Set, Buffer, Date and BigInt round-trip bet
   const run = driver(cluster)
   t.after(() => cluster.stop())
   await run(0, 'broadcastTyped', { topic: 't:b' })
-  const got = await eventually(async () => (await run(1, 'received'))[0], 'the typed broadcast')
+  const got = await eventually(async () => (await run(1, 'received'))[0], { ...POLL, what: 'the typed broadcast' })
   assert.match(got.inspect, /map: Map\(1\) \{ 'a' => 1 \}/)
   assert.match(got.inspect, /set: Set\(2\) \{ 1, 2 \}/)
   assert.match(got.inspect, /buf: <Buffer 68 69>/)
   assert.match(got.inspect, /date: 1970-01-01T00:00:00\.000Z/)
   assert.match(got.inspect, /big: 12345678901234567890n/)
-  const primaryGot = await eventually(async () => (await run('primary', 'received'))[0], 'the typed broadcast in the primary')
+  const primaryGot = await eventually(async () => (await run('primary', 'received'))[0], { ...POLL, what: 'the typed broadcast in the primary' })
   assert.strictEqual(primaryGot.inspect, got.inspect)
   const answer = await run(1, 'request', { topic: 't:echo', data: [1, 'two'] })
   assert.deepStrictEqual(answer, { ok: true, value: { echo: [1, 'two'], from: 1, generation: 1 } })

@@ -6,94 +6,22 @@
 
 const test = require('node:test')
 const assert = require('node:assert')
-const net = require('net')
 const path = require('path')
 const crypto = require('crypto')
-const { spawn, execFileSync } = require('child_process')
 const { startCluster, stopAll, isAlive } = require('./helpers/cluster')
+const { REDIS_URL, redisProblem, redisServerPath, privateRedis } = require('./helpers/redis')
+const { eventually } = require('./helpers/wait')
 
 const FIXTURE = path.join(__dirname, 'fixtures', 'bus-cluster.js')
-const SHARED_REDIS = process.env.REDIS_URL || 'redis://127.0.0.1:6379'
 const IN_CI = process.env.CI === 'true' || process.env.CI === '1'
 
-const started = new Set()
-test.after(async () => {
-  await stopAll()
-  for (const child of started) stopRedis(child)
-})
-
-/** PING a Redis URL over a raw socket; resolves true/false. */
-function pingRedis (url) {
-  const { hostname, port } = new URL(url)
-  return new Promise((resolve) => {
-    const socket = net.connect({ host: hostname || '127.0.0.1', port: Number(port) || 6379 })
-    let answer = ''
-    const done = (ok) => { socket.destroy(); resolve(ok) }
-    socket.setTimeout(1000, () => done(false))
-    socket.on('error', () => done(false))
-    socket.on('connect', () => socket.write('PING\r\n'))
-    socket.on('data', (chunk) => {
-      answer += chunk
-      if (answer.includes('\r\n')) done(answer.startsWith('+PONG') || answer.startsWith('-NOAUTH'))
-    })
-  })
-}
-
-function redisServerPath () {
-  try {
-    return execFileSync('sh', ['-c', 'command -v redis-server'], { encoding: 'utf8' }).trim() || null
-  } catch {
-    return null
-  }
-}
-
-function freePort () {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer()
-    server.on('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address()
-      server.close(() => resolve(port))
-    })
-  })
-}
-
-async function startRedis (binary, port) {
-  const child = spawn(binary, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'], { stdio: 'ignore' })
-  started.add(child)
-  const url = `redis://127.0.0.1:${port}`
-  const until = Date.now() + 10000
-  while (!(await pingRedis(url))) {
-    if (child.exitCode !== null || Date.now() > until) throw new Error(`redis-server on port ${port} did not start`)
-    await new Promise((resolve) => setTimeout(resolve, 50))
-  }
-  return child
-}
-
-function stopRedis (child) {
-  started.delete(child)
-  const exited = child.exitCode !== null || child.signalCode !== null
-    ? Promise.resolve()
-    : new Promise((resolve) => child.once('exit', resolve))
-  try { process.kill(child.pid, 'SIGKILL') } catch {}
-  return exited
-}
+test.after(() => stopAll())
 
 function driver (cluster) {
   return async (target, action, args) => {
     const reply = await cluster.command({ type: 'bus-test:do', target, action, args }, 'bus-test:reply', 30000)
     if (reply.error) throw new Error(`${action} on ${target} failed: ${reply.error.message}`)
     return reply.result
-  }
-}
-
-async function eventually (check, what, timeoutMs = 20000) {
-  const until = Date.now() + timeoutMs
-  for (;;) {
-    const value = await check()
-    if (value) return value
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 50))
   }
 }
 
@@ -135,7 +63,7 @@ async function exchange (from, to, marker) {
     seen[side.name] = await eventually(async () => {
       const all = await receivedBy(side.run)
       return TARGETS.every((target) => count(all[target], fence) === 1) && all
-    }, `the fence ${fence} in cluster ${side.name}`)
+    }, { what: `the fence ${fence} in cluster ${side.name}` })
   }
   return seen
 }
@@ -146,11 +74,12 @@ async function skipOrFail (t, reason) {
 }
 
 test('two clusters on the same Redis see each other\'s broadcasts exactly once', { timeout: 90000 }, async (t) => {
-  if (!(await pingRedis(SHARED_REDIS))) return skipOrFail(t, `Redis is not reachable at ${SHARED_REDIS} (set REDIS_URL)`)
-  const { a, b, runA, runB } = await twoClusters(SHARED_REDIS)
+  const problem = await redisProblem(REDIS_URL)
+  if (problem) return skipOrFail(t, `${problem} (set REDIS_URL)`)
+  const { a, b, runA, runB } = await twoClusters(REDIS_URL)
   t.after(() => Promise.all([a.stop(), b.stop()]))
-  const statusA = await eventually(() => bridgeConnected(runA), 'bridge A')
-  const statusB = await eventually(() => bridgeConnected(runB), 'bridge B')
+  const statusA = await eventually(() => bridgeConnected(runA), { what: 'bridge A' })
+  const statusB = await eventually(() => bridgeConnected(runB), { what: 'bridge B' })
   assert.notStrictEqual(statusA.bridge.host, statusB.bridge.host)
   assert.strictEqual((await runA(0, 'status')).bridge, null, 'workers hold no Redis connection')
 
@@ -175,46 +104,45 @@ test('two clusters on the same Redis see each other\'s broadcasts exactly once',
   assert.strictEqual(count(second.B[1], 'from-b'), 1)
 
   await runA('primary', 'broadcast', { topic: 't:b', data: { marker: 'primary-a' } })
-  await eventually(async () => count(await runB(1, 'received'), 'primary-a') === 1, 'a primary broadcast bridged')
+  await eventually(async () => count(await runB(1, 'received'), 'primary-a') === 1, { what: 'a primary broadcast bridged' })
   const fromPrimary = (await runB(1, 'received')).find((r) => r.data.marker === 'primary-a')
   assert.deepStrictEqual(fromPrimary.meta, { topic: 't:b', from: 'primary', generation: null, host: statusA.bridge.host })
 })
 
 test('the bridge survives Redis stopping and starting again; no process crashes', { timeout: 90000 }, async (t) => {
-  const binary = redisServerPath()
-  if (!binary) return skipOrFail(t, 'redis-server is not installed (apt-get install redis-server)')
-  const port = await freePort()
-  let redis = await startRedis(binary, port)
-  t.after(() => stopRedis(redis))
-  const { a, b, runA, runB } = await twoClusters(`redis://127.0.0.1:${port}`)
+  if (!redisServerPath()) return skipOrFail(t, 'redis-server is not installed (apt-get install redis-server)')
+  const redis = await privateRedis({ startTimeoutMs: 10000 })
+  t.after(() => redis.stop())
+  await redis.start()
+  const { a, b, runA, runB } = await twoClusters(redis.url)
   t.after(() => Promise.all([a.stop(), b.stop()]))
-  await eventually(() => bridgeConnected(runA), 'bridge A')
-  await eventually(() => bridgeConnected(runB), 'bridge B')
+  await eventually(() => bridgeConnected(runA), { what: 'bridge A' })
+  await eventually(() => bridgeConnected(runB), { what: 'bridge B' })
   const A = { name: 'A', run: runA }
   const B = { name: 'B', run: runB }
   const before = await exchange(A, B, 'before-outage')
   assert.strictEqual(count(before.B[1], 'before-outage'), 1)
 
-  await stopRedis(redis)
+  await redis.stop()
   const down = await eventually(async () => {
     const status = await runA('primary', 'status')
     return !status.bridge.connected && status.bridge.lastError && status
-  }, 'the bridge to notice Redis is gone')
+  }, { what: 'the bridge to notice Redis is gone' })
   assert.match(down.bridge.lastError, /ECONNREFUSED|Connection is closed|ECONNRESET|closed/i)
   // Broadcasting while Redis is down works locally and is dropped for other hosts.
   await runA(0, 'broadcast', { topic: 't:b', data: { marker: 'during-outage' } })
-  await eventually(async () => count(await runA(1, 'received'), 'during-outage') === 1, 'a local broadcast during the outage')
+  await eventually(async () => count(await runA(1, 'received'), 'during-outage') === 1, { what: 'a local broadcast during the outage' })
   assert.ok((await runA('primary', 'status')).bridge.dropped >= 1)
 
-  redis = await startRedis(binary, port)
-  await eventually(() => bridgeConnected(runA), 'bridge A to reconnect', 30000)
-  await eventually(() => bridgeConnected(runB), 'bridge B to reconnect', 30000)
+  await redis.start()
+  await eventually(() => bridgeConnected(runA), { what: 'bridge A to reconnect', timeoutMs: 30000 })
+  await eventually(() => bridgeConnected(runB), { what: 'bridge B to reconnect', timeoutMs: 30000 })
   // The subscriber re-subscribes by itself; retry the first broadcast until it
   // lands (pub/sub is at-most-once), then check exactly-once on a clean one.
   await eventually(async () => {
     await runA(0, 'broadcast', { topic: 't:other', data: { marker: 'probe' } })
     return count(await runB(1, 'received'), 'probe') > 0
-  }, 'a broadcast across the restored bridge', 30000)
+  }, { what: 'a broadcast across the restored bridge', timeoutMs: 30000 })
   const after = await exchange(A, B, 'after-outage')
   for (const target of TARGETS) assert.strictEqual(count(after.B[target], 'after-outage'), 1)
   assert.strictEqual(count(after.B[1], 'during-outage'), 0, 'nothing was queued during the outage')

@@ -12,7 +12,6 @@ const assert = require('node:assert')
 const { spawn, execFile } = require('child_process')
 const fs = require('fs')
 const http = require('http')
-const net = require('net')
 const os = require('os')
 const path = require('path')
 
@@ -22,6 +21,8 @@ const { FLAGS } = require('../lib/cli/args')
 const { formatBanner } = require('../lib/primary/banner')
 const { createJsonLogger } = require('../lib/cli/json-logger')
 const { version } = require('../package.json')
+const { freePort } = require('./helpers/net')
+const { eventually } = require('./helpers/wait')
 
 const tracked = new Set()
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'clusterize-cli-'))
@@ -58,17 +59,6 @@ function run (args, options) {
   })
 }
 
-function freePort () {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address()
-      server.close(() => resolve(port))
-    })
-  })
-}
-
 function get (port, urlPath) {
   return new Promise((resolve, reject) => {
     const req = http.get({ host: '127.0.0.1', port, path: urlPath || '/', agent: false, timeout: 5000 }, (res) => {
@@ -86,15 +76,8 @@ function safeJson (text) {
   try { return JSON.parse(text) } catch { return null }
 }
 
-async function waitFor (predicate, what, timeoutMs) {
-  const deadline = Date.now() + (timeoutMs || 30000)
-  for (;;) {
-    const value = await predicate()
-    if (value) return value
-    if (Date.now() > deadline) throw new Error('timed out waiting for ' + what)
-    await new Promise((resolve) => setTimeout(resolve, 50))
-  }
-}
+/** How long and how often the checks below poll. */
+const POLL = { timeoutMs: 30000, intervalMs: 50 }
 
 describe('clusterize app.js: start, status, reload, stop', () => {
   const pidFile = path.join(tmp, 'run', 'hello.pid')
@@ -117,10 +100,10 @@ describe('clusterize app.js: start, status, reload, stop', () => {
     exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })))
     let gone = false
     exited.then(() => { gone = true })
-    await waitFor(() => {
+    await eventually(() => {
       if (gone) throw new Error('the CLI exited before it was ready:\n' + output)
       return fs.existsSync(pidFile) && output.includes('slot')
-    }, 'the pid file and the banner')
+    }, { ...POLL, what: 'the pid file and the banner' })
   })
 
   test('writes the pid file and prints the banner', () => {
@@ -136,12 +119,12 @@ describe('clusterize app.js: start, status, reload, stop', () => {
 
   test('answers 200 from two different worker pids', async () => {
     const pids = new Set()
-    await waitFor(async () => {
+    await eventually(async () => {
       const res = await get(port)
       assert.strictEqual(res.status, 200)
       pids.add(res.json.pid)
       return pids.size >= 2
-    }, 'two worker pids')
+    }, { ...POLL, what: 'two worker pids' })
     assert.strictEqual(pids.size, 2)
     assert.ok(!pids.has(child.pid), 'the primary serves no requests')
     for (const pid of pids) tracked.add(pid)
@@ -173,15 +156,15 @@ describe('clusterize app.js: start, status, reload, stop', () => {
     assert.strictEqual(result.code, 0, result.stderr + '\n' + output)
     assert.match(result.stdout, /reload done: generation 1 -> 2/)
     const fresh = new Set()
-    await waitFor(async () => {
+    await eventually(async () => {
       const res = await get(port)
       assert.strictEqual(res.status, 200)
       tracked.add(res.json.pid)
       if (!firstPids.has(res.json.pid)) fresh.add(res.json.pid)
       return fresh.size >= 2
-    }, 'two new worker pids')
+    }, { ...POLL, what: 'two new worker pids' })
     for (const pid of firstPids) {
-      await waitFor(() => !isAlive(pid), `old worker ${pid} to exit`)
+      await eventually(() => !isAlive(pid), { ...POLL, what: `old worker ${pid} to exit` })
     }
   })
 

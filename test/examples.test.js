@@ -4,9 +4,10 @@
 const { test, after } = require('node:test')
 const assert = require('node:assert')
 const { spawn } = require('child_process')
-const net = require('net')
 const path = require('path')
 const { request, waitDead } = require('./helpers/cluster')
+const { freePort } = require('./helpers/net')
+const { eventually } = require('./helpers/wait')
 
 const root = path.join(__dirname, '..')
 const running = new Set()
@@ -14,17 +15,6 @@ const running = new Set()
 after(async () => {
   for (const child of running) child.kill('SIGKILL')
 })
-
-function freePort () {
-  return new Promise((resolve, reject) => {
-    const probe = net.createServer()
-    probe.once('error', reject)
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address()
-      probe.close(() => resolve(port))
-    })
-  })
-}
 
 /** `node examples/<name>/server.js` with PORT set; resolves once GET path answers. */
 async function runExample (name, env, readyPath) {
@@ -53,16 +43,12 @@ async function runExample (name, env, readyPath) {
       return result
     }
   }
-  const until = Date.now() + 20000
-  for (;;) {
+  await eventually(async () => {
     // The banner prints once every worker is ready.
-    if (/ready with 2 workers/.test(output)) {
-      const response = await example.get(readyPath || '/').catch(() => ({ status: 0 }))
-      if (response.status > 0 && response.status < 500) break
-    }
-    if (Date.now() > until) throw new Error(`example ${name} did not answer\n${output}`)
-    await new Promise((resolve) => setTimeout(resolve, 100))
-  }
+    if (!/ready with 2 workers/.test(output)) return false
+    const response = await example.get(readyPath || '/').catch(() => ({ status: 0 }))
+    return response.status > 0 && response.status < 500
+  }, { timeoutMs: 20000, intervalMs: 100, what: () => `example ${name} to answer\n${output}` })
   return example
 }
 

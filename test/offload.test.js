@@ -8,6 +8,7 @@ const express = require('express')
 const request = require('supertest')
 const offload = require('../middleware/offload')
 const registry = require('../lib/pool/registry')
+const { untilStats: until } = require('./helpers/wait')
 
 const tasks = path.join(__dirname, 'fixtures', 'tasks')
 const ops = (name) => offload.task(path.join(tasks, 'ops.js'), name)
@@ -33,14 +34,6 @@ after(async () => {
   await Promise.all(middlewares.map((m) => m.close({ timeoutMs: 1000 })))
   await registry.closeAll({ timeoutMs: 1000 }) // the default pool of offload.route()
 })
-
-async function until (m, predicate) {
-  for (let i = 0; i < 500; i++) {
-    if (predicate(m.stats())) return
-    await new Promise((resolve) => setTimeout(resolve, 10))
-  }
-  throw new Error(`condition not reached: ${JSON.stringify(m.stats())}`)
-}
 
 /** GET on a raw socket; returns { done, destroy } so a test can walk away mid-request. */
 function rawGet (server, urlPath) {

@@ -8,6 +8,7 @@ const registry = require('../lib/pool/registry')
 const { defaultThreads } = require('../lib/pool/options')
 const offload = require('../middleware/offload')
 const errors = require('../lib/pool/errors')
+const { untilStats: until } = require('./helpers/wait')
 
 const tasks = path.join(__dirname, 'fixtures', 'tasks')
 const ops = (name) => offload.task(path.join(tasks, 'ops.js'), name)
@@ -19,15 +20,6 @@ function pool (options) {
   return p
 }
 after(() => Promise.all(pools.map((p) => p.close({ timeoutMs: 1000 }))))
-
-/** Resolve once `predicate(pool.stats())` holds (polling; no timing asserts). */
-async function until (p, predicate) {
-  for (let i = 0; i < 500; i++) {
-    if (predicate(p.stats())) return
-    await new Promise((resolve) => setTimeout(resolve, 10))
-  }
-  throw new Error(`condition not reached: ${JSON.stringify(p.stats())}`)
-}
 
 describe('results', () => {
   const p = pool({ threads: 2 })

@@ -7,9 +7,10 @@ const { test, after } = require('node:test')
 const assert = require('node:assert')
 const { spawn } = require('child_process')
 const fs = require('fs')
-const net = require('net')
 const path = require('path')
 const { request } = require('./helpers/cluster')
+const { freePort } = require('./helpers/net')
+const { eventuallyPasses } = require('./helpers/wait')
 
 const root = path.join(__dirname, '..')
 const readme = fs.readFileSync(path.join(root, 'README.md'), 'utf8')
@@ -66,25 +67,7 @@ function runToExit (file) {
   })
 }
 
-async function poll (port, urlPath) {
-  const until = Date.now() + 15000
-  for (;;) {
-    try {
-      return (await request(port, urlPath)).status
-    } catch (err) {
-      if (Date.now() > until) throw err
-      await new Promise((resolve) => setTimeout(resolve, 100))
-    }
-  }
-}
-
-function freePort () {
-  return new Promise((resolve, reject) => {
-    const probe = net.createServer()
-    probe.once('error', reject)
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address()
-      probe.close(() => resolve(port))
-    })
-  })
+/** The status of GET urlPath, retried while the program is still starting. */
+function poll (port, urlPath) {
+  return eventuallyPasses(async () => (await request(port, urlPath)).status, { timeoutMs: 15000 })
 }

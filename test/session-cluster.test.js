@@ -10,7 +10,7 @@ const { describe, it, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const path = require('path')
 const { startCluster } = require('./helpers/cluster')
-const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix } = require('./fixtures/session-redis')
+const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix } = require('./helpers/redis')
 
 const FIXTURE = path.join(__dirname, 'fixtures', 'session-cluster.js')
 

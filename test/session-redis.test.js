@@ -14,7 +14,8 @@ const request = require('supertest')
 const Redis = require('ioredis')
 const session = require('../middleware/session')
 const { createSessionApp } = require('./fixtures/session-app')
-const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix, privateRedis } = require('./fixtures/session-redis')
+const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix, privateRedis } = require('./helpers/redis')
+const { eventuallyPasses } = require('./helpers/wait')
 
 const SECRET = 'redis-test-secret-0123456789-abcdefghij'
 
@@ -23,18 +24,6 @@ function sidOf (res) {
   assert.ok(cookie, 'a session cookie was set')
   const value = decodeURIComponent(cookie.split(';')[0].slice('connect.sid='.length))
   return value.slice(2, value.lastIndexOf('.'))
-}
-
-async function eventually (fn, timeoutMs) {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    try {
-      return await fn()
-    } catch (err) {
-      if (Date.now() > deadline) throw err
-      await new Promise((resolve) => setTimeout(resolve, 100))
-    }
-  }
 }
 
 describe('Redis store keys', async () => {
@@ -116,11 +105,11 @@ describe('Redis stopped mid-run and started again', async () => {
     assert.equal((await agent.get('/me').expect(200)).body.user, 'hank')
 
     await redis.stop()
-    const down = await eventually(async () => {
+    const down = await eventuallyPasses(async () => {
       const res = await agent.get('/me')
       assert.equal(res.status, 503)
       return res
-    }, 5000)
+    }, { timeoutMs: 5000 })
     assert.match(down.body.error, /^session store unavailable: redis: /)
     assert.ok(down.headers['retry-after'])
     const fresh = await request(app).post('/login?user=ivy')
@@ -129,7 +118,7 @@ describe('Redis stopped mid-run and started again', async () => {
 
     await redis.start()
     const back = request.agent(app)
-    await eventually(() => back.post('/login?user=jade').expect(200), 10000)
+    await eventuallyPasses(() => back.post('/login?user=jade').expect(200), { timeoutMs: 10000 })
     assert.equal((await back.get('/me').expect(200)).body.user, 'jade')
     assert.deepEqual(session.sessionStatus(), { store: 'redis', available: true, lastError: null })
   })
@@ -160,31 +149,31 @@ describe('Redis stopped and started under a 2-worker cluster', () => {
     const login = await cluster.get('/login?user=kim', { method: 'POST' })
     assert.equal(login.status, 200, login.body)
     await redis.stop()
-    await eventually(async () => {
+    await eventuallyPasses(async () => {
       // fresh connections: round robin puts consecutive requests on both workers
       for (let i = 0; i < 4; i++) {
         const res = await cluster.get('/count')
         assert.equal(res.status, 503, res.body)
         assert.match(res.json.error, /^session store unavailable: redis: /)
       }
-    }, 5000)
+    }, { timeoutMs: 5000 })
     // The primary learns it from heartbeats: /ready names the reason, the log says it.
-    await eventually(async () => {
+    await eventuallyPasses(async () => {
       const ready = await cluster.probe('/ready')
       assert.equal(ready.status, 200)
       assert.match(ready.body, /^ready, degraded: session store redis unavailable: /)
-    }, 5000)
+    }, { timeoutMs: 5000 })
     assert.match(cluster.output, /session store redis unavailable: .*session requests get 503/)
     await redis.start()
     const seen = new Set()
-    await eventually(async () => {
+    await eventuallyPasses(async () => {
       const res = await cluster.get('/login?user=lee', { method: 'POST' })
       assert.equal(res.status, 200, res.body)
       seen.add(res.json.pid)
       assert.equal(seen.size, 2, 'both workers recovered')
-    }, 15000)
-    await eventually(async () => {
+    }, { timeoutMs: 15000 })
+    await eventuallyPasses(async () => {
       assert.equal((await cluster.probe('/ready')).body, 'ready\n')
-    }, 5000)
+    }, { timeoutMs: 5000 })
   })
 })

@@ -14,7 +14,7 @@ const { promisify } = require('util')
 const { SessionBackend } = require('../lib/session/cluster-backend')
 const { ClusterStore } = require('../lib/session/cluster-store')
 const { ClusterizeRedisStore } = require('../lib/session/redis-store')
-const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix } = require('./fixtures/session-redis')
+const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix } = require('./helpers/redis')
 
 const sleep = promisify(setTimeout)
 

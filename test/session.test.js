@@ -13,7 +13,7 @@ const request = require('supertest')
 const expressSession = require('express-session')
 const session = require('../middleware/session')
 const { createSessionApp } = require('./fixtures/session-app')
-const { privateRedis } = require('./fixtures/session-redis')
+const { privateRedis } = require('./helpers/redis')
 
 const SECRET = 'test-secret-that-is-long-enough-0123456789'
 const opened = []

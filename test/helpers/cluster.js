@@ -9,6 +9,7 @@
 const { fork } = require('child_process')
 const http = require('http')
 const path = require('path')
+const { eventually } = require('./wait')
 
 const started = new Set()
 
@@ -76,18 +77,10 @@ function startCluster (fixture, options) {
 }
 
 function waitFor (cluster, predicate, timeoutMs) {
-  timeoutMs = timeoutMs || 20000
-  const started = Date.now()
-  return new Promise((resolve, reject) => {
-    (function poll () {
-      let value
-      try { value = predicate() } catch (err) { return reject(err) }
-      if (value) return resolve(value)
-      if (Date.now() - started > timeoutMs) {
-        return reject(new Error('condition not met in time\n--- cluster output ---\n' + cluster.output))
-      }
-      setTimeout(poll, 25)
-    })()
+  return eventually(predicate, {
+    timeoutMs: timeoutMs || 20000,
+    intervalMs: 25,
+    what: () => 'a condition\n--- cluster output ---\n' + cluster.output
   })
 }
 
