@@ -29,6 +29,7 @@ function createDispatcher (options, supervisor) {
   let closed = false
 
   supervisor.on('record:ready', flushPending)
+  supervisor.on('record:exit', onWorkerExit)
   server.on('error', (err) => debug('acceptor error: %s', err.message))
 
   function onConnection (socket) {
@@ -44,25 +45,53 @@ function createDispatcher (options, supervisor) {
   function choose (socket) {
     const ready = supervisor.readyRecords()
     if (ready.length === 0) return null
-    let candidates = ready
+    // Stickiness wins over load: moving a client defeats the point.
+    if (options.mode === 'sticky') return pickRendezvous(socket.remoteAddress || '', ready, slotOf)
     const healthy = ready.filter(isHealthy)
     // Excluding every worker would stall the service; then all take turns.
-    if (healthy.length > 0) candidates = healthy
-    if (options.mode === 'sticky') {
-      return pickRendezvous(socket.remoteAddress || '', candidates, slotOf)
+    const candidates = healthy.length > 0 ? healthy : ready
+    // Like node:cluster's free list: prefer a worker that has taken every
+    // connection handed to it so far; a worker stuck in a long handler has not.
+    let fewest = null
+    for (let i = 0; i < candidates.length; i++) {
+      cursor = (cursor + 1) % candidates.length
+      const candidate = candidates[cursor]
+      if (candidate.pendingHandoffs === 0) return candidate
+      if (fewest === null || candidate.pendingHandoffs < fewest.pendingHandoffs) fewest = candidate
     }
-    cursor = (cursor + 1) % candidates.length
-    return candidates[cursor]
+    return fewest
   }
 
+  /**
+   * Send the bare TCP handle, as node:cluster does: sending the net.Socket
+   * would make Node track it across processes (an extra IPC message per
+   * connection). Our copy of the descriptor is closed once it is written.
+   */
   function hand (record, socket) {
+    const handle = detachHandle(socket)
+    if (handle === null) return
     record.connections++
-    record.channel.postNow(connMessage, socket, function onHanded (err) {
+    record.pendingHandoffs++
+    record.handoffs.add(handle)
+    record.channel.postNow(connMessage, handle, function onHanded (err) {
+      record.handoffs.delete(handle)
+      handle.close()
       if (err) {
+        record.pendingHandoffs--
         debug('handing a connection to worker %d failed: %s', record.id, err.message)
-        socket.destroy()
       }
     })
+  }
+
+  /** The worker took a connection (its acknowledgement arrived). */
+  function onAccepted (record) {
+    if (record.pendingHandoffs > 0) record.pendingHandoffs--
+  }
+
+  /** A worker died: close the descriptors still queued for it, so those clients are not left hanging. */
+  function onWorkerExit (record) {
+    for (const handle of record.handoffs) handle.close()
+    record.handoffs.clear()
   }
 
   function flushPending () {
@@ -95,10 +124,27 @@ function createDispatcher (options, supervisor) {
       closed = true
       for (const socket of pending.splice(0)) socket.destroy()
       supervisor.removeListener('record:ready', flushPending)
+      supervisor.removeListener('record:exit', onWorkerExit)
       return new Promise((resolve) => server.close(() => resolve()))
-    }
+    },
+    onAccepted
   }
 }
+
+/**
+ * Take the TCP handle out of a paused socket and retire the socket object
+ * (destroy() keeps the server's connection count right).
+ */
+function detachHandle (socket) {
+  const handle = socket._handle
+  if (!handle) return null
+  socket._handle = null
+  handle.onread = noop
+  socket.destroy()
+  return handle
+}
+
+function noop () {}
 
 function isHealthy (record) {
   return !record.overloaded

@@ -138,6 +138,7 @@ function startPrimary (createApp, config) {
 
   function onWorkerEnvelope (record, message) {
     if (message.kind === 'bus') busLink.onWorkerMessage(record, message)
+    else if (message.kind === 'accepted' && dispatcher) dispatcher.onAccepted(record)
     else debug('ignoring %s from worker %d', message.kind, record.id)
   }
 

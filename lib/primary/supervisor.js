@@ -72,6 +72,8 @@ class Supervisor extends EventEmitter {
       heartbeatAt: 0,
       overloaded: false,
       connections: 0,
+      pendingHandoffs: 0,
+      handoffs: new Set(),
       retireReason: null,
       bootError: null,
       channel: new ipc.Channel(worker),

@@ -30,6 +30,7 @@ function startWorker (createApp, config) {
   const port = process.env.CLUSTERIZE_PORT !== undefined ? Number(process.env.CLUSTERIZE_PORT) : config.port
   const log = createLogger(config.logger, ` worker ${id}`)
   const channel = new ipc.Channel(process)
+  const acceptedMessage = ipc.envelope('accepted')
   const handle = { app: null, server: null, id, generation, ready: null }
   let tracker = null
   let sampler = null
@@ -42,7 +43,9 @@ function startWorker (createApp, config) {
     switch (message.kind) {
       case 'conn':
         if (socketHandle && handle.server) acceptHandedConnection(handle.server, socketHandle)
-        else if (socketHandle) socketHandle.destroy()
+        else if (socketHandle) socketHandle.close()
+        // Tells the primary this worker is taking connections (load-aware rr).
+        channel.post(acceptedMessage)
         break
       case 'drain':
         shutdown(message.timeoutMs, message.reason)
@@ -129,10 +132,14 @@ function stopListening (server) {
   net.Server.prototype.close.call(server)
 }
 
-function acceptHandedConnection (server, socket) {
-  // net.Server sets TCP_NODELAY on sockets it accepts (http's default);
-  // a socket handed over by the primary bypasses that. Without it a response
-  // written in two chunks stalls ~40 ms on Nagle and delayed ACKs.
+/**
+ * Wrap a TCP handle handed over by the primary and give it to the server,
+ * as net.Server would with one it accepted itself.
+ */
+function acceptHandedConnection (server, tcpHandle) {
+  const socket = new net.Socket({ handle: tcpHandle, readable: true, writable: true })
+  // net.Server sets TCP_NODELAY on sockets it accepts (http's default); without
+  // it a response written in two chunks stalls ~40 ms on Nagle and delayed ACKs.
   socket.setNoDelay(true)
   server.emit('connection', socket)
   socket.resume()
