@@ -1,0 +1,109 @@
+'use strict'
+
+/**
+ * Start one contender (single process, textbook cluster, clusterize, PM2)
+ * on a free loopback port and give it a uniform face: port, pids, memory,
+ * stop(). Everything started is stopped by PID (PM2 by `pm2 kill`).
+ */
+
+const path = require('path')
+const { startProcess, waitForLine, waitForHttp, stopProcess, rssMiB, childrenOf, freePort, sleep } = require('./proc')
+const { createPm2 } = require('./pm2')
+
+const SERVERS = path.join(__dirname, 'servers.js')
+
+/**
+ * @param {'single'|'cluster'|'clusterize'} kind
+ * @param {{ app?: string, options?: object, node?: string, label?: string }} [spec]
+ */
+async function startLocal (kind, spec) {
+  spec = spec || {}
+  const port = await freePort()
+  const args = [SERVERS, kind, String(port), spec.app || 'hello']
+  if (spec.options) args.push(JSON.stringify(spec.options))
+  const proc = startProcess({ args, node: spec.node, env: spec.env, name: spec.label || kind })
+  try {
+    const line = await waitForLine(proc, /^READY /, 30000)
+    await waitForHttp(port, 10000)
+    return {
+      label: spec.label || kind,
+      port,
+      proc,
+      readyLine: line,
+      /** { primary: MiB, workers: [MiB] } (single: primary only) */
+      memory () {
+        const workers = childrenOf(proc.pid).map(rssMiB).filter((v) => v !== null)
+        return { primary: rssMiB(proc.pid), workers }
+      },
+      workerPids () {
+        return childrenOf(proc.pid)
+      },
+      /** Every PID of this contender (primary first). */
+      allPids () {
+        return [proc.pid].concat(childrenOf(proc.pid))
+      },
+      signal (name) {
+        process.kill(proc.pid, name)
+      },
+      stop () {
+        return stopProcess(proc)
+      }
+    }
+  } catch (err) {
+    await stopProcess(proc)
+    throw err
+  }
+}
+
+/** PM2 cluster mode with `instances` workers, private PM2_HOME. */
+async function startPm2 (spec) {
+  spec = spec || {}
+  const port = await freePort()
+  const pm2 = createPm2()
+  const name = 'cz-bench'
+  try {
+    await pm2.start(SERVERS, {
+      name,
+      instances: spec.instances,
+      args: ['pm2-app', '', spec.app || 'hello'],
+      env: { PORT: String(port) }
+    })
+    await waitForHttp(port, 30000)
+    await waitOnline(pm2, name, spec.instances)
+  } catch (err) {
+    await pm2.kill()
+    throw err
+  }
+  return {
+    label: spec.label || 'PM2 cluster mode',
+    port,
+    pm2,
+    async memory () {
+      const mem = await pm2.memory(name)
+      return { primary: mem.daemon, workers: mem.instances }
+    },
+    async workerPids () {
+      return (await pm2.list()).filter((app) => app.name === name).map((app) => app.pid)
+    },
+    async allPids () {
+      return [pm2.daemonPid()].concat(await this.workerPids())
+    },
+    reload () {
+      return pm2.reload(name)
+    },
+    stop () {
+      return pm2.kill()
+    }
+  }
+}
+
+async function waitOnline (pm2, name, instances) {
+  for (let i = 0; i < 100; i++) {
+    const apps = (await pm2.list()).filter((app) => app.name === name)
+    if (apps.length === instances && apps.every((app) => app.pm2_env.status === 'online')) return
+    await sleep(200)
+  }
+  throw new Error('PM2 instances did not come online')
+}
+
+module.exports = { startLocal, startPm2 }

@@ -1,0 +1,87 @@
+'use strict'
+
+/**
+ * Load generators: autocannon (programmatic) for throughput, and a small
+ * keep-alive client loop that records every request (for reload windows and
+ * per-route latency), counting failures = connection errors + non-2xx.
+ */
+
+const http = require('http')
+const autocannon = require('autocannon')
+
+/**
+ * @param {{ port: number, path?: string, connections?: number, durationSec?: number, reconnectRate?: number }} options
+ * @returns {Promise<{ rps: number, p50: number, p99: number, errors: number, non2xx: number }>}
+ */
+async function runAutocannon (options) {
+  const result = await autocannon({
+    url: `http://127.0.0.1:${options.port}${options.path || '/'}`,
+    connections: options.connections || 50,
+    duration: options.durationSec || 5,
+    reconnectRate: options.reconnectRate,
+    overallRate: options.overallRate,
+    pipelining: 1
+  })
+  return {
+    rps: result.requests.total / result.duration,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    errors: result.errors + result.timeouts,
+    non2xx: result.non2xx
+  }
+}
+
+/**
+ * `concurrency` loops, each sending one request after another until
+ * `durationMs` passes. Every request is recorded as { start, ms, ok, path }.
+ * @param {{ port: number, concurrency: number, durationMs: number, keepAlive?: boolean, pickPath?: (n: number) => string }} options
+ */
+async function runClientLoop (options) {
+  const agent = options.keepAlive === false
+    ? false
+    : new http.Agent({ keepAlive: true, maxSockets: options.concurrency })
+  const pickPath = options.pickPath || (() => '/')
+  const samples = []
+  const errors = {}
+  const stopAt = Date.now() + options.durationMs
+  let counter = 0
+
+  async function loop () {
+    while (Date.now() < stopAt) {
+      const path = pickPath(counter++)
+      const wall = Date.now()
+      const start = performance.now()
+      const outcome = await request(options.port, path, agent)
+      samples.push({ start: wall, ms: performance.now() - start, ok: outcome.ok, path })
+      if (!outcome.ok) errors[outcome.why] = (errors[outcome.why] || 0) + 1
+    }
+  }
+
+  await Promise.all(Array.from({ length: options.concurrency }, loop))
+  if (agent) agent.destroy()
+  return { samples, errors }
+}
+
+function request (port, path, agent) {
+  return new Promise((resolve) => {
+    const req = http.get({ host: '127.0.0.1', port, path, agent, timeout: 10000 }, (res) => {
+      res.resume()
+      res.on('end', () => resolve(res.statusCode >= 200 && res.statusCode < 300
+        ? { ok: true }
+        : { ok: false, why: 'HTTP ' + res.statusCode }))
+      res.on('error', (err) => resolve({ ok: false, why: err.code || err.message }))
+    })
+    req.on('timeout', () => req.destroy(Object.assign(new Error('timeout'), { code: 'ETIMEDOUT' })))
+    req.on('error', (err) => resolve({ ok: false, why: err.code || err.message }))
+  })
+}
+
+/** The p-th percentile (0..100) of an array of numbers. */
+function percentile (values, p) {
+  if (values.length === 0) return NaN
+  const sorted = Float64Array.from(values).sort()
+  const index = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))
+  return sorted[index]
+}
+
+module.exports = { runAutocannon, runClientLoop, percentile }

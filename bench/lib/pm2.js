@@ -1,0 +1,83 @@
+'use strict'
+
+/**
+ * PM2 as a baseline, with a private PM2_HOME in a temp dir so it never
+ * touches a user's own PM2. `kill()` runs `pm2 kill`, then SIGKILLs by PID
+ * anything of ours still alive.
+ */
+
+const { execFile } = require('child_process')
+const fs = require('fs')
+const os = require('os')
+const path = require('path')
+const { rssMiB, isAlive, sleep } = require('./proc')
+
+const PM2_BIN = path.join(__dirname, '..', '..', 'node_modules', 'pm2', 'bin', 'pm2')
+
+function createPm2 () {
+  const home = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-bench-pm2-'))
+  const seenPids = new Set()
+
+  function run (args, extraEnv) {
+    return new Promise((resolve, reject) => {
+      const env = Object.assign({}, process.env, { PM2_HOME: home, PM2_DISCRETE_MODE: 'true' }, extraEnv)
+      execFile(process.execPath, [PM2_BIN].concat(args), { env, timeout: 60000 }, (err, stdout, stderr) => {
+        if (err) return reject(new Error(`pm2 ${args.join(' ')} failed: ${err.message}\n${stderr}`))
+        resolve(stdout)
+      })
+    })
+  }
+
+  async function list () {
+    const out = await run(['jlist'])
+    const start = out.indexOf('[')
+    const apps = JSON.parse(out.slice(start))
+    for (const app of apps) if (app.pid) seenPids.add(app.pid)
+    return apps
+  }
+
+  function daemonPid () {
+    try {
+      return Number(fs.readFileSync(path.join(home, 'pm2.pid'), 'utf8'))
+    } catch {
+      return null
+    }
+  }
+
+  return {
+    home,
+    run,
+    list,
+    daemonPid,
+    /** Start `script` in cluster mode with `instances` workers. */
+    async start (script, options) {
+      await run(['start', script, '--name', options.name, '-i', String(options.instances),
+       ].concat(options.args ? ['--'].concat(options.args) : []), options.env)
+      const pd = daemonPid()
+      if (pd) seenPids.add(pd)
+    },
+    reload (name) {
+      return run(['reload', name])
+    },
+    /** { daemon: MiB, instances: [MiB] } */
+    async memory (name) {
+      const apps = (await list()).filter((app) => app.name === name)
+      return { daemon: rssMiB(daemonPid()), instances: apps.map((app) => rssMiB(app.pid)) }
+    },
+    async kill () {
+      const pd = daemonPid()
+      if (pd) seenPids.add(pd)
+      try { await list() } catch {}
+      try { await run(['kill']) } catch (err) { process.stderr.write(err.message + '\n') }
+      await sleep(300)
+      for (const pid of seenPids) {
+        if (isAlive(pid)) {
+          try { process.kill(pid, 'SIGKILL') } catch {}
+        }
+      }
+      fs.rmSync(home, { recursive: true, force: true })
+    }
+  }
+}
+
+module.exports = { createPm2 }

@@ -1,0 +1,167 @@
+'use strict'
+
+/**
+ * bench/scheduling.js: clusterize's scheduling modes side by side.
+ *
+ * 1. GET / on the hello app with 'rr', 'none' and (on Node >= 22.12)
+ *    'reuseport', on keep-alive connections and with a new connection every
+ *    2nd request (where the acceptor is on the path). Servers run on this Node and,
+ *    when installed, on Node 24 (reuseport needs it); each row names its Node.
+ * 2. A mixed workload, a new connection per request, 1 request in 20 hitting
+ *    GET /cpu (blocks ~50 ms): p99 of the light requests for raw node:cluster
+ *    (the anchor), 'rr' with its defaults, 'rr' with an aggressive
+ *    maxEventLoopDelayMs 20, 'none', and 'reuseport'.
+ *
+ *   node bench/scheduling.js [--rounds 3] [--seconds 2.5] [--mixed-seconds 6] [--mixed-rounds 2]
+ *
+ * Loopback only, ~3 min, stops every process it started by PID. Measures only.
+ */
+
+const { startLocal } = require('./lib/contenders')
+const { runAutocannon, runClientLoop, percentile } = require('./lib/load')
+const { median, ratio, fmt, markdownTable } = require('./lib/table')
+const { machineLine } = require('./lib/machine')
+const { installCleanup, node24, sleep } = require('./lib/proc')
+const { BLOCK_MS } = require('./lib/apps')
+
+const ROUNDS = arg('--rounds', 3)
+const SECONDS = arg('--seconds', 2.5)
+const MIXED_SECONDS = arg('--mixed-seconds', 6)
+const MIXED_ROUNDS = arg('--mixed-rounds', 2)
+const CONNECTIONS = 50
+const MIXED_CONCURRENCY = 16
+const HEAVY_EVERY = 20
+
+function arg (name, fallback) {
+  const i = process.argv.indexOf(name)
+  return i > 0 ? Number(process.argv[i + 1]) : fallback
+}
+
+/** The Node binaries to run servers with: this one, plus Node 24 if present. */
+function nodes () {
+  const list = [{ bin: process.execPath, version: process.version }]
+  const other = node24()
+  if (other && other !== process.execPath) {
+    const version = require('child_process').execFileSync(other, ['-v'], { encoding: 'utf8' }).trim()
+    if (version !== process.version) list.push({ bin: other, version })
+  }
+  return list
+}
+
+function supportsReusePort (version) {
+  const [major, minor] = version.slice(1).split('.').map(Number)
+  return major > 23 || (major === 23 && minor >= 1) || (major === 22 && minor >= 12)
+}
+
+/** Run `fn(contender)` for each contender, `rounds` times, order rotated. */
+async function interleave (contenders, rounds, fn) {
+  const results = new Map(contenders.map((c) => [c.label, []]))
+  for (let round = 0; round < rounds; round++) {
+    for (let i = 0; i < contenders.length; i++) {
+      const c = contenders[(i + round) % contenders.length]
+      results.get(c.label).push(await fn(c))
+      await sleep(300)
+    }
+  }
+  return results
+}
+
+async function throughputPart () {
+  const contenders = []
+  try {
+    for (const node of nodes()) {
+      const modes = supportsReusePort(node.version) ? ['rr', 'none', 'reuseport'] : ['rr', 'none']
+      for (const mode of modes) {
+        const c = await startLocal('clusterize', { node: node.bin, label: `'${mode}' (Node ${node.version})`, options: { scheduling: mode } })
+        c.node = node.version
+        c.mode = mode
+        contenders.push(c)
+      }
+    }
+    for (const c of contenders) await runAutocannon({ port: c.port, durationSec: 1 })
+    const keepAlive = await interleave(contenders, ROUNDS, (c) => runAutocannon({ port: c.port, connections: CONNECTIONS, durationSec: SECONDS }))
+    const perRequest = await interleave(contenders, ROUNDS, (c) => runAutocannon({ port: c.port, connections: CONNECTIONS, durationSec: SECONDS, reconnectRate: 2 }))
+    const rows = contenders.map((c) => {
+      const base = contenders.find((b) => b.node === c.node && b.mode === 'rr')
+      const m = (map, label, key) => median(map.get(label).map((r) => r[key]))
+      const failed = keepAlive.get(c.label).concat(perRequest.get(c.label)).reduce((n, r) => n + r.errors + r.non2xx, 0)
+      return [c.label,
+        fmt(m(keepAlive, c.label, 'rps')), ratio(m(keepAlive, c.label, 'rps'), m(keepAlive, base.label, 'rps')), fmt(m(keepAlive, c.label, 'p99')),
+        fmt(m(perRequest, c.label, 'rps')), ratio(m(perRequest, c.label, 'rps'), m(perRequest, base.label, 'rps')), fmt(m(perRequest, c.label, 'p99')),
+        failed]
+    })
+    return markdownTable(['scheduling (server Node)', 'keep-alive req/s', 'vs rr', 'keep-alive p99 ms', 'new conn / 2 req: req/s', 'vs rr', 'new conn / 2 req: p99 ms', 'failed'], rows)
+  } finally {
+    for (const c of contenders) await c.stop()
+  }
+}
+
+function pickMixedPath (n) {
+  return n % HEAVY_EVERY === HEAVY_EVERY - 1 ? '/cpu' : '/'
+}
+
+async function mixedPart () {
+  const health = { heartbeatMs: 100, heartbeatTimeoutMs: 5000 }
+  // The anchor is node:cluster's own round robin (free list: a worker gets a
+  // new connection only after it took the previous one).
+  const specs = [
+    { kind: 'cluster', label: 'raw node:cluster (Node round robin)' },
+    { label: "'rr' (default: hand-off acks, maxEventLoopDelayMs 500)", options: { scheduling: 'rr', health } },
+    { label: "'rr' with maxEventLoopDelayMs 20", options: { scheduling: 'rr', health: Object.assign({ maxEventLoopDelayMs: 20 }, health) } },
+    { label: "'none'", options: { scheduling: 'none', health } }
+  ]
+  const newer = nodes().find((n) => supportsReusePort(n.version))
+  if (newer) specs.push({ label: "'reuseport'", node: newer, options: { scheduling: 'reuseport', health } })
+  const contenders = []
+  try {
+    for (const spec of specs) {
+      const node = spec.node || nodes()[0]
+      const c = await startLocal(spec.kind || 'clusterize', { node: node.bin, app: 'mixed', label: `${spec.label} (Node ${node.version})`, options: spec.options })
+      contenders.push(c)
+    }
+    const run = (c) => runClientLoop({ port: c.port, concurrency: MIXED_CONCURRENCY, durationMs: MIXED_SECONDS * 1000, keepAlive: false, pickPath: pickMixedPath })
+    for (const c of contenders) await runClientLoop({ port: c.port, concurrency: 4, durationMs: 1000, keepAlive: false, pickPath: pickMixedPath })
+    const results = await interleave(contenders, MIXED_ROUNDS, run)
+    const summary = contenders.map((c) => {
+      const runs = results.get(c.label).map((r) => {
+        const light = r.samples.filter((s) => s.ok && s.path === '/').map((s) => s.ms)
+        const heavy = r.samples.filter((s) => s.ok && s.path === '/cpu').map((s) => s.ms)
+        return {
+          rps: r.samples.length / MIXED_SECONDS,
+          lightP50: percentile(light, 50),
+          lightP99: percentile(light, 99),
+          heavyP99: percentile(heavy, 99),
+          failed: r.samples.filter((s) => !s.ok).length
+        }
+      })
+      const m = (key) => median(runs.map((r) => r[key]))
+      return { label: c.label, rps: m('rps'), lightP50: m('lightP50'), lightP99: m('lightP99'), heavyP99: m('heavyP99'), failed: runs.reduce((n, r) => n + r.failed, 0) }
+    })
+    const anchor = summary[0]
+    return markdownTable(['mixed workload', 'req/s', 'req/s vs raw cluster', 'light p50 ms', 'light p99 ms', 'light p99 vs raw cluster', `/cpu p99 ms`, 'failed'],
+      summary.map((s) => [s.label, fmt(s.rps), ratio(s.rps, anchor.rps), fmt(s.lightP50, 1), fmt(s.lightP99, 1), ratio(s.lightP99, anchor.lightP99), fmt(s.heavyP99, 1), s.failed]))
+  } finally {
+    for (const c of contenders) await c.stop()
+  }
+}
+
+async function main () {
+  installCleanup()
+  const throughput = await throughputPart()
+  const mixed = await mixedPart()
+  console.log('## Scheduling modes (clusterize, 2 workers)\n')
+  console.log(machineLine(`servers also on ${nodes().map((n) => n.version).join(' and ')}`))
+  console.log(`\nGET / on the hello app, autocannon ${CONNECTIONS} connections, ${ROUNDS} rounds x ${SECONDS} s, order rotated, medians; ` +
+    '"new conn / 2 req" reconnects after every 2nd request (autocannon reconnectRate 2; 1 is broken in autocannon 8), so the acceptor is on the path. ' +
+    'Ratios are against \'rr\' on the same Node. The load generator shares the cores with the servers.\n')
+  console.log(throughput)
+  console.log(`\n### Mixed workload: 1 request in ${HEAVY_EVERY} is GET /cpu (blocks ~${BLOCK_MS} ms)\n`)
+  console.log(`${MIXED_CONCURRENCY} client loops, a new connection per request (keep-alive pins a client to one worker, so scheduling only acts on new connections), ` +
+    `${MIXED_ROUNDS} rounds x ${MIXED_SECONDS} s, medians. health.heartbeatMs 100 for all rows.\n`)
+  console.log(mixed)
+}
+
+main().catch((err) => {
+  console.error(err)
+  process.exitCode = 1
+})
