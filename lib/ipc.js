@@ -54,7 +54,9 @@ class Channel {
     this.peer = peer
     this.queue = []
     this.scheduled = false
+    this.urgent = false
     this.flush = this.flush.bind(this)
+    this.flushUrgent = this.flushUrgent.bind(this)
   }
 
   get connected () {
@@ -73,6 +75,34 @@ class Channel {
       this.scheduled = true
       setImmediate(this.flush)
     }
+  }
+
+  /**
+   * Queue an envelope and write the batch once the current job and its
+   * microtasks are done: everything posted while handling one incoming
+   * message still goes out as one write, a loop turn sooner than post().
+   * @param {object} message an envelope
+   */
+  postSoon (message) {
+    this.queue.push(message)
+    if (!this.urgent) {
+      this.urgent = true
+      queueMicrotask(this.flushUrgent)
+    }
+  }
+
+  /**
+   * The envelope posted last, while it is still queued (not written): callers
+   * may append items to it without reordering anything.
+   * @returns {object|undefined}
+   */
+  lastQueued () {
+    return this.queue.length > 0 ? this.queue[this.queue.length - 1] : undefined
+  }
+
+  flushUrgent () {
+    this.urgent = false
+    this.flush()
   }
 
   /**

@@ -41,8 +41,7 @@ function createPrimaryTransport (core) {
 
   function post (record, message) {
     try {
-      record.channel.post(message)
-      flushSoon(record.channel)
+      record.channel.postSoon(message)
     } catch (err) {
       debug('post to worker %s failed: %s', record.id, err.message)
     }
@@ -80,7 +79,7 @@ function createPrimaryTransport (core) {
     for (const record of records) {
       if (record === except) continue
       const open = openRelays.get(record)
-      if (open !== undefined && isLastQueued(record.channel, open)) {
+      if (open !== undefined && record.channel.lastQueued() === open) {
         open.m.push(topic, payload, from, generation)
       } else {
         const message = { [MARK]: 1, kind: KIND, op: 'M', m: [topic, payload, from, generation] }
@@ -300,47 +299,8 @@ function createPrimaryTransport (core) {
   }
 }
 
-const toFlush = new Set()
-let flushQueued = false
-
-/**
- * Write this channel's queue at the end of the current tick (after the
- * microtasks) instead of at setImmediate: everything posted while handling
- * one incoming batch still goes out as one write, a hop sooner.
- * @param {import('../ipc').Channel} channel
- */
-function flushSoon (channel) {
-  toFlush.add(channel)
-  if (!flushQueued) {
-    flushQueued = true
-    queueMicrotask(flushAll)
-  }
-}
-
-function flushAll () {
-  flushQueued = false
-  for (const channel of toFlush) {
-    try {
-      channel.flush()
-    } catch (err) {
-      debug('flush failed: %s', err.message)
-    }
-  }
-  toFlush.clear()
-}
-
-/**
- * Is `message` the last envelope queued (not yet written) in this ipc.Channel?
- * Then more items may be appended to it without changing the order of anything.
- * (ipc.Channel swaps its queue for a new array when it flushes.)
- */
-function isLastQueued (channel, message) {
-  const queue = channel.queue
-  return Array.isArray(queue) && queue.length > 0 && queue[queue.length - 1] === message
-}
-
 function deliverLater (core, topic, payload, meta) {
   core.deliver(topic, payload, meta)
 }
 
-module.exports = { createPrimaryTransport, deliverLater, isLastQueued, flushSoon }
+module.exports = { createPrimaryTransport, deliverLater }

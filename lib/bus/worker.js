@@ -10,7 +10,7 @@ const { MARK } = require('../ipc')
 const { ClusterizeTimeoutError } = require('../errors')
 const { ClusterizeBusError, errorFromWire } = require('./errors')
 const { isTopic } = require('./core')
-const { deliverLater, isLastQueued, flushSoon } = require('./primary')
+const { deliverLater } = require('./primary')
 
 const KIND = 'bus'
 /** How long past its own timeout a gather waits for the primary's summary. */
@@ -31,8 +31,7 @@ function createWorkerTransport (core, options) {
   let openBroadcasts = null
 
   function post (message) {
-    channel.post(message)
-    flushSoon(channel)
+    channel.postSoon(message)
   }
 
   function track (kind, topic, timeoutMs, onTimeout) {
@@ -141,7 +140,7 @@ function createWorkerTransport (core, options) {
     failAll,
 
     broadcast (topic, payload, self) {
-      if (openBroadcasts !== null && isLastQueued(channel, openBroadcasts)) {
+      if (openBroadcasts !== null && channel.lastQueued() === openBroadcasts) {
         openBroadcasts.m.push(topic, payload)
       } else {
         openBroadcasts = { [MARK]: 1, kind: KIND, op: 'B', m: [topic, payload] }
