@@ -29,6 +29,7 @@ const BASELINE = 'raw node:cluster'
 const FIXED_RATE = arg('--rate', 1500)
 const FIXED_SECONDS = 5
 const RECONNECT_EVERY = 2
+const CPU_ROUNDS = 3
 
 function arg (name, fallback) {
   const i = process.argv.indexOf(name)
@@ -95,24 +96,32 @@ function throughputTable (contenders, results) {
  * far less sensitive to other load on the machine than peak req/s.
  */
 async function cpuPerRequest (contenders) {
-  const rows = []
-  let base = NaN
-  for (const c of contenders) {
-    const pids = await c.allPids()
-    const before = pids.map(cpuMs)
-    const r = await runAutocannon({ port: c.port, connections: 20, durationSec: FIXED_SECONDS, overallRate: FIXED_RATE })
-    const after = pids.map(cpuMs)
-    const requests = r.rps * FIXED_SECONDS
-    const primaryUs = ((after[0] - before[0]) * 1000) / requests
-    let workerMs = 0
-    for (let i = 1; i < pids.length; i++) workerMs += after[i] - before[i]
-    const workersUs = pids.length > 1 ? (workerMs * 1000) / requests : NaN
-    const totalUs = c.label === 'single process' ? primaryUs : primaryUs + workersUs
-    if (c.label === BASELINE) base = totalUs
-    rows.push({ c, primaryUs, workersUs, totalUs, rps: r.rps, p99: r.p99 })
+  const samples = new Map(contenders.map((c) => [c.label, []]))
+  // Rotated rounds, medians: one pass in a fixed order favours whoever runs last (warmer JIT, quieter box).
+  for (let round = 0; round < CPU_ROUNDS; round++) {
+    const order = contenders.map((_, i) => contenders[(i + round) % contenders.length])
+    for (const c of order) {
+      const pids = await c.allPids()
+      const before = pids.map(cpuMs)
+      const r = await runAutocannon({ port: c.port, connections: 20, durationSec: FIXED_SECONDS, overallRate: FIXED_RATE })
+      const after = pids.map(cpuMs)
+      const requests = r.rps * FIXED_SECONDS
+      const primaryUs = ((after[0] - before[0]) * 1000) / requests
+      let workerMs = 0
+      for (let i = 1; i < pids.length; i++) workerMs += after[i] - before[i]
+      const workersUs = pids.length > 1 ? (workerMs * 1000) / requests : NaN
+      const totalUs = c.label === 'single process' ? primaryUs : primaryUs + workersUs
+      samples.get(c.label).push({ primaryUs, workersUs, totalUs, p99: r.p99 })
+    }
   }
+  const rows = contenders.map((c) => {
+    const runs = samples.get(c.label)
+    const m = (key) => median(runs.map((r) => r[key]))
+    return { c, primaryUs: m('primaryUs'), workersUs: m('workersUs'), totalUs: m('totalUs'), p99: m('p99') }
+  })
+  const base = rows.find((r) => r.c.label === BASELINE).totalUs
   return markdownTable(
-    [`CPU per request at ${FIXED_RATE} req/s`, 'primary / daemon us', 'workers us', 'total us', 'total vs raw', 'p99 ms'],
+    [`CPU per request at ${FIXED_RATE} req/s (median of ${CPU_ROUNDS})`, 'primary / daemon us', 'workers us', 'total us', 'total vs raw', 'p99 ms'],
     rows.map((r) => [r.c.label, fmt(r.primaryUs, 1), fmt(r.workersUs, 1), fmt(r.totalUs, 1), ratio(r.totalUs, base), fmt(r.p99)]))
 }
 

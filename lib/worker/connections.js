@@ -14,6 +14,7 @@ const debug = require('debug')('clusterize:drain')
 const kActive = Symbol('clusterize.active')
 const kIdleSince = Symbol('clusterize.idleSince')
 const kClosing = Symbol('clusterize.closing')
+const kSocket = Symbol('clusterize.socket')
 
 /**
  * @param {import('http').Server} server
@@ -42,18 +43,21 @@ function trackConnections (server, options) {
     state.inFlight++
     socket[kActive]++
     if (state.draining) res.shouldKeepAlive = false
-    let done = false
-    function onResponseDone () {
-      if (done) return
-      done = true
-      state.inFlight--
-      state.served++
-      socket[kActive]--
-      socket[kIdleSince] = Date.now()
-    }
-    res.once('finish', onResponseDone)
-    res.once('close', onResponseDone)
+    res[kSocket] = socket
+    // 'close' follows 'finish' and also fires when the connection drops:
+    // one listener, no per-request closure, on the hot path.
+    res.on('close', onResponseClose)
   })
+
+  function onResponseClose () {
+    const socket = this[kSocket]
+    if (!socket) return
+    this[kSocket] = null
+    state.inFlight--
+    state.served++
+    socket[kActive]--
+    socket[kIdleSince] = Date.now()
+  }
 
   function closeIdleSockets () {
     const now = Date.now()
