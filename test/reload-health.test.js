@@ -5,7 +5,7 @@ const assert = require('node:assert')
 const fs = require('fs')
 const os = require('os')
 const path = require('path')
-const { startCluster, stopAll, request } = require('./helpers/cluster')
+const { startCluster, stopAll, request, waitDead } = require('./helpers/cluster')
 const { startLoad } = require('./helpers/load')
 
 const fixture = path.join(__dirname, 'fixtures/app-cluster.js')
@@ -127,6 +127,21 @@ test('probes: /live, /ready, /stats and /metrics; /ready turns 503 as soon as sh
   assert.strictEqual(ready.status, 503)
   assert.strictEqual((await slow).status, 200)
   assert.strictEqual((await cluster.exit).code, 0)
+})
+
+test('SIGTERM in the middle of a reload: the reload stops, every worker (old and new) exits, the primary exits', async () => {
+  const pidDir = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-pids-'))
+  const cluster = await startCluster(fixture, { env: env({ workers: 2 }, { CZ_PID_DIR: pidDir, CZ_BOOT_DELAY_MS: '400' }) })
+  const reloaded = cluster.reload().catch((err) => err)
+  await sleep(150)
+  cluster.signal('SIGTERM')
+  const { code } = await cluster.exit
+  assert.strictEqual(code, 0)
+  const pids = fs.readdirSync(pidDir).map(Number)
+  assert.ok(pids.length >= 3, `the reload had started a new worker (${pids.length} pids)`)
+  for (const pid of pids) assert.ok(await waitDead(pid), `worker ${pid} is gone`)
+  assert.ok(await reloaded instanceof Error, 'the primary exited before answering the reload')
+  fs.rmSync(pidDir, { recursive: true, force: true })
 })
 
 /** Every line is a comment or `name{labels} value` per the text exposition format. */

@@ -144,6 +144,7 @@ function startPrimary (createApp, config) {
 
   /** Replace a worker gracefully: new one ready first, then drain the old. */
   async function recycle (record, reason) {
+    if (state.shuttingDown) return
     record.recycling = true
     const successor = supervisor.spawn(record.id, record.generation)
     try {

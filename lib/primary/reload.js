@@ -22,7 +22,7 @@ function createReloader (config, supervisor, log) {
    */
   async function replaceSlot (slot, generation) {
     const old = supervisor.slots[slot]
-    const successor = supervisor.spawn(slot, generation)
+    const successor = supervisor.spawn(slot, generation) // throws once shutdown started
     try {
       await supervisor.waitReady(successor, readyTimeoutMs)
     } catch (err) {

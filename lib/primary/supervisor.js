@@ -51,6 +51,7 @@ class Supervisor extends EventEmitter {
    * @returns {object} the worker record
    */
   spawn (slot, generation) {
+    if (this.stopped) throw new Error('shutting down: no new workers are started')
     const worker = cluster.fork({
       CLUSTERIZE_WORKER_ID: String(slot),
       CLUSTERIZE_GENERATION: String(generation),
