@@ -22,11 +22,8 @@
 
 const cluster = require('cluster')
 
-const args = process.argv.slice(2)
-function arg (name, fallback) {
-  const i = args.indexOf('--' + name)
-  return i === -1 ? fallback : Number(args[i + 1])
-}
+const { numberArg } = require('./lib/args')
+const arg = (name, fallback) => numberArg('--' + name, fallback)
 
 const TOPIC = 'bench:tick'
 const SIZES = [{ label: '64 B', bytes: 64 }, { label: '1 KiB', bytes: 1024 }]

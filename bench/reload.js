@@ -13,6 +13,7 @@
  * Loopback only, ~75 s, stops everything it started by PID, PM2 by `pm2 kill`.
  */
 
+const { numberArg: arg } = require('./lib/args')
 const os = require('os')
 const { startLocal, startPm2 } = require('./lib/contenders')
 const { runClientLoop, percentile } = require('./lib/load')
@@ -25,11 +26,6 @@ const CONCURRENCY = arg('--concurrency', 20)
 const FIRST_RELOAD_AT_MS = 4000
 const GAP_MS = 3000
 const WORKERS = os.availableParallelism()
-
-function arg (name, fallback) {
-  const i = process.argv.indexOf(name)
-  return i > 0 ? Number(process.argv[i + 1]) : fallback
-}
 
 /** Reload by signal and wait for the server's "RELOAD_DONE" line. */
 function signalReloader (contender) {

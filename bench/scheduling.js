@@ -17,6 +17,7 @@
  * Loopback only, ~3 min, stops every process it started by PID. Measures only.
  */
 
+const { numberArg: arg } = require('./lib/args')
 const { startLocal } = require('./lib/contenders')
 const { runAutocannon, runClientLoop, percentile } = require('./lib/load')
 const { median, ratio, fmt, markdownTable } = require('./lib/table')
@@ -31,11 +32,6 @@ const MIXED_ROUNDS = arg('--mixed-rounds', 2)
 const CONNECTIONS = 50
 const MIXED_CONCURRENCY = 16
 const HEAVY_EVERY = 20
-
-function arg (name, fallback) {
-  const i = process.argv.indexOf(name)
-  return i > 0 ? Number(process.argv[i + 1]) : fallback
-}
 
 /** The Node binaries to run servers with: this one, plus Node 24 if present. */
 function nodes () {

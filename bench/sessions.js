@@ -15,6 +15,7 @@
  *   node bench/sessions.js [--duration 3] [--passes 3] [--connections 20]
  */
 
+const { numberArg: arg } = require('./lib/args')
 const path = require('path')
 const crypto = require('crypto')
 const http = require('http')
@@ -79,11 +80,6 @@ function serve (mode, spec) {
 }
 
 // ---------------------------------------------------------------- bench side
-
-function arg (name, fallback) {
-  const i = process.argv.indexOf(name)
-  return i > 0 ? Number(process.argv[i + 1]) : fallback
-}
 
 function startServer (mode, spec) {
   const child = fork(__filename, ['--serve', mode, JSON.stringify(spec)], {

@@ -14,6 +14,7 @@
  * `pm2 kill` with a private PM2_HOME. It measures; it never asserts.
  */
 
+const { numberArg: arg } = require('./lib/args')
 const os = require('os')
 const { startLocal, startPm2 } = require('./lib/contenders')
 const { runAutocannon } = require('./lib/load')
@@ -30,11 +31,6 @@ const FIXED_RATE = arg('--rate', 1500)
 const FIXED_SECONDS = 5
 const RECONNECT_EVERY = 2
 const CPU_ROUNDS = 3
-
-function arg (name, fallback) {
-  const i = process.argv.indexOf(name)
-  return i > 0 ? Number(process.argv[i + 1]) : fallback
-}
 
 async function startAll () {
   const contenders = []
