@@ -67,7 +67,7 @@ class Thread {
  */
 class Pool {
   /**
-   * @param {object} [options] see docs/offload.md (threads, maxQueue, taskTimeoutMs, resourceLimits, setup, maxStartupFailures)
+   * @param {object} [options] see the README, "Offload" (threads, maxQueue, taskTimeoutMs, resourceLimits, setup, maxStartupFailures, niceness)
    * @param {{ prefix?: string, middleware?: boolean, normalized?: boolean }} [ctx]
    */
   constructor (options, ctx = {}) {
@@ -418,7 +418,7 @@ class Pool {
 
   /**
    * Pool statistics.
-   * @returns {object} see PoolStats in docs/offload.d.ts.txt
+   * @returns {object} see PoolStats in types/index.d.ts
    */
   stats () {
     const c = this._counters
