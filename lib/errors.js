@@ -22,4 +22,17 @@ class ClusterizeTimeoutError extends Error {
   }
 }
 
-module.exports = { ClusterizeOptionError, ClusterizeTimeoutError }
+/**
+ * Make a listen error say what to do; EADDRINUSE names the port and the option.
+ * @param {Error} err
+ * @param {number} port
+ * @returns {Error} the same error
+ */
+function explainListenError (err, port) {
+  if (err && err.code === 'EADDRINUSE') {
+    err.message = `port ${port} is already in use (EADDRINUSE): stop the other server or choose another port (option "port" or PORT)`
+  }
+  return err
+}
+
+module.exports = { ClusterizeOptionError, ClusterizeTimeoutError, explainListenError }

@@ -18,6 +18,7 @@ const { startProbes } = require('./probes')
 const { createMetrics } = require('./metrics')
 const busLink = require('./bus-link')
 const { createLogger } = require('../logger')
+const { explainListenError } = require('../errors')
 const { formatBanner } = require('./banner')
 
 /**
@@ -98,7 +99,7 @@ function startPrimary (createApp, config) {
         const address = await dispatcher.listen()
         state.port = address.port
       } catch (err) {
-        if (err.code === 'EADDRINUSE') err.message = `port ${config.port} is already in use (EADDRINUSE): stop the other server or choose another port (option "port" or PORT)`
+        explainListenError(err, config.port)
         log.error(`cannot listen: ${err.message}`)
         throw err
       }

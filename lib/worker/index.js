@@ -9,12 +9,10 @@
 const net = require('net')
 const debug = require('debug')('clusterize:worker')
 const ipc = require('../ipc')
-const { loadApp } = require('./load-app')
-const { trackConnections } = require('./connections')
+const { prepareServer, drainServer } = require('./serve')
 const { createHealthSampler } = require('./heartbeat')
 const { listenServer } = require('./listen')
 const busLink = require('./bus-link')
-const poolRegistry = require('../pool/registry')
 const { createLogger } = require('../logger')
 
 /**
@@ -81,11 +79,10 @@ function startWorker (createApp, config) {
   return handle
 
   async function boot () {
-    const built = await loadApp(createApp)
+    const built = await prepareServer(createApp, config)
     handle.app = built.app
     handle.server = built.server
-    configureServer(built.server, config)
-    tracker = trackConnections(built.server)
+    tracker = built.tracker
     const address = listenMode === 'handoff'
       ? { port, handoff: true }
       : await listenServer(built.server, { port, host: config.host, reusePort: listenMode === 'reuseport' })
@@ -109,27 +106,12 @@ function startWorker (createApp, config) {
     if (shuttingDown) return
     shuttingDown = true
     debug('worker %d draining (%s, %d ms)', id, reason, timeoutMs)
-    const deadline = Date.now() + timeoutMs
-    const server = handle.server
-    if (server && listenMode !== 'handoff') stopListening(server)
-    const drained = tracker ? tracker.drain() : Promise.resolve()
-    const timedOut = await raceDeadline(drained, timeoutMs)
-    if (timedOut && tracker) tracker.destroyAll()
-    await poolRegistry.closeAll({ timeoutMs: Math.max(0, deadline - Date.now()) }).catch(() => {})
+    const timedOut = await drainServer({ server: handle.server, tracker, listening: listenMode !== 'handoff' }, timeoutMs)
     clearInterval(heartbeatTimer)
     if (sampler) sampler.stop()
     channel.postNow(ipc.envelope('drained', { timedOut }), undefined, () => process.exit(0))
     setTimeout(() => process.exit(0), 1000).unref()
   }
-}
-
-/**
- * Close the listening socket only. http.Server#close() (Node >= 19) also
- * closes idle keep-alive sockets at once, which races with clients already
- * sending on them; the connection tracker drains those instead.
- */
-function stopListening (server) {
-  net.Server.prototype.close.call(server)
 }
 
 /**
@@ -145,25 +127,4 @@ function acceptHandedConnection (server, tcpHandle) {
   socket.resume()
 }
 
-/**
- * Apply the keep-alive and header timeouts. Load balancers keep idle
- * connections for 60 s; a server that closes first causes 502s.
- */
-function configureServer (server, config) {
-  server.keepAliveTimeout = config.keepAliveTimeout
-  server.headersTimeout = config.headersTimeout
-}
-
-/** Resolve true if the deadline passed first. */
-function raceDeadline (promise, timeoutMs) {
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => resolve(true), timeoutMs)
-    timer.unref()
-    promise.then(() => {
-      clearTimeout(timer)
-      resolve(false)
-    })
-  })
-}
-
-module.exports = { startWorker, configureServer, raceDeadline, stopListening }
+module.exports = { startWorker }

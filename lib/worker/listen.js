@@ -1,5 +1,7 @@
 'use strict'
 
+const { explainListenError } = require('../errors')
+
 /**
  * Listen and resolve with the bound address, or reject with a clear
  * error (EADDRINUSE names the port and what to do).
@@ -11,10 +13,7 @@ function listenServer (server, options) {
   return new Promise((resolve, reject) => {
     function onError (err) {
       server.removeListener('listening', onListening)
-      if (err.code === 'EADDRINUSE') {
-        err.message = `port ${options.port} is already in use (EADDRINUSE): stop the other server or choose another port (option "port" or PORT)`
-      }
-      reject(err)
+      reject(explainListenError(err, options.port))
     }
     function onListening () {
       server.removeListener('error', onError)

@@ -6,13 +6,10 @@
  */
 
 const EventEmitter = require('events')
-const { loadApp } = require('./load-app')
-const { trackConnections } = require('./connections')
 const { createHealthSampler } = require('./heartbeat')
 const { listenServer } = require('./listen')
-const { configureServer, raceDeadline, stopListening } = require('./index')
+const { prepareServer, drainServer } = require('./serve')
 const busLink = require('./bus-link')
-const poolRegistry = require('../pool/registry')
 const { createLogger } = require('../logger')
 
 /**
@@ -34,11 +31,10 @@ function startStandalone (createApp, config) {
   Object.defineProperty(handle, 'bus', { enumerable: true, get: () => require('../bus').bus })
 
   handle.ready = (async () => {
-    const built = await loadApp(createApp)
+    const built = await prepareServer(createApp, config)
     handle.app = built.app
     handle.server = built.server
-    configureServer(built.server, config)
-    tracker = trackConnections(built.server)
+    tracker = built.tracker
     const address = await listenServer(built.server, { port: config.port, host: config.host })
     sampler = createHealthSampler(tracker)
     log.info(`single process ${process.pid} listening on port ${address.port}`)
@@ -58,15 +54,7 @@ function startStandalone (createApp, config) {
     if (shutdownPromise) return shutdownPromise
     handle.emit('shutdown')
     shutdownPromise = (async () => {
-      const timeoutMs = config.shutdown.timeoutMs
-      const deadline = Date.now() + timeoutMs
-      let forced = false
-      if (handle.server) {
-        stopListening(handle.server)
-        forced = await raceDeadline(tracker.drain(), timeoutMs)
-        if (forced) tracker.destroyAll()
-      }
-      await poolRegistry.closeAll({ timeoutMs: Math.max(0, deadline - Date.now()) }).catch(() => {})
+      const forced = await drainServer({ server: handle.server, tracker, listening: true }, config.shutdown.timeoutMs)
       if (sampler) sampler.stop()
       await busLink.close()
       log.info(forced ? 'shutdown forced at the deadline' : 'shutdown complete')

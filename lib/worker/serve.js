@@ -1,0 +1,64 @@
+'use strict'
+
+/**
+ * What a worker and single-process mode share: build the server from the
+ * user's app, and drain it on shutdown.
+ */
+
+const net = require('net')
+const { loadApp } = require('./load-app')
+const { trackConnections } = require('./connections')
+const poolRegistry = require('../pool/registry')
+
+/**
+ * Build the user's app into a configured, tracked, not yet listening server.
+ * @param {Function|string} createApp
+ * @param {object} config resolved configuration
+ * @returns {Promise<{ app: Function|null, server: import('http').Server, tracker: object }>}
+ */
+async function prepareServer (createApp, config) {
+  const { app, server } = await loadApp(createApp)
+  // Load balancers keep idle connections for 60 s; a server that closes first causes 502s.
+  server.keepAliveTimeout = config.keepAliveTimeout
+  server.headersTimeout = config.headersTimeout
+  return { app, server, tracker: trackConnections(server) }
+}
+
+/**
+ * Stop accepting, let in-flight requests and offload tasks finish, and
+ * destroy what is left at the deadline.
+ * @param {{ server: object|null, tracker: object|null, listening: boolean }} target
+ * @param {number} timeoutMs
+ * @returns {Promise<boolean>} true when the deadline passed first
+ */
+async function drainServer (target, timeoutMs) {
+  const deadline = Date.now() + timeoutMs
+  if (target.server && target.listening) stopListening(target.server)
+  const timedOut = target.tracker ? await raceDeadline(target.tracker.drain(), timeoutMs) : false
+  if (timedOut) target.tracker.destroyAll()
+  await poolRegistry.closeAll({ timeoutMs: Math.max(0, deadline - Date.now()) }).catch(() => {})
+  return timedOut
+}
+
+/**
+ * Close the listening socket only. http.Server#close() (Node >= 19) also
+ * closes idle keep-alive sockets at once, which races with clients already
+ * sending on them; the connection tracker drains those instead.
+ */
+function stopListening (server) {
+  net.Server.prototype.close.call(server)
+}
+
+/** Resolve true if the deadline passed first. */
+function raceDeadline (promise, timeoutMs) {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(true), timeoutMs)
+    timer.unref()
+    promise.then(() => {
+      clearTimeout(timer)
+      resolve(false)
+    })
+  })
+}
+
+module.exports = { prepareServer, drainServer }
