@@ -35,6 +35,7 @@ const DEFAULTS = {
     signal: 'SIGUSR2',
     readyTimeoutMs: 30000,
     drainTimeoutMs: 30000,
+    bakeMs: 5000,
     batch: 1
   },
   shutdown: {
@@ -227,6 +228,7 @@ function resolveConfig (options, env) {
   }
   checkInteger('reload.readyTimeoutMs', reload.readyTimeoutMs, 1)
   checkInteger('reload.drainTimeoutMs', reload.drainTimeoutMs, 0)
+  checkInteger('reload.bakeMs', reload.bakeMs, 0)
   checkInteger('reload.batch', reload.batch, 1)
   config.reload = reload
 

@@ -53,6 +53,11 @@ export interface ReloadOptions {
   readyTimeoutMs?: number
   /** An old worker is killed if still draining after this. Default 30000. */
   drainTimeoutMs?: number
+  /**
+   * The canary must stay up this long after it is ready (serving, its predecessor kept alive)
+   * before any old worker is retired; a crash in that window rolls the reload back. 0 = off. Default 5000.
+   */
+  bakeMs?: number
   /** Workers replaced at a time after the canary. Default 1. */
   batch?: number
 }

@@ -66,7 +66,8 @@ async function start (parsed, io) {
   try {
     info = await handle.ready
   } catch (err) {
-    io.stderr.write(`clusterize: could not start ${parsed.app}: ${err.message}\n`)
+    // The primary has already logged why the app cannot load.
+    if (err.code !== 'CLUSTERIZE_APP_INVALID') io.stderr.write(`clusterize: could not start ${parsed.app}: ${err.message}\n`)
     const result = await handle.shutdown().catch(() => null)
     debug('shutdown after failed start: %o', result)
     process.exit(1)

@@ -47,6 +47,7 @@ function startPrimary (createApp, config) {
   let probes = null
   let health = null
   let reloadChain = Promise.resolve()
+  let queuedReload = null
   let shutdownPromise = null
   let signalCount = 0
   let readySettled = false
@@ -66,24 +67,33 @@ function startPrimary (createApp, config) {
   supervisor.on('worker:fork', (record) => busLink.addWorker(record))
   supervisor.on('record:exit', (record) => busLink.removeWorker(record))
   supervisor.on('crashloop', onCrashLoop)
+  supervisor.on('record:gone', exitIfNothingServes)
+  supervisor.once('boot-fatal', onBootFatal)
   supervisor.on('record:heartbeat', watchSessionStore)
 
   handle.ready = start()
   handle.ready.catch(() => {})
 
-  /** @returns {Promise<object>} the reload result */
+  /**
+   * Run a reload after the one in progress, if any. Requests made while one
+   * is already waiting share it: a burst of signals gives at most one more reload.
+   * @returns {Promise<object>} the reload result
+   */
   handle.reload = function reload () {
+    if (queuedReload) return queuedReload
     const run = reloadChain.then(() => {
+      queuedReload = null
       if (state.shuttingDown) return { ok: false, rolledBack: false, reason: 'shutting down', replaced: 0, durationMs: 0 }
       return runReload()
-    })
-    reloadChain = run.catch(() => {})
-    return run.then((result) => {
+    }).then((result) => {
       state.reloads++
       metrics.onReload(result)
       handle.emit('reload:done', result)
       return result
     })
+    queuedReload = run
+    reloadChain = run.catch(() => {})
+    return run
   }
 
   handle.shutdown = shutdown
@@ -125,10 +135,19 @@ function startPrimary (createApp, config) {
       }
       function fail (info) {
         supervisor.removeListener('record:ready', check)
+        supervisor.removeListener('boot-fatal', failForGood)
         reject(new Error(`crash loop before all workers were ready: ${info.lastError}`))
+      }
+      function failForGood (message) {
+        supervisor.removeListener('record:ready', check)
+        supervisor.removeListener('crashloop', fail)
+        const err = new Error(message)
+        err.code = 'CLUSTERIZE_APP_INVALID'
+        reject(err)
       }
       supervisor.on('record:ready', check)
       supervisor.once('crashloop', fail)
+      supervisor.once('boot-fatal', failForGood)
     })
     readySettled = true
     if (config.banner && config.logger === undefined) {
@@ -147,7 +166,7 @@ function startPrimary (createApp, config) {
   async function recycle (record, reason) {
     if (state.shuttingDown) return
     record.recycling = true
-    const successor = supervisor.spawn(record.id, record.generation)
+    const successor = supervisor.spawn(record.id, supervisor.codeGeneration)
     try {
       await supervisor.waitReady(successor, config.reload.readyTimeoutMs)
     } catch (err) {
@@ -164,10 +183,20 @@ function startPrimary (createApp, config) {
   function onCrashLoop (info) {
     metrics.crashLooping = true
     handle.emit('crashloop', info)
-    if (supervisor.liveRecords().length === 0 && !state.shuttingDown) {
-      log.error(`no worker left after a crash loop; exiting with code 1. Last failure: ${info.lastError}`)
-      shutdown().then(() => setImmediate(() => process.exit(1)))
-    }
+    exitIfNothingServes()
+  }
+
+  /** The app cannot load (syntax error, missing module, wrong export): retrying would not help. */
+  function onBootFatal (message) {
+    log.error(`cannot start: ${message}`)
+    shutdown(1).then((result) => setImmediate(() => process.exit(result.code)))
+  }
+
+  /** With no worker left and none coming, the service is down: say so and exit 1. */
+  function exitIfNothingServes () {
+    if (state.shuttingDown || !supervisor.isEmpty()) return
+    log.error(`no worker left and none will be started (crash loop); exiting with code 1. Last failure: ${supervisor.lastFailure}`)
+    shutdown(1).then((result) => setImmediate(() => process.exit(result.code)))
   }
 
   /** Log when a worker's session store becomes unavailable or recovers. */
@@ -200,9 +229,10 @@ function startPrimary (createApp, config) {
    * Stop accepting, drain every worker, and resolve once all have exited.
    * Workers still running at `shutdown.timeoutMs` are killed and the
    * result says so (`forced: true`, `code: 1`).
+   * @param {number} [exitCode] the code the caller will exit with (0 by default)
    * @returns {Promise<{ code: number, forced: boolean }>}
    */
-  function shutdown () {
+  function shutdown (exitCode) {
     if (shutdownPromise) return shutdownPromise
     state.shuttingDown = true
     supervisor.stop()
@@ -218,7 +248,7 @@ function startPrimary (createApp, config) {
       if (health) health.stop()
       if (probes) await probes.close()
       await busLink.close()
-      const code = forced ? 1 : 0
+      const code = forced || exitCode === 1 ? 1 : 0
       log.info(forced ? 'shutdown forced: some workers were killed at the deadline' : 'shutdown complete', { code })
       return { code, forced }
     })()

@@ -31,9 +31,19 @@ class Supervisor extends EventEmitter {
     this.failures = new Array(config.workers).fill(0)
     this.restarts = new Array(config.workers).fill(0)
     this.respawnTimers = new Set()
-    this.crashWindow = new CrashWindow(config.restart)
+    /** Failures counted per generation, so a broken deploy cannot use up the budget of the code that serves. */
+    this.crashWindows = new Map()
+    /** Predecessors kept alive while their successor bakes (slot -> record). */
+    this.held = new Map()
+    /** The generation that serves: the last one a reload completed. */
     this.generation = 1
+    /**
+     * The generation of the code on disk: every reload attempt gets a new one,
+     * and every fork after it (a respawn too) runs that code, so it is labelled with it.
+     */
+    this.codeGeneration = 1
     this.crashLooping = false
+    this.everReady = false
     this.stopped = false
     this.lastFailure = null
   }
@@ -52,6 +62,11 @@ class Supervisor extends EventEmitter {
    */
   spawn (slot, generation) {
     if (this.stopped) throw new Error('shutting down: no new workers are started')
+    if (generation > this.codeGeneration) {
+      // New code gets its own failure budget; the old code's tripped breaker no longer applies.
+      this.codeGeneration = generation
+      this.crashLooping = false
+    }
     const worker = cluster.fork({
       CLUSTERIZE_WORKER_ID: String(slot),
       CLUSTERIZE_GENERATION: String(generation),
@@ -97,6 +112,7 @@ class Supervisor extends EventEmitter {
         record.state = 'ready'
         record.readyAt = Date.now()
         record.everReady = true
+        this.everReady = true
         record.address = message.address
         this.log.info(`worker ${record.id} ready`, { pid: record.pid, generation: record.generation })
         this.emit('worker:ready', publicWorker(record))
@@ -111,6 +127,7 @@ class Supervisor extends EventEmitter {
         break
       case 'boot-error':
         record.bootError = String(message.message)
+        record.bootErrorDeterministic = message.deterministic === true
         break
       case 'drained':
         record.drainTimedOut = message.timedOut === true
@@ -127,7 +144,15 @@ class Supervisor extends EventEmitter {
     const reason = record.retireReason || (record.everReady ? 'crash' : 'boot-failure')
     record.state = 'exited'
     const event = { id: record.id, pid: record.pid, code, signal, reason, generation: record.generation }
-    if (reason === 'boot-failure') {
+    Object.defineProperty(event, 'at', { value: Date.now() })
+    if (reason === 'boot-failure' && record.bootErrorDeterministic && !this.everReady) {
+      // Every retry would fail the same way: stop at the first one.
+      if (!this.stopped) {
+        this.lastFailure = record.bootError
+        this.stop()
+        this.emit('boot-fatal', record.bootError)
+      }
+    } else if (reason === 'boot-failure') {
       this.lastFailure = record.bootError || `exited with ${signal || 'code ' + code} before it was ready`
       this.log.error(`worker ${record.id} failed to boot: ${this.lastFailure}`, { pid: record.pid, generation: record.generation })
     } else if (reason === 'crash') {
@@ -136,20 +161,56 @@ class Supervisor extends EventEmitter {
     } else {
       this.log.info(`worker ${record.id} exited (${reason})`, { pid: record.pid, code, signal: signal || undefined })
     }
+    record.exitEvent = event
     this.emit('record:exit', record, event)
     this.emit('worker:exit', event)
     record.resolveExited(event)
 
-    if (!wasCurrent) return
-    this.slots[record.id] = null
-    if (this.stopped) return
     const isFailure = reason === 'crash' || reason === 'boot-failure' || reason === 'hang'
-    if (isFailure) {
-      if (record.everReady && Date.now() - record.readyAt > STABLE_AFTER_MS) this.failures[record.id] = 0
-      this.failures[record.id]++
-      if (this.crashWindow.record()) return this.tripBreaker(record, reason)
+    if (isFailure) this.countFailure(record)
+    if (this.held.get(record.id) === record) this.held.delete(record.id)
+    if (!wasCurrent) return this.emit('record:gone', record)
+    this.slots[record.id] = null
+    if (this.stopped) return this.emit('record:gone', record)
+    const predecessor = this.held.get(record.id)
+    if (predecessor && isFailure) {
+      // A successor still while baking failed: its predecessor serves again.
+      this.held.delete(record.id)
+      this.slots[record.id] = predecessor
+      this.log.warn(`worker ${record.id}: generation ${record.generation} failed while baking; generation ${predecessor.generation} (pid ${predecessor.pid}) serves again`)
+      return this.emit('record:gone', record)
     }
-    this.scheduleRespawn(record.id, isFailure ? backoffDelay(this.failures[record.id], this.config.restart) : 0)
+    if (!this.isTripped(this.codeGeneration)) {
+      this.scheduleRespawn(record.id, isFailure ? backoffDelay(this.failures[record.id], this.config.restart) : 0)
+    }
+    this.emit('record:gone', record)
+  }
+
+  /** Count a failure against the generation of the code the worker ran; trip its breaker once. */
+  countFailure (record) {
+    if (record.everReady && Date.now() - record.readyAt > STABLE_AFTER_MS) this.failures[record.id] = 0
+    this.failures[record.id]++
+    let window = this.crashWindows.get(record.generation)
+    if (!window) {
+      window = new CrashWindow(this.config.restart)
+      this.crashWindows.set(record.generation, window)
+    }
+    if (window.tripped) return
+    if (window.record()) {
+      window.tripped = true
+      this.tripBreaker(record)
+    }
+  }
+
+  /** Whether the breaker of a generation has tripped. */
+  isTripped (generation) {
+    const window = this.crashWindows.get(generation)
+    return Boolean(window && window.tripped)
+  }
+
+  /** No worker runs and none is coming: nothing will ever serve again. */
+  isEmpty () {
+    return this.records.size === 0 && this.respawnTimers.size === 0
   }
 
   scheduleRespawn (slot, delayMs) {
@@ -159,23 +220,27 @@ class Supervisor extends EventEmitter {
       this.respawnTimers.delete(timer)
       if (this.stopped || this.crashLooping || this.slots[slot]) return
       this.restarts[slot]++
-      this.slots[slot] = this.spawn(slot, this.generation)
+      this.slots[slot] = this.spawn(slot, this.codeGeneration)
     }, delayMs)
     this.respawnTimers.add(timer)
   }
 
-  tripBreaker (record, reason) {
-    this.crashLooping = true
-    this.clearRespawns()
+  tripBreaker (record) {
     const { maxCrashes, crashWindowMs } = this.config.restart
+    // Every fork runs the newest code, so once its breaker trips nothing is respawned.
+    if (record.generation === this.codeGeneration) {
+      this.crashLooping = true
+      this.clearRespawns()
+    }
     const info = {
-      reason,
-      crashes: this.crashWindow.count,
+      reason: record.retireReason || (record.everReady ? 'crash' : 'boot-failure'),
+      generation: record.generation,
+      crashes: this.crashWindows.get(record.generation).count,
       windowMs: crashWindowMs,
       lastError: this.lastFailure,
       workersLeft: this.readyRecords().length
     }
-    this.log.error(`crash loop: ${maxCrashes} worker failures within ${crashWindowMs} ms, not restarting any more workers; last failure: ${this.lastFailure}`, { workersLeft: info.workersLeft })
+    this.log.error(`crash loop: ${maxCrashes} failures of generation ${record.generation} within ${crashWindowMs} ms, not restarting any more workers; last failure: ${this.lastFailure}`, { workersLeft: info.workersLeft })
     this.emit('crashloop', info)
   }
 
@@ -184,9 +249,46 @@ class Supervisor extends EventEmitter {
     this.respawnTimers.clear()
   }
 
-  /** Make a ready replacement the slot's current worker. */
-  promote (record) {
+  /**
+   * Make a ready replacement the slot's current worker. With `hold`, its
+   * predecessor stays alive (out of rotation) until release(), and serves
+   * again if the replacement fails first.
+   */
+  promote (record, hold) {
+    const predecessor = this.slots[record.id]
+    if (hold && predecessor && predecessor !== record) this.held.set(record.id, predecessor)
     this.slots[record.id] = record
+  }
+
+  /**
+   * End a successor's bake window.
+   * @returns {object|undefined} the predecessor that was kept alive, now to be retired
+   */
+  release (slot) {
+    const predecessor = this.held.get(slot)
+    this.held.delete(slot)
+    return predecessor
+  }
+
+  /**
+   * Resolve null if the worker is still running `ms` after now, or a
+   * description of its exit if it exits first.
+   */
+  survives (record, ms) {
+    return new Promise((resolve) => {
+      if (record.state === 'exited') return resolve(describeExit(record, record.exitEvent))
+      const timer = setTimeout(() => {
+        this.removeListener('record:exit', onExit)
+        resolve(null)
+      }, ms)
+      const onExit = (r, event) => {
+        if (r !== record) return
+        clearTimeout(timer)
+        this.removeListener('record:exit', onExit)
+        resolve(describeExit(record, event))
+      }
+      this.on('record:exit', onExit)
+    })
   }
 
   /**
@@ -277,9 +379,15 @@ class Supervisor extends EventEmitter {
   }
 }
 
+function describeExit (record, event) {
+  const how = event.signal || 'code ' + event.code
+  const after = record.everReady ? `${event.at - record.readyAt} ms after it was ready` : 'before it was ready'
+  return `worker ${record.id} (generation ${record.generation}) exited with ${how} ${after}`
+}
+
 /** The worker view given to users in events and stats(). */
 function publicWorker (record) {
   return { id: record.id, pid: record.pid, generation: record.generation, state: record.state }
 }
 
-module.exports = { Supervisor, publicWorker }
+module.exports = { Supervisor, publicWorker, describeExit }

@@ -5,8 +5,9 @@
  * racing clients: closing an idle keep-alive socket races with a client that
  * is already sending its next request on it, so while draining the next
  * request on each socket is answered with `Connection: close`, and a socket
- * is closed by us only once it has been idle for `idleCloseMs` or the
- * deadline passes.
+ * is closed by us only once it has been idle for longer than its client
+ * ever paused on it (twice its longest pause, at least `idleCloseMs`, at
+ * most the server's keepAliveTimeout), or the deadline passes.
  */
 
 const debug = require('debug')('clusterize:drain')
@@ -15,13 +16,14 @@ const kActive = Symbol('clusterize.active')
 const kIdleSince = Symbol('clusterize.idleSince')
 const kClosing = Symbol('clusterize.closing')
 const kSocket = Symbol('clusterize.socket')
+const kLongestPause = Symbol('clusterize.longestPause')
 
 /**
  * @param {import('http').Server} server
  * @param {{ idleCloseMs?: number }} [options]
  */
 function trackConnections (server, options) {
-  const idleCloseMs = (options && options.idleCloseMs) || 1000
+  const idleCloseMs = (options && options.idleCloseMs) || 2000
   const sockets = new Set()
   const state = { inFlight: 0, served: 0, draining: false }
   let idleTimer = null
@@ -31,6 +33,7 @@ function trackConnections (server, options) {
     sockets.add(socket)
     socket[kActive] = 0
     socket[kIdleSince] = Date.now()
+    socket[kLongestPause] = 0
     socket.once('close', function onSocketClose () {
       sockets.delete(socket)
       checkDrained()
@@ -41,7 +44,10 @@ function trackConnections (server, options) {
   server.prependListener('request', function onRequest (req, res) {
     const socket = req.socket
     state.inFlight++
-    socket[kActive]++
+    if (socket[kActive]++ === 0) {
+      const pause = Date.now() - socket[kIdleSince]
+      if (pause > socket[kLongestPause]) socket[kLongestPause] = pause
+    }
     if (state.draining) res.shouldKeepAlive = false
     res[kSocket] = socket
     // 'close' follows 'finish' and also fires when the connection drops:
@@ -59,10 +65,16 @@ function trackConnections (server, options) {
     socket[kIdleSince] = Date.now()
   }
 
+  /** How long a socket must be idle before closing it is unlikely to cut its client's next request. */
+  function quietAfter (socket) {
+    const cap = server.keepAliveTimeout > 0 ? Math.max(server.keepAliveTimeout, idleCloseMs) : Infinity
+    return Math.min(cap, Math.max(idleCloseMs, 2 * socket[kLongestPause] + 250))
+  }
+
   function closeIdleSockets () {
     const now = Date.now()
     for (const socket of sockets) {
-      if (socket[kClosing] || socket[kActive] !== 0 || now - socket[kIdleSince] < idleCloseMs) continue
+      if (socket[kClosing] || socket[kActive] !== 0 || now - socket[kIdleSince] < quietAfter(socket)) continue
       socket[kClosing] = true
       // end() sends FIN after pending writes; destroy if the peer never answers it.
       socket.end()

@@ -6,6 +6,7 @@
  * It talks to the primary only through lib/ipc.js.
  */
 
+const cluster = require('cluster')
 const net = require('net')
 const debug = require('debug')('clusterize:worker')
 const ipc = require('../ipc')
@@ -56,6 +57,16 @@ function startWorker (createApp, config) {
     }
   })
 
+  // Node's cluster makes a worker exit at once when the primary's channel
+  // closes (the primary was killed with SIGKILL, say), dropping requests in
+  // flight. Finish them instead, for a bounded time, then exit.
+  process.prependListener('disconnect', function onPrimaryGone () {
+    if (shuttingDown) return
+    if (cluster.worker) cluster.worker.exitedAfterDisconnect = true
+    log.warn(`the primary is gone: finishing requests in flight (up to ${config.shutdown.timeoutMs} ms), then exiting`, { pid: process.pid })
+    shutdown(config.shutdown.timeoutMs, 'primary-gone')
+  })
+
   // The primary decides when workers stop; a signal sent to the whole process
   // group (Ctrl-C, some orchestrators) must not cut requests short.
   for (const signal of config.shutdown.signals) {
@@ -65,9 +76,11 @@ function startWorker (createApp, config) {
   }
 
   handle.ready = boot().catch(function onBootError (err) {
-    log.error('failed to boot: ' + (err && err.message), { pid: process.pid })
+    // The primary logs it (once, with the slot and generation).
+    debug('failed to boot: %s', err && err.stack)
     channel.postNow(ipc.envelope('boot-error', {
       message: String(err && err.message),
+      deterministic: Boolean(err && err.appInvalid),
       stack: err && err.stack ? String(err.stack) : undefined
     }), undefined, () => process.exit(1))
     // If the channel is gone the callback may never come.
@@ -109,7 +122,7 @@ function startWorker (createApp, config) {
     const timedOut = await drainServer({ server: handle.server, tracker, listening: listenMode !== 'handoff' }, timeoutMs)
     clearInterval(heartbeatTimer)
     if (sampler) sampler.stop()
-    channel.postNow(ipc.envelope('drained', { timedOut }), undefined, () => process.exit(0))
+    if (!channel.postNow(ipc.envelope('drained', { timedOut }), undefined, () => process.exit(0))) process.exit(0)
     setTimeout(() => process.exit(0), 1000).unref()
   }
 }

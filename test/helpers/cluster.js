@@ -55,13 +55,19 @@ function startCluster (fixture, options) {
   if (options.waitReady === false) return Promise.resolve(cluster)
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => fail(new Error('cluster not ready in time')), options.readyTimeoutMs || 30000)
+    let settled = false
     function fail (err) {
+      // Once ready, the primary's exit is the test's business (it may kill it on purpose).
+      if (settled) return
+      settled = true
       clearTimeout(timer)
       err.message += '\n--- cluster output ---\n' + cluster.output
       stopCluster(cluster).then(() => reject(err))
     }
     child.on('message', function onReady (message) {
       if (message && message.type === 'cz-test:ready') {
+        if (settled) return
+        settled = true
         clearTimeout(timer)
         child.removeListener('message', onReady)
         cluster.port = message.port
