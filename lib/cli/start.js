@@ -52,16 +52,6 @@ async function start (parsed, io) {
   process.on('exit', function onExit () {
     pidFile.removePidFile(file, process.pid)
   })
-  if (config.workers === 0 && config.reload.signal) {
-    // Single-process mode installs no reload signal and the default action of
-    // SIGUSR2 is to terminate: answer it instead.
-    process.on(config.reload.signal, function onReloadSignal () {
-      handle.reload().then((result) => {
-        if (!result.ok) io.stderr.write(`clusterize: reload skipped: ${result.reason}\n`)
-      })
-    })
-  }
-
   let info
   try {
     info = await handle.ready

@@ -9,6 +9,8 @@
  * replaced `batch` at a time, each new worker ready before its old one
  * drains; a new-generation worker that fails during that phase stops the
  * rollout (the slots not yet replaced keep the old generation).
+ *
+ * Recycling one worker (memory limit) is the same step for one slot.
  */
 
 const debug = require('debug')('clusterize:reload')
@@ -20,10 +22,12 @@ const FAILURES = new Set(['crash', 'boot-failure', 'hang'])
  * @param {object} config resolved configuration
  * @param {import('./supervisor').Supervisor} supervisor
  * @param {object} log
- * @returns {() => Promise<object>} runs one reload
+ * @returns {{ reload: () => Promise<object>, recycle: (record: object, reason: string) => Promise<void>, isReplacing: (record: object) => boolean }}
  */
 function createReloader (config, supervisor, log) {
   const { readyTimeoutMs, drainTimeoutMs, batch, bakeMs } = config.reload
+  /** Workers whose successor is on its way. */
+  const replacing = new WeakSet()
 
   /**
    * Start a slot's successor and wait until it is ready; kill it and reject
@@ -40,12 +44,35 @@ function createReloader (config, supervisor, log) {
     return successor
   }
 
-  /** Replace one slot: successor ready, promoted, then the old one drains. */
-  async function replaceSlot (slot, generation) {
+  /**
+   * Replace one slot: successor ready, promoted, then the old one drains.
+   * @returns {Promise<object|null>} the old worker's exit
+   */
+  async function replaceSlot (slot, generation, reason) {
     const old = supervisor.slots[slot]
-    const successor = await startSuccessor(slot, generation)
+    if (old) replacing.add(old)
+    let successor
+    try {
+      successor = await startSuccessor(slot, generation)
+    } finally {
+      if (old) replacing.delete(old)
+    }
+    if (supervisor.stopped) {
+      supervisor.retire(successor, 'shutdown', config.shutdown.timeoutMs)
+      throw new Error('shutting down')
+    }
     supervisor.promote(successor)
-    return old ? supervisor.retire(old, 'reload', drainTimeoutMs) : null
+    return old ? supervisor.retire(old, reason, drainTimeoutMs) : null
+  }
+
+  /** Replace a worker gracefully (memory limits): its successor runs the code on disk. */
+  async function recycle (record, reason) {
+    if (replacing.has(record) || supervisor.stopped || supervisor.slots[record.id] !== record) return
+    try {
+      await replaceSlot(record.id, supervisor.codeGeneration, reason)
+    } catch (err) {
+      if (!supervisor.stopped) log.error(`could not recycle worker ${record.id}: ${err.message}`)
+    }
   }
 
   /**
@@ -57,11 +84,11 @@ function createReloader (config, supervisor, log) {
     supervisor.promote(successor, true)
     const failure = bakeMs > 0 ? await supervisor.survives(successor, bakeMs) : null
     if (failure) return `${failure} (reload.bakeMs is ${bakeMs})`
-    if (successor.state !== 'ready') return `worker ${slot} (generation ${generation}) left the ready state while baking: ${successor.state}`
+    if (!successor.isReady()) return `worker ${slot} (generation ${generation}) left the ready state while baking: ${successor.state}`
     return null
   }
 
-  return async function reload () {
+  async function reload () {
     const started = Date.now()
     const generation = supervisor.codeGeneration + 1
     const slots = supervisor.slots.map((_, slot) => slot)
@@ -92,7 +119,7 @@ function createReloader (config, supervisor, log) {
     if (canaryFailure) {
       const successor = supervisor.slots[slots[0]]
       const predecessor = supervisor.release(slots[0])
-      if (predecessor && predecessor.state !== 'exited') {
+      if (predecessor && !predecessor.isExited()) {
         supervisor.promote(predecessor)
         if (successor && successor !== predecessor) supervisor.kill(successor, 'reload-failed')
       }
@@ -108,7 +135,7 @@ function createReloader (config, supervisor, log) {
     for (let i = 1; i < slots.length; i += batch) {
       if (stopReason) break
       const group = slots.slice(i, i + batch)
-      const outcomes = await Promise.allSettled(group.map((slot) => replaceSlot(slot, generation)))
+      const outcomes = await Promise.allSettled(group.map((slot) => replaceSlot(slot, generation, 'reload')))
       for (const outcome of outcomes) {
         if (outcome.status === 'fulfilled') {
           replaced++
@@ -126,6 +153,8 @@ function createReloader (config, supervisor, log) {
     log.info(`reload done: generation ${generation}`, { replaced, durationMs: Date.now() - started })
     return finish({ ok: true, rolledBack: false, reason: null })
   }
+
+  return { reload, recycle, isReplacing: (record) => replacing.has(record) }
 }
 
 module.exports = { createReloader }

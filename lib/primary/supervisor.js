@@ -10,7 +10,9 @@ const cluster = require('cluster')
 const EventEmitter = require('events')
 const debug = require('debug')('clusterize:supervisor')
 const ipc = require('../ipc')
+const protocol = require('../protocol')
 const { backoffDelay, CrashWindow } = require('./backoff')
+const { WorkerRecord, STATES } = require('./worker-record')
 
 /** A worker that stays ready this long is considered healthy again. */
 const STABLE_AFTER_MS = 30000
@@ -19,7 +21,8 @@ class Supervisor extends EventEmitter {
   /**
    * @param {object} config resolved configuration
    * @param {object} log internal logger
-   * @param {{ listenMode: string, port: number, onEnvelope: Function }} runtime
+   * @param {{ listenMode: string, port: number, route: (record: WorkerRecord, message: object, handle?: *) => void }} runtime
+   *   `route` receives every envelope a worker sends (the primary's routing table)
    */
   constructor (config, log, runtime) {
     super()
@@ -74,30 +77,9 @@ class Supervisor extends EventEmitter {
       CLUSTERIZE_LISTEN: this.runtime.listenMode,
       CLUSTERIZE_PORT: String(this.runtime.port)
     })
-    const record = {
-      id: slot,
-      worker,
-      pid: worker.process.pid,
-      generation,
-      state: 'starting',
-      startedAt: Date.now(),
-      readyAt: 0,
-      everReady: false,
-      restarts: this.restarts[slot],
-      heartbeat: null,
-      heartbeatAt: 0,
-      overloaded: false,
-      connections: 0,
-      pendingHandoffs: 0,
-      handoffs: new Set(),
-      retireReason: null,
-      bootError: null,
-      channel: new ipc.Channel(worker),
-      exited: null
-    }
-    record.exited = new Promise((resolve) => { record.resolveExited = resolve })
+    const record = new WorkerRecord(slot, worker, generation, this.restarts[slot])
     this.records.add(record)
-    ipc.listen(worker, (message, handle) => this.onEnvelope(record, message, handle))
+    ipc.listen(worker, (message, handle) => this.runtime.route(record, message, handle))
     worker.on('error', (err) => debug('worker %d error: %s', slot, err.message))
     worker.once('exit', (code, signal) => this.onExit(record, code, signal))
     debug('forked slot %d pid %d generation %d', slot, record.pid, generation)
@@ -105,44 +87,36 @@ class Supervisor extends EventEmitter {
     return record
   }
 
-  onEnvelope (record, message, handle) {
-    switch (message.kind) {
-      case 'ready':
-        if (record.state !== 'starting') return
-        record.state = 'ready'
-        record.readyAt = Date.now()
-        record.everReady = true
-        this.everReady = true
-        record.address = message.address
-        this.log.info(`worker ${record.id} ready`, { pid: record.pid, generation: record.generation })
-        this.emit('worker:ready', publicWorker(record))
-        this.emit('record:ready', record)
-        break
-      case 'heartbeat':
-        if (!message.figures || typeof message.figures !== 'object') return
-        record.heartbeat = message.figures
-        record.session = message.session
-        record.heartbeatAt = Date.now()
-        this.emit('record:heartbeat', record)
-        break
-      case 'boot-error':
-        record.bootError = String(message.message)
-        record.bootErrorDeterministic = message.deterministic === true
-        break
-      case 'drained':
-        record.drainTimedOut = message.timedOut === true
-        debug('worker %d drained%s', record.id, message.timedOut ? ' (deadline passed)' : '')
-        break
-      default:
-        this.runtime.onEnvelope(record, message, handle)
-    }
+  /** The worker listens: it may get traffic. */
+  onReady (record, message) {
+    if (!record.markReady(message.address)) return
+    this.everReady = true
+    this.log.info(`worker ${record.id} ready`, { pid: record.pid, generation: record.generation })
+    this.emit('worker:ready', record.publicView())
+    this.emit('record:ready', record)
+  }
+
+  onHeartbeat (record, message) {
+    if (!message.figures || typeof message.figures !== 'object') return
+    record.recordHeartbeat(message.figures, message.session)
+    this.emit('record:heartbeat', record)
+  }
+
+  onBootError (record, message) {
+    record.bootError = String(message.message)
+    record.bootErrorDeterministic = message.deterministic === true
+  }
+
+  onDrained (record, message) {
+    record.drainTimedOut = message.timedOut === true
+    debug('worker %d drained%s', record.id, message.timedOut ? ' (deadline passed)' : '')
   }
 
   onExit (record, code, signal) {
     this.records.delete(record)
     const wasCurrent = this.slots[record.id] === record
-    const reason = record.retireReason || (record.everReady ? 'crash' : 'boot-failure')
-    record.state = 'exited'
+    const reason = record.exitReason()
+    record.state = STATES.EXITED
     const event = { id: record.id, pid: record.pid, code, signal, reason, generation: record.generation }
     Object.defineProperty(event, 'at', { value: Date.now() })
     if (reason === 'boot-failure' && record.bootErrorDeterministic && !this.everReady) {
@@ -233,7 +207,7 @@ class Supervisor extends EventEmitter {
       this.clearRespawns()
     }
     const info = {
-      reason: record.retireReason || (record.everReady ? 'crash' : 'boot-failure'),
+      reason: record.exitReason(),
       generation: record.generation,
       crashes: this.crashWindows.get(record.generation).count,
       windowMs: crashWindowMs,
@@ -276,7 +250,7 @@ class Supervisor extends EventEmitter {
    */
   survives (record, ms) {
     return new Promise((resolve) => {
-      if (record.state === 'exited') return resolve(describeExit(record, record.exitEvent))
+      if (record.isExited()) return resolve(describeExit(record, record.exitEvent))
       const timer = setTimeout(() => {
         this.removeListener('record:exit', onExit)
         resolve(null)
@@ -296,17 +270,17 @@ class Supervisor extends EventEmitter {
    * @returns {Promise<object>} its exit event
    */
   retire (record, reason, timeoutMs) {
-    if (record.state === 'exited') return record.exited
+    if (record.isExited()) return record.exited
     if (!record.retireReason) record.retireReason = reason
-    if (record.state === 'draining' || record.state === 'stopping') return record.exited
-    record.state = reason === 'shutdown' ? 'stopping' : 'draining'
+    if (record.isRetiring()) return record.exited
+    record.state = reason === 'shutdown' ? STATES.STOPPING : STATES.DRAINING
     this.emit('record:unready', record)
-    if (!record.channel.postNow(ipc.envelope('drain', { timeoutMs, reason }))) {
+    if (!record.channel.postNow(protocol.drain(timeoutMs, reason))) {
       record.worker.process.kill('SIGKILL')
     }
     // The worker enforces the deadline itself; this is the backstop.
     const timer = setTimeout(() => {
-      if (record.state === 'exited') return
+      if (record.isExited()) return
       this.log.warn(`worker ${record.id} did not drain within ${timeoutMs} ms, killing it`, { pid: record.pid })
       record.forced = true
       record.worker.process.kill('SIGKILL')
@@ -318,9 +292,9 @@ class Supervisor extends EventEmitter {
 
   /** Kill a worker at once (hang, failed canary, forced shutdown). */
   kill (record, reason) {
-    if (record.state === 'exited') return record.exited
+    if (record.isExited()) return record.exited
     if (!record.retireReason) record.retireReason = reason
-    record.state = 'stopping'
+    record.state = STATES.STOPPING
     this.emit('record:unready', record)
     record.worker.process.kill('SIGKILL')
     return record.exited
@@ -338,7 +312,7 @@ class Supervisor extends EventEmitter {
         this.removeListener('record:exit', onExit)
       }
       const onHeartbeat = (r) => {
-        if (r === record && r.state === 'ready') {
+        if (r === record && r.isReady()) {
           cleanup()
           resolve(record)
         }
@@ -355,7 +329,7 @@ class Supervisor extends EventEmitter {
       }, timeoutMs)
       this.on('record:heartbeat', onHeartbeat)
       this.on('record:exit', onExit)
-      if (record.state === 'ready' && record.heartbeatAt > 0) onHeartbeat(record)
+      if (record.isReady() && record.heartbeatAt > 0) onHeartbeat(record)
     })
   }
 
@@ -363,7 +337,7 @@ class Supervisor extends EventEmitter {
   readyRecords () {
     const ready = []
     for (const record of this.slots) {
-      if (record && record.state === 'ready') ready.push(record)
+      if (record && record.isReady()) ready.push(record)
     }
     return ready
   }
@@ -385,9 +359,4 @@ function describeExit (record, event) {
   return `worker ${record.id} (generation ${record.generation}) exited with ${how} ${after}`
 }
 
-/** The worker view given to users in events and stats(). */
-function publicWorker (record) {
-  return { id: record.id, pid: record.pid, generation: record.generation, state: record.state }
-}
-
-module.exports = { Supervisor, publicWorker, describeExit }
+module.exports = { Supervisor, describeExit }

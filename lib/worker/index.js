@@ -10,6 +10,7 @@ const cluster = require('cluster')
 const net = require('net')
 const debug = require('debug')('clusterize:worker')
 const ipc = require('../ipc')
+const protocol = require('../protocol')
 const { prepareServer, drainServer } = require('./serve')
 const { createHealthSampler } = require('./heartbeat')
 const { listenServer } = require('./listen')
@@ -29,7 +30,6 @@ function startWorker (createApp, config) {
   const port = process.env.CLUSTERIZE_PORT !== undefined ? Number(process.env.CLUSTERIZE_PORT) : config.port
   const log = createLogger(config.logger, ` worker ${id}`)
   const channel = new ipc.Channel(process)
-  const acceptedMessage = ipc.envelope('accepted')
   const handle = { app: null, server: null, id, generation, ready: null }
   let tracker = null
   let sampler = null
@@ -38,24 +38,17 @@ function startWorker (createApp, config) {
 
   busLink.attachWorker(config, log, channel, id, generation)
 
-  ipc.listen(process, function onPrimaryMessage (message, socketHandle) {
-    switch (message.kind) {
-      case 'conn':
-        if (socketHandle && handle.server) acceptHandedConnection(handle.server, socketHandle)
-        else if (socketHandle) socketHandle.close()
-        // Tells the primary this worker is taking connections (load-aware rr).
-        channel.post(acceptedMessage)
-        break
-      case 'drain':
-        shutdown(message.timeoutMs, message.reason)
-        break
-      case 'bus':
-        busLink.onPrimaryMessage(message)
-        break
-      default:
-        debug('ignoring %s from primary', message.kind)
-    }
-  })
+  const route = protocol.createRouter({
+    [protocol.KIND.CONN]: function onConnection (_, message, socketHandle) {
+      if (socketHandle && handle.server) acceptHandedConnection(handle.server, socketHandle)
+      else if (socketHandle) socketHandle.close()
+      // Tells the primary this worker is taking connections (load-aware rr).
+      channel.post(protocol.accepted())
+    },
+    [protocol.KIND.DRAIN]: (_, message) => shutdown(message.timeoutMs, message.reason),
+    [protocol.KIND.BUS]: (_, message) => busLink.onPrimaryMessage(message)
+  }, (_, message) => debug('ignoring %s from primary', message.kind))
+  ipc.listen(process, (message, socketHandle) => route(null, message, socketHandle))
 
   // Node's cluster makes a worker exit at once when the primary's channel
   // closes (the primary was killed with SIGKILL, say), dropping requests in
@@ -78,11 +71,7 @@ function startWorker (createApp, config) {
   handle.ready = boot().catch(function onBootError (err) {
     // The primary logs it (once, with the slot and generation).
     debug('failed to boot: %s', err && err.stack)
-    channel.postNow(ipc.envelope('boot-error', {
-      message: String(err && err.message),
-      deterministic: Boolean(err && err.appInvalid),
-      stack: err && err.stack ? String(err.stack) : undefined
-    }), undefined, () => process.exit(1))
+    channel.postNow(protocol.bootError(err), undefined, () => process.exit(1))
     // If the channel is gone the callback may never come.
     setTimeout(() => process.exit(1), 1000).unref()
     throw err
@@ -100,7 +89,7 @@ function startWorker (createApp, config) {
       ? { port, handoff: true }
       : await listenServer(built.server, { port, host: config.host, reusePort: listenMode === 'reuseport' })
     sampler = createHealthSampler(tracker)
-    channel.postNow(ipc.envelope('ready', { address }))
+    channel.postNow(protocol.ready(address))
     sendHeartbeat()
     heartbeatTimer = setInterval(sendHeartbeat, config.health.heartbeatMs)
     heartbeatTimer.unref()
@@ -112,7 +101,7 @@ function startWorker (createApp, config) {
     if (!sampler) return
     const figures = sampler.sample()
     figures.generation = generation
-    channel.post(ipc.envelope('heartbeat', { figures, session: busLink.sessionStatus() }))
+    channel.post(protocol.heartbeat(figures, busLink.sessionStatus()))
   }
 
   async function shutdown (timeoutMs, reason) {
@@ -122,7 +111,7 @@ function startWorker (createApp, config) {
     const timedOut = await drainServer({ server: handle.server, tracker, listening: listenMode !== 'handoff' }, timeoutMs)
     clearInterval(heartbeatTimer)
     if (sampler) sampler.stop()
-    if (!channel.postNow(ipc.envelope('drained', { timedOut }), undefined, () => process.exit(0))) process.exit(0)
+    if (!channel.postNow(protocol.drained(timedOut), undefined, () => process.exit(0))) process.exit(0)
     setTimeout(() => process.exit(0), 1000).unref()
   }
 }
