@@ -18,7 +18,6 @@ const { createDispatcher } = require('./dispatcher')
 const { resolveScheduling, findFreePort } = require('./scheduling')
 const { watchHealth } = require('./health')
 const { createReloader } = require('./reload')
-const { startProbes } = require('./probes')
 const { createMetrics } = require('./metrics')
 const { watchSessionStores } = require('./session-watch')
 const { buildStats } = require('./stats')
@@ -26,7 +25,6 @@ const busLink = require('./bus-link')
 const { handleSignals } = require('../signals')
 const { createLogger } = require('../logger')
 const { explainListenError } = require('../errors')
-const { formatBanner } = require('./banner')
 
 /**
  * The handle returned by clusterize() in the primary.
@@ -107,7 +105,8 @@ function startPrimary (createApp, config) {
   async function start () {
     await listen()
     if (config.probes) {
-      parts.probes = await startProbes(config.probes, { stats, metrics, isLive, isReady, degradation: sessions.degradation })
+      // http is loaded only when probes are on: the primary stays small otherwise.
+      parts.probes = await require('./probes').startProbes(config.probes, { stats, metrics, isLive, isReady, degradation: sessions.degradation })
       state.probesPort = parts.probes.port
     }
     parts.health = watchHealth(config, supervisor, log, reloader)
@@ -116,7 +115,7 @@ function startPrimary (createApp, config) {
     await allWorkersReady()
     state.readySettled = true
     if (config.banner && config.logger === undefined) {
-      log.info(formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, redis: config.bus.redis }).trimEnd())
+      log.info(require('./banner').formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, redis: config.bus.redis }).trimEnd())
     }
     return { port: state.port, probesPort: state.probesPort, workers: supervisor.readyRecords().map((record) => record.publicView()) }
   }
