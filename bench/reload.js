@@ -121,7 +121,7 @@ async function brokenReloadUnderLoad (contender, reload, crashAfterMs) {
 }
 
 function summarizeDetail (detail) {
-  if (typeof detail !== 'string') return 'reported done'
+  if (typeof detail !== 'string' || !detail.startsWith('{')) return 'reported done'
   try {
     const result = JSON.parse(detail)
     return result.ok ? 'reported ok' : `ok: false, rolledBack: ${result.rolledBack}`

@@ -17,6 +17,7 @@ const DEFAULTS = {
   port: 3000,
   host: undefined,
   workers: 'auto',
+  spare: 0,
   scheduling: 'rr',
   health: {
     heartbeatMs: 1000,
@@ -202,6 +203,7 @@ function resolveConfig (options, env) {
   }
   config.host = host
   config.workers = resolveWorkers(pick('workers', 'WORKERS'))
+  config.spare = checkInteger('spare', pick('spare'), 0, 64)
   config.scheduling = checkOneOf('scheduling', pick('scheduling'), SCHEDULING)
 
   const health = group('health', options.health, DEFAULTS.health)

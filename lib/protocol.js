@@ -6,7 +6,7 @@
  * The envelope itself (`{ $cz: 1, kind, ...fields }`, batching) is lib/ipc.js.
  *
  *   worker -> primary: READY, HEARTBEAT, BOOT_ERROR, DRAINED, ACCEPTED, BUS
- *   primary -> worker: CONN (with a socket handle), DRAIN, BUS
+ *   primary -> worker: CONN (with a socket handle), DRAIN, PROMOTE, BUS
  */
 
 const { envelope } = require('./ipc')
@@ -26,6 +26,8 @@ const KIND = Object.freeze({
   CONN: 'conn',
   /** Stop accepting, finish in-flight work, exit. `{ timeoutMs, reason }` */
   DRAIN: 'drain',
+  /** A warm spare takes a slot: start serving as that worker. `{ slot }` */
+  PROMOTE: 'promote',
   /** Bus traffic (lib/bus/*), its own ops inside. */
   BUS: 'bus'
 })
@@ -62,6 +64,7 @@ module.exports = {
   }),
   drained: (timedOut) => envelope(KIND.DRAINED, { timedOut }),
   drain: (timeoutMs, reason) => envelope(KIND.DRAIN, { timeoutMs, reason }),
+  promote: (slot) => envelope(KIND.PROMOTE, { slot }),
   accepted: () => ACCEPTED_MESSAGE,
   conn: () => CONN_MESSAGE
 }

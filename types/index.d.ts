@@ -89,7 +89,12 @@ export interface ClusterizeOptions {
   port?: number | string
   host?: string
   /** Default WORKERS or 'auto' (cgroup-aware CPU count). 0 = single-process mode. */
-  workers?: number | 'auto' | string
+  workers?: number | 'auto'
+  /**
+   * Warm spares: extra workers that load the app and wait, taking no traffic, so a crashed
+   * worker's slot is served again at once. Each costs one idle worker's memory. Default 0.
+   */
+  spare?: number
   /** Default 'rr' (load-aware round robin). */
   scheduling?: Scheduling
   health?: HealthOptions

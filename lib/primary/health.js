@@ -28,7 +28,7 @@ function watchHealth (config, supervisor, log, replacer) {
     const figures = record.heartbeat
     if (judgeOverloaded(record)) overloaded.add(record)
     else overloaded.delete(record)
-    if (!record.isReady() || replacer.isReplacing(record)) return
+    if (!record.isReady() || record.spare || replacer.isReplacing(record)) return
     if (maxMemoryMB > 0 && figures.rss > maxMemoryMB * MB) {
       log.warn(`worker ${record.id} uses ${Math.round(figures.rss / MB)} MB RSS (limit ${maxMemoryMB} MB), recycling it`, { pid: record.pid })
       recycle(record, 'memory')

@@ -150,6 +150,7 @@ function createReloader (config, supervisor, log) {
       log.error(`reload stopped: ${stopReason}; ${replaced} of ${slots.length} slots run generation ${generation}, ${kept} keep the previous generation`)
       return finish({ ok: false, rolledBack: false, reason: stopReason })
     }
+    supervisor.spares.refresh(generation, drainTimeoutMs)
     log.info(`reload done: generation ${generation}`, { replaced, durationMs: Date.now() - started })
     return finish({ ok: true, rolledBack: false, reason: null })
   }

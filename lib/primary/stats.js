@@ -23,7 +23,7 @@ function buildStats (parts) {
     id: record.id,
     pid: record.pid,
     generation: record.generation,
-    state: record.state,
+    state: record.publicView().state,
     uptimeMs: now - record.startedAt,
     restarts: record.restarts,
     overloaded: health ? health.isOverloaded(record) : false,
@@ -31,7 +31,7 @@ function buildStats (parts) {
     heartbeatAgeMs: record.heartbeatAt ? now - record.heartbeatAt : null,
     heartbeat: record.heartbeat,
     session: record.session
-  })).sort((a, b) => a.id - b.id || a.generation - b.generation)
+  })).sort((a, b) => slotOrder(a) - slotOrder(b) || a.generation - b.generation)
   return {
     pid: process.pid,
     port: state.port,
@@ -45,6 +45,11 @@ function buildStats (parts) {
     workers,
     bus: parts.bus
   }
+}
+
+/** Slots in order, spares (id -1) last. */
+function slotOrder (worker) {
+  return worker.id < 0 ? Number.MAX_SAFE_INTEGER : worker.id
 }
 
 module.exports = { buildStats }

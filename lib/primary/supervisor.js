@@ -13,6 +13,7 @@ const ipc = require('../ipc')
 const protocol = require('../protocol')
 const { backoffDelay, CrashWindow } = require('./backoff')
 const { WorkerRecord, STATES } = require('./worker-record')
+const { Spares } = require('./spares')
 
 /** A worker that stays ready this long is considered healthy again. */
 const STABLE_AFTER_MS = 30000
@@ -49,13 +50,40 @@ class Supervisor extends EventEmitter {
     this.everReady = false
     this.stopped = false
     this.lastFailure = null
+    this.spares = new Spares(this, config.spare || 0)
   }
 
-  /** Fork one worker per slot. */
+  /** Fork one worker per slot, then the spares. */
   start () {
     for (let slot = 0; slot < this.slots.length; slot++) {
       this.slots[slot] = this.spawn(slot, this.generation)
     }
+    this.spares.replenish()
+  }
+
+  /** Fork a warm spare: it loads the app and reports ready, but is in no slot until promoted. */
+  spawnSpare () {
+    return this.spawn(-1, this.codeGeneration, true)
+  }
+
+  /**
+   * Put a ready spare in an empty slot at once.
+   * @returns {boolean} false when no spare was ready
+   */
+  promoteSpare (slot) {
+    const record = this.spares.take()
+    if (!record) return false
+    this.restarts[slot]++
+    record.id = slot
+    record.spare = false
+    record.restarts = this.restarts[slot]
+    this.slots[slot] = record
+    record.channel.postNow(protocol.promote(slot))
+    this.log.info(`worker ${slot} replaced by a warm spare`, { pid: record.pid, generation: record.generation })
+    this.emit('worker:ready', record.publicView())
+    this.emit('record:ready', record)
+    this.spares.replenish()
+    return true
   }
 
   /**
@@ -63,7 +91,7 @@ class Supervisor extends EventEmitter {
    * slot's current worker (at once, or after it is ready via promote()).
    * @returns {object} the worker record
    */
-  spawn (slot, generation) {
+  spawn (slot, generation, spare) {
     if (this.stopped) throw new Error('shutting down: no new workers are started')
     if (generation > this.codeGeneration) {
       // New code gets its own failure budget; the old code's tripped breaker no longer applies.
@@ -75,9 +103,11 @@ class Supervisor extends EventEmitter {
       CLUSTERIZE_GENERATION: String(generation),
       CLUSTERIZE_WORKERS: String(this.slots.length),
       CLUSTERIZE_LISTEN: this.runtime.listenMode,
-      CLUSTERIZE_PORT: String(this.runtime.port)
+      CLUSTERIZE_PORT: String(this.runtime.port),
+      CLUSTERIZE_SPARE: spare ? '1' : ''
     })
-    const record = new WorkerRecord(slot, worker, generation, this.restarts[slot])
+    const record = new WorkerRecord(slot, worker, generation, spare ? 0 : this.restarts[slot])
+    record.spare = Boolean(spare)
     this.records.add(record)
     ipc.listen(worker, (message, handle) => this.runtime.route(record, message, handle))
     worker.on('error', (err) => debug('worker %d error: %s', slot, err.message))
@@ -91,7 +121,7 @@ class Supervisor extends EventEmitter {
   onReady (record, message) {
     if (!record.markReady(message.address)) return
     this.everReady = true
-    this.log.info(`worker ${record.id} ready`, { pid: record.pid, generation: record.generation })
+    this.log.info(record.spare ? 'warm spare ready' : `worker ${record.id} ready`, { pid: record.pid, generation: record.generation })
     this.emit('worker:ready', record.publicView())
     this.emit('record:ready', record)
   }
@@ -141,6 +171,10 @@ class Supervisor extends EventEmitter {
     record.resolveExited(event)
 
     const isFailure = reason === 'crash' || reason === 'boot-failure' || reason === 'hang'
+    if (record.spare) {
+      this.spares.onExit(record, isFailure)
+      return this.emit('record:gone', record)
+    }
     if (isFailure) this.countFailure(record)
     if (this.held.get(record.id) === record) this.held.delete(record.id)
     if (!wasCurrent) return this.emit('record:gone', record)
@@ -154,7 +188,7 @@ class Supervisor extends EventEmitter {
       this.log.warn(`worker ${record.id}: generation ${record.generation} failed while baking; generation ${predecessor.generation} (pid ${predecessor.pid}) serves again`)
       return this.emit('record:gone', record)
     }
-    if (!this.isTripped(this.codeGeneration)) {
+    if (!this.isTripped(this.codeGeneration) && !this.promoteSpare(record.id)) {
       this.scheduleRespawn(record.id, isFailure ? backoffDelay(this.failures[record.id], this.config.restart) : 0)
     }
     this.emit('record:gone', record)
@@ -350,6 +384,7 @@ class Supervisor extends EventEmitter {
   stop () {
     this.stopped = true
     this.clearRespawns()
+    this.spares.stop()
   }
 }
 

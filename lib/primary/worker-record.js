@@ -30,6 +30,8 @@ class WorkerRecord {
     this.pid = worker.process.pid
     this.generation = generation
     this.restarts = restarts
+    /** A warm spare: ready, but in no slot until promoted (its id is -1 until then). */
+    this.spare = false
     this.state = STATES.STARTING
     this.startedAt = Date.now()
     this.readyAt = 0
@@ -98,7 +100,7 @@ class WorkerRecord {
 
   /** The view given to users in events and stats(). */
   publicView () {
-    return { id: this.id, pid: this.pid, generation: this.generation, state: this.state }
+    return { id: this.id, pid: this.pid, generation: this.generation, state: this.spare && this.state === STATES.READY ? 'spare' : this.state }
   }
 }
 

@@ -24,11 +24,13 @@ const { createLogger } = require('../logger')
  * @returns {{ app, server, id, generation, ready: Promise }}
  */
 function startWorker (createApp, config) {
-  const id = Number(process.env.CLUSTERIZE_WORKER_ID)
+  let id = Number(process.env.CLUSTERIZE_WORKER_ID)
   const generation = Number(process.env.CLUSTERIZE_GENERATION) || 1
   const listenMode = process.env.CLUSTERIZE_LISTEN || 'cluster'
   const port = process.env.CLUSTERIZE_PORT !== undefined ? Number(process.env.CLUSTERIZE_PORT) : config.port
-  const log = createLogger(config.logger, ` worker ${id}`)
+  // A warm spare builds the app but takes no traffic until the primary gives it a slot.
+  let spare = process.env.CLUSTERIZE_SPARE === '1'
+  let log = createLogger(config.logger, spare ? ' spare' : ` worker ${id}`)
   const channel = new ipc.Channel(process)
   const handle = { app: null, server: null, id, generation, ready: null }
   let tracker = null
@@ -46,6 +48,7 @@ function startWorker (createApp, config) {
       channel.post(protocol.accepted())
     },
     [protocol.KIND.DRAIN]: (_, message) => shutdown(message.timeoutMs, message.reason),
+    [protocol.KIND.PROMOTE]: (_, message) => promote(message.slot),
     [protocol.KIND.BUS]: (_, message) => busLink.onPrimaryMessage(message)
   }, (_, message) => debug('ignoring %s from primary', message.kind))
   ipc.listen(process, (message, socketHandle) => route(null, message, socketHandle))
@@ -85,9 +88,7 @@ function startWorker (createApp, config) {
     handle.app = built.app
     handle.server = built.server
     tracker = built.tracker
-    const address = listenMode === 'handoff'
-      ? { port, handoff: true }
-      : await listenServer(built.server, { port, host: config.host, reusePort: listenMode === 'reuseport' })
+    const address = listenMode === 'handoff' || spare ? { port, handoff: listenMode === 'handoff' } : await listen()
     sampler = createHealthSampler(tracker)
     channel.postNow(protocol.ready(address))
     sendHeartbeat()
@@ -95,6 +96,29 @@ function startWorker (createApp, config) {
     heartbeatTimer.unref()
     debug('worker %d ready (generation %d, %s)', id, generation, listenMode)
     return { id, generation, address }
+  }
+
+  function listen () {
+    return listenServer(handle.server, { port, host: config.host, reusePort: listenMode === 'reuseport' })
+  }
+
+  /** A spare takes its slot: with 'none'/'reuseport' it starts listening now. */
+  async function promote (slot) {
+    if (!spare || shuttingDown) return
+    spare = false
+    id = slot
+    handle.id = slot
+    process.env.CLUSTERIZE_WORKER_ID = String(slot)
+    log = createLogger(config.logger, ` worker ${id}`)
+    debug('spare promoted to slot %d', slot)
+    if (listenMode !== 'handoff' && handle.server) {
+      try {
+        await listen()
+      } catch (err) {
+        log.error(`promoted spare cannot listen: ${err.message}`, { pid: process.pid })
+        process.exit(1)
+      }
+    }
   }
 
   function sendHeartbeat () {
