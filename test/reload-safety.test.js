@@ -38,10 +38,10 @@ for (const crashAfterMs of [300, 1000]) {
     })
     const before = new Set(cluster.workerPids)
     const load = startLoad({ port: cluster.port, connections: 6, durationMs: 60000 })
-    await sleep(300)
+    await load.served(50)
     fs.writeFileSync(flag, String(crashAfterMs))
     const result = await cluster.reload()
-    await sleep(500)
+    await load.served(50)
     const results = await load.stop()
     assert.strictEqual(result.ok, false, JSON.stringify(result))
     assert.strictEqual(result.rolledBack, true)
@@ -63,12 +63,13 @@ test('the breaker trips while the last old worker drains: once it has left, the 
   const cluster = await startCluster(fixture, {
     env: env({
       workers: 1,
+      health: { heartbeatMs: 100 },
       reload: { bakeMs: 0 },
       restart: { backoffInitialMs: 10, backoffMaxMs: 50, maxCrashes: 3, crashWindowMs: 60000 }
     }, { CZ_CRASH_AFTER_READY_FILE: flag })
   })
   const slow = cluster.get('/slow?ms=3000')
-  await sleep(200)
+  await cluster.waitInFlight(1)
   fs.writeFileSync(flag, '200')
   cluster.reload().catch(() => {})
   const { code } = await cluster.exit
@@ -126,11 +127,11 @@ test('a burst of ten reload signals gives at most two reloads, and every worker 
 })
 
 test('SIGKILL of the primary: workers finish the requests in flight, then exit by themselves', async () => {
-  const cluster = await startCluster(fixture, { env: env({ workers: 2, shutdown: { timeoutMs: 8000 } }) })
+  const cluster = await startCluster(fixture, { env: env({ workers: 2, health: { heartbeatMs: 100 }, shutdown: { timeoutMs: 8000 } }) })
   const workerPids = Array.from(cluster.workerPids)
   const slow = []
   for (let i = 0; i < 6; i++) slow.push(cluster.get('/slow?ms=1500'))
-  await sleep(300)
+  await cluster.waitInFlight(6)
   cluster.signal('SIGKILL')
   const responses = await Promise.allSettled(slow)
   for (const response of responses) {
