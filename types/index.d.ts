@@ -159,6 +159,8 @@ export interface Heartbeat {
   inFlight: number
   served: number
   connections: number
+  /** Open upgraded connections (WebSockets). */
+  webSockets: number
   poolQueue: number
   poolBusy: number
   generation?: number
@@ -245,6 +247,20 @@ export interface WorkerHandle {
  * in a worker the worker handle.
  */
 export declare function clusterize(createApp: CreateApp, options?: ClusterizeOptions): PrimaryHandle | WorkerHandle
+
+export interface DrainInfo {
+  /** Why this process drains: 'reload', 'memory', 'shutdown' or 'primary-gone'. */
+  reason: string
+  /** Date.now() value by which the drain must be over. */
+  deadline: number
+}
+
+/**
+ * Run `fn` when this worker (or single process) starts draining, before the default close of
+ * WebSockets (1012 on reload/recycle, 1001 on shutdown) and kept-alive connections. The drain
+ * waits for its promise until the deadline. Returns a function that removes the hook.
+ */
+export declare function onDrain(fn: (info: DrainInfo) => void | Promise<void>): () => void
 
 export declare class ClusterizeOptionError extends TypeError {
   constructor(message: string, option?: string)

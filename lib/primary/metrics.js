@@ -84,6 +84,7 @@ function createMetrics (supervisor) {
     perWorker('clusterize_worker_event_loop_delay_p99_seconds', 'Event-loop delay p99 over the last heartbeat interval', (h) => h.eventLoopDelayP99Ms / 1000)
     perWorker('clusterize_worker_event_loop_utilization', 'Event-loop utilisation over the last heartbeat interval', (h) => h.eventLoopUtilization)
     perWorker('clusterize_worker_requests_in_flight', 'Requests being answered by each worker', (h) => h.inFlight)
+    perWorker('clusterize_worker_websockets', 'Open upgraded connections (WebSockets) of each worker', (h) => h.webSockets || 0)
     perWorker('clusterize_worker_pool_queue_depth', 'Offload tasks waiting for a thread in each worker', (h) => h.poolQueue || 0)
     new client.Gauge({
       name: 'clusterize_crash_looping',

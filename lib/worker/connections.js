@@ -11,6 +11,7 @@
  */
 
 const debug = require('debug')('clusterize:drain')
+const { trackUpgrades } = require('./upgrades')
 
 const kActive = Symbol('clusterize.active')
 const kIdleSince = Symbol('clusterize.idleSince')
@@ -26,6 +27,7 @@ function trackConnections (server, options) {
   const idleCloseMs = (options && options.idleCloseMs) || 2000
   const sockets = new Set()
   const state = { inFlight: 0, served: 0, draining: false }
+  const upgrades = trackUpgrades(server)
   let idleTimer = null
   let onDrained = null
 
@@ -74,7 +76,7 @@ function trackConnections (server, options) {
   function closeIdleSockets () {
     const now = Date.now()
     for (const socket of sockets) {
-      if (socket[kClosing] || socket[kActive] !== 0 || now - socket[kIdleSince] < quietAfter(socket)) continue
+      if (socket[kClosing] || socket[kActive] !== 0 || upgrades.has(socket) || now - socket[kIdleSince] < quietAfter(socket)) continue
       socket[kClosing] = true
       // end() sends FIN after pending writes; destroy if the peer never answers it.
       socket.end()
@@ -93,12 +95,15 @@ function trackConnections (server, options) {
 
   /**
    * Stop taking new requests on kept-alive sockets and resolve once every
-   * socket is closed. In-flight requests are answered with Connection: close.
+   * socket is closed. In-flight requests are answered with Connection: close;
+   * upgraded connections get a close frame (see ./upgrades.js).
+   * @param {{ reason?: string, graceMs?: number }} [options]
    * @returns {Promise<void>}
    */
-  function drain () {
+  function drain (options) {
     if (state.draining) return drain.promise
     state.draining = true
+    upgrades.closeAll((options && options.reason) || 'reload', (options && options.graceMs) || 5000)
     debug('draining %d sockets, %d requests in flight', sockets.size, state.inFlight)
     for (const socket of sockets) {
       const res = socket._httpMessage
@@ -125,6 +130,8 @@ function trackConnections (server, options) {
     get inFlight () { return state.inFlight },
     get served () { return state.served },
     get connections () { return sockets.size },
+    /** Open upgraded connections (WebSockets). */
+    get upgraded () { return upgrades.count },
     get draining () { return state.draining }
   }
 }

@@ -132,7 +132,7 @@ function startWorker (createApp, config) {
     if (shuttingDown) return
     shuttingDown = true
     debug('worker %d draining (%s, %d ms)', id, reason, timeoutMs)
-    const timedOut = await drainServer({ server: handle.server, tracker, listening: listenMode !== 'handoff' }, timeoutMs)
+    const timedOut = await drainServer({ server: handle.server, tracker, listening: listenMode !== 'handoff' && !spare, log }, timeoutMs, reason)
     clearInterval(heartbeatTimer)
     if (sampler) sampler.stop()
     if (!channel.postNow(protocol.drained(timedOut), undefined, () => process.exit(0))) process.exit(0)

@@ -55,7 +55,7 @@ function startStandalone (createApp, config) {
     if (shutdownPromise) return shutdownPromise
     handle.emit('shutdown')
     shutdownPromise = (async () => {
-      const forced = await drainServer({ server: handle.server, tracker, listening: true }, config.shutdown.timeoutMs)
+      const forced = await drainServer({ server: handle.server, tracker, listening: true, log }, config.shutdown.timeoutMs, 'shutdown')
       if (sampler) sampler.stop()
       await busLink.close()
       log.info(forced ? 'shutdown forced at the deadline' : 'shutdown complete')
