@@ -107,6 +107,11 @@ function group (name, value, defaults) {
   return merged
 }
 
+/** Addresses only this machine can reach. */
+function isLoopback (host) {
+  return host === 'localhost' || host === '::1' || /^127\./.test(host)
+}
+
 function parsePort (option, value) {
   const port = typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : value
   return checkInteger(option, port, 0, 65535)
@@ -244,9 +249,22 @@ function resolveConfig (options, env) {
   if (options.probes === undefined || options.probes === null || options.probes === false) {
     config.probes = null
   } else {
-    const probes = group('probes', options.probes, { port: undefined, host: '127.0.0.1' })
+    const probes = group('probes', options.probes, { port: undefined, host: '127.0.0.1', dashboard: undefined, token: undefined, controlToken: undefined })
     probes.port = parsePort('probes.port', probes.port)
     if (typeof probes.host !== 'string' || probes.host === '') throw fail('probes.host', 'a non-empty string', probes.host)
+    for (const key of ['token', 'controlToken']) {
+      if (probes[key] !== undefined && (typeof probes[key] !== 'string' || probes[key].length < 16)) {
+        throw fail(`probes.${key}`, 'a string of at least 16 characters (e.g. from `openssl rand -hex 16`)', probes[key] === undefined ? probes[key] : '<hidden>')
+      }
+    }
+    if (probes.dashboard !== undefined && typeof probes.dashboard !== 'boolean') throw fail('probes.dashboard', 'true or false', probes.dashboard)
+    const loopback = isLoopback(probes.host)
+    if (probes.dashboard === true && !loopback && !probes.token) {
+      throw new ClusterizeOptionError(`clusterize: option "probes.dashboard" on a non-loopback host (${probes.host}) needs "probes.token": ` +
+        'anyone who can reach the port would see the cluster. Set probes.token, or bind probes.host to 127.0.0.1', 'probes.token')
+    }
+    // On by default where only this machine can reach it, or behind a token.
+    if (probes.dashboard === undefined) probes.dashboard = loopback || Boolean(probes.token)
     config.probes = probes
   }
 

@@ -73,6 +73,12 @@ export interface ProbesOptions {
   port: number
   /** Default '127.0.0.1'. */
   host?: string
+  /** The live page at /dashboard (Server-Sent Events at /dashboard/events). Default: on for a loopback host or with a token, off otherwise. */
+  dashboard?: boolean
+  /** Required to view the dashboard on a non-loopback host: `Authorization: Bearer <token>` or `?token=`. At least 16 characters. */
+  token?: string
+  /** Enables POST /control/reload (and the page's Reload button); sent in the X-Clusterize-Token header, never a cookie. At least 16 characters. */
+  controlToken?: string
 }
 
 

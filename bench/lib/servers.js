@@ -80,7 +80,7 @@ function runClusterize () {
   const handle = clusterize(buildApp, options)
   if (cluster.isWorker) return
   handle.ready.then(
-    (info) => console.log(`READY ${info.port} ${handle.stats().scheduling}`),
+    (info) => console.log(`READY ${info.port} ${handle.stats().scheduling} ${info.probesPort || 0}`),
     (err) => {
       console.error(err.message)
       process.exit(1)

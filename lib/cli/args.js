@@ -8,7 +8,7 @@
 
 const { SCHEDULING } = require('../config')
 
-const COMMANDS = ['reload', 'stop', 'status']
+const COMMANDS = ['reload', 'stop', 'status', 'top']
 const DEFAULT_PID_FILE = 'clusterize.pid'
 
 /** A usage mistake: printed with a hint to --help, exit code 2. */
@@ -26,21 +26,21 @@ const FLAGS = {
   '--port': { key: 'port', value: 'port', for: ['start'] },
   '--host': { key: 'host', value: 'string', for: ['start'] },
   '--scheduling': { key: 'scheduling', value: 'scheduling', for: ['start'] },
-  '--probes-port': { key: 'probesPort', value: 'port', for: ['start', 'status'] },
-  '--probes-host': { key: 'probesHost', value: 'string', for: ['start', 'status'] },
+  '--probes-port': { key: 'probesPort', value: 'port', for: ['start', 'status', 'top'] },
+  '--probes-host': { key: 'probesHost', value: 'string', for: ['start', 'status', 'top'] },
   '--redis': { key: 'redis', value: 'string', for: ['start'] },
-  '--pid-file': { key: 'pidFile', value: 'string', for: ['start', 'reload', 'stop', 'status'] },
+  '--pid-file': { key: 'pidFile', value: 'string', for: ['start', 'reload', 'stop', 'status', 'top'] },
   '--timeout': { key: 'timeout', value: 'seconds', for: ['reload', 'stop'] },
   '--json': { key: 'json', for: ['start', 'reload', 'stop', 'status'] },
-  '--help': { key: 'help', for: ['start', 'reload', 'stop', 'status'] },
-  '--version': { key: 'version', for: ['start', 'reload', 'stop', 'status'] }
+  '--help': { key: 'help', for: ['start', 'reload', 'stop', 'status', 'top'] },
+  '--version': { key: 'version', for: ['start', 'reload', 'stop', 'status', 'top'] }
 }
 const ALIASES = { '-h': '--help', '-v': '--version' }
 
 /**
  * Parse `process.argv.slice(2)`.
  * @param {string[]} argv
- * @returns {{ command: 'start'|'reload'|'stop'|'status', app: string|null, flags: object }}
+ * @returns {{ command: 'start'|'reload'|'stop'|'status'|'top', app: string|null, flags: object }}
  * @throws {CliUsageError}
  */
 function parseArgs (argv) {

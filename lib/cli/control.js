@@ -193,4 +193,4 @@ function report (io, flags, json, text) {
   io.stdout.write(flags.json ? JSON.stringify(json) + '\n' : text)
 }
 
-module.exports = { reload, stop, status, findPrimary, fetchStats, CliRuntimeError }
+module.exports = { reload, stop, status, findPrimary, fetchStats, probesTarget, loopbackFor, CliRuntimeError }

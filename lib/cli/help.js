@@ -13,6 +13,7 @@ Usage
   clusterize reload [--pid-file F]     replace every worker, one by one, without dropping requests
   clusterize stop   [--pid-file F]     graceful shutdown: drain requests, then exit
   clusterize status [--pid-file F | --probes-port P]   print the workers table
+  clusterize top    [--pid-file F | --probes-port P]   live view of the workers (q quits)
 
   app.js needs no clusterize import: it exports an Express app, a function
   returning one (sync or async), a (req, res) listener, or an http.Server

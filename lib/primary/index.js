@@ -51,7 +51,7 @@ function startPrimary (createApp, config) {
   const supervisor = new Supervisor(config, log, runtime)
   const metrics = createMetrics(supervisor)
   const reloader = createReloader(config, supervisor, log)
-  const sessions = watchSessionStores(supervisor, log)
+  const sessions = watchSessionStores(supervisor, log, (name, info) => handle.emit(name, info))
   const reloads = createReloadQueue()
   let shutdownPromise = null
 
@@ -106,7 +106,10 @@ function startPrimary (createApp, config) {
     await listen()
     if (config.probes) {
       // http is loaded only when probes are on: the primary stays small otherwise.
-      parts.probes = await require('./probes').startProbes(config.probes, { stats, metrics, isLive, isReady, degradation: sessions.degradation })
+      const dashboard = config.probes.dashboard
+        ? require('./dashboard').createDashboard({ probes: config.probes, intervalMs: config.health.heartbeatMs, stats, handle, reload: handle.reload })
+        : null
+      parts.probes = await require('./probes').startProbes(config.probes, { stats, metrics, isLive, isReady, degradation: sessions.degradation, dashboard })
       state.probesPort = parts.probes.port
     }
     parts.health = watchHealth(config, supervisor, log, reloader)
@@ -178,6 +181,7 @@ function startPrimary (createApp, config) {
       const run = chain.then(() => {
         queued = null
         if (state.shuttingDown) return { ok: false, rolledBack: false, reason: 'shutting down', replaced: 0, durationMs: 0, generation: supervisor.generation }
+        handle.emit('reload:start', { generation: supervisor.codeGeneration + 1 })
         return reloader.reload()
       }).then((result) => {
         state.reloads++

@@ -1,19 +1,21 @@
 'use strict'
 
 /**
- * A small HTTP server in the primary for orchestrators and dashboards:
- * /live, /ready, /stats (JSON) and /metrics (Prometheus).
+ * A small HTTP server in the primary for orchestrators and people:
+ * /live, /ready, /stats (JSON), /metrics (Prometheus), and the live
+ * dashboard (/dashboard, see ./dashboard) when it is on.
  */
 
 const http = require('http')
 
 /**
  * @param {{ port: number, host: string }} options
- * @param {{ stats: Function, metrics: object, isLive: Function, isReady: Function }} sources
+ * @param {{ stats: Function, metrics: object, isLive: Function, isReady: Function, degradation: Function, dashboard?: object }} sources
  * @returns {Promise<{ port: number, close: () => Promise<void> }>}
  */
 function startProbes (options, sources) {
   const server = http.createServer(function onProbe (req, res) {
+    if (sources.dashboard && sources.dashboard.route(req, res)) return
     const url = req.url.split('?')[0]
     if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'text/plain', 'method not allowed\n')
     switch (url) {
@@ -35,7 +37,7 @@ function startProbes (options, sources) {
           (text) => send(res, 200, sources.metrics.contentType, text),
           (err) => send(res, 500, 'text/plain', err.message + '\n'))
       default:
-        return send(res, 404, 'text/plain', 'not found: try /live, /ready, /stats or /metrics\n')
+        return send(res, 404, 'text/plain', `not found: try /live, /ready, /stats${sources.dashboard ? ', /metrics or /dashboard' : ' or /metrics'}\n`)
     }
   })
   server.keepAliveTimeout = 5000
@@ -46,6 +48,7 @@ function startProbes (options, sources) {
       resolve({
         port: server.address().port,
         close: () => new Promise((resolve) => {
+          if (sources.dashboard) sources.dashboard.close()
           server.close(() => resolve())
           server.closeAllConnections()
         })

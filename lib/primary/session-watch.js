@@ -9,9 +9,10 @@
 /**
  * @param {import('./supervisor').Supervisor} supervisor
  * @param {object} log
+ * @param {(name: 'session:down'|'session:up', info: object) => void} [notify] for the dashboard's timeline
  * @returns {{ degradation: () => string }}
  */
-function watchSessionStores (supervisor, log) {
+function watchSessionStores (supervisor, log, notify) {
   const down = new WeakSet()
 
   supervisor.on('record:heartbeat', function onHeartbeat (record) {
@@ -21,9 +22,11 @@ function watchSessionStores (supervisor, log) {
     if (isDown) {
       down.add(record)
       log.warn(`worker ${record.id}: session store ${session.store} unavailable: ${session.lastError}; session requests get 503 until it recovers`, { pid: record.pid })
+      if (notify) notify('session:down', { id: record.id, pid: record.pid, store: session.store, lastError: session.lastError })
     } else {
       down.delete(record)
       log.info(`worker ${record.id}: session store ${session ? session.store : ''} available again`, { pid: record.pid })
+      if (notify) notify('session:up', { id: record.id, pid: record.pid, store: session ? session.store : '' })
     }
   })
 
