@@ -8,7 +8,7 @@
 
 const os = require('os')
 const fs = require('fs')
-const { ClusterizeOptionError } = require('./errors')
+const { ClusterizeOptionError, MAX_TIMER_MS } = require('./errors')
 
 const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky']
 const SERIALIZATION = ['json', 'advanced']
@@ -212,8 +212,8 @@ function resolveConfig (options, env) {
   config.scheduling = checkOneOf('scheduling', pick('scheduling'), SCHEDULING)
 
   const health = group('health', options.health, DEFAULTS.health)
-  checkInteger('health.heartbeatMs', health.heartbeatMs, 50)
-  checkInteger('health.heartbeatTimeoutMs', health.heartbeatTimeoutMs, 100)
+  checkInteger('health.heartbeatMs', health.heartbeatMs, 50, MAX_TIMER_MS)
+  checkInteger('health.heartbeatTimeoutMs', health.heartbeatTimeoutMs, 100, MAX_TIMER_MS)
   if (health.heartbeatTimeoutMs <= health.heartbeatMs) {
     throw fail('health.heartbeatTimeoutMs', `greater than health.heartbeatMs (${health.heartbeatMs})`, health.heartbeatTimeoutMs)
   }
@@ -223,24 +223,25 @@ function resolveConfig (options, env) {
   config.health = health
 
   const restart = group('restart', options.restart, DEFAULTS.restart)
-  checkInteger('restart.backoffInitialMs', restart.backoffInitialMs, 0)
-  checkInteger('restart.backoffMaxMs', restart.backoffMaxMs, restart.backoffInitialMs)
+  checkInteger('restart.backoffInitialMs', restart.backoffInitialMs, 0, MAX_TIMER_MS)
+  checkInteger('restart.backoffMaxMs', restart.backoffMaxMs, restart.backoffInitialMs, MAX_TIMER_MS)
   checkInteger('restart.maxCrashes', restart.maxCrashes, 1)
-  checkInteger('restart.crashWindowMs', restart.crashWindowMs, 1)
+  checkInteger('restart.crashWindowMs', restart.crashWindowMs, 1, MAX_TIMER_MS)
   config.restart = restart
 
   const reload = group('reload', options.reload, DEFAULTS.reload)
   if (reload.signal !== null && reload.signal !== false && (typeof reload.signal !== 'string' || !(reload.signal in os.constants.signals))) {
     throw fail('reload.signal', "a signal name such as 'SIGUSR2', or false", reload.signal)
   }
-  checkInteger('reload.readyTimeoutMs', reload.readyTimeoutMs, 1)
-  checkInteger('reload.drainTimeoutMs', reload.drainTimeoutMs, 0)
-  checkInteger('reload.bakeMs', reload.bakeMs, 0)
+  checkInteger('reload.readyTimeoutMs', reload.readyTimeoutMs, 1, MAX_TIMER_MS)
+  // The primary's kill backstop fires 2 s after the drain deadline.
+  checkInteger('reload.drainTimeoutMs', reload.drainTimeoutMs, 0, MAX_TIMER_MS - 2000)
+  checkInteger('reload.bakeMs', reload.bakeMs, 0, MAX_TIMER_MS)
   checkInteger('reload.batch', reload.batch, 1)
   config.reload = reload
 
   const shutdown = group('shutdown', options.shutdown, DEFAULTS.shutdown)
-  checkInteger('shutdown.timeoutMs', shutdown.timeoutMs, 0)
+  checkInteger('shutdown.timeoutMs', shutdown.timeoutMs, 0, MAX_TIMER_MS - 2000)
   if (!Array.isArray(shutdown.signals) || shutdown.signals.some((s) => typeof s !== 'string' || !(s in os.constants.signals))) {
     throw fail('shutdown.signals', "an array of signal names such as ['SIGTERM', 'SIGINT']", shutdown.signals)
   }
@@ -282,8 +283,8 @@ function resolveConfig (options, env) {
   config.logger = checkLogger(options.logger)
   config.banner = pick('banner')
   if (typeof config.banner !== 'boolean') throw fail('banner', 'true or false', config.banner)
-  config.keepAliveTimeout = checkInteger('keepAliveTimeout', pick('keepAliveTimeout'), 0)
-  config.headersTimeout = checkInteger('headersTimeout', pick('headersTimeout'), 0)
+  config.keepAliveTimeout = checkInteger('keepAliveTimeout', pick('keepAliveTimeout'), 0, MAX_TIMER_MS)
+  config.headersTimeout = checkInteger('headersTimeout', pick('headersTimeout'), 0, MAX_TIMER_MS)
   return config
 }
 

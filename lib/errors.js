@@ -35,4 +35,11 @@ function explainListenError (err, port) {
   return err
 }
 
-module.exports = { ClusterizeOptionError, ClusterizeTimeoutError, explainListenError }
+/**
+ * The longest delay a Node timer takes (2^31-1 ms, about 24.8 days): a longer
+ * one fires after 1 ms with a TimeoutOverflowWarning. Every time option is
+ * bounded by it.
+ */
+const MAX_TIMER_MS = 2147483647
+
+module.exports = { ClusterizeOptionError, ClusterizeTimeoutError, explainListenError, MAX_TIMER_MS }

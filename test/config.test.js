@@ -40,3 +40,32 @@ test('environment fallbacks: PORT and WORKERS; defaults for keep-alive', () => {
   assert.ok(resolveConfig({}, {}).workers >= 1, "'auto' gives at least one worker")
   assert.strictEqual(resolveConfig({ port: 9000 }, { PORT: '8080' }).port, 9000, 'options win over env')
 })
+
+test('every time option is bounded by what a timer can hold (2^31-1 ms): 3e9 fails at startup naming the option', () => {
+  const tooLong = 3e9
+  const options = [
+    ['health.heartbeatMs', { health: { heartbeatMs: tooLong, heartbeatTimeoutMs: tooLong + 1 } }],
+    ['health.heartbeatTimeoutMs', { health: { heartbeatTimeoutMs: tooLong } }],
+    ['restart.backoffInitialMs', { restart: { backoffInitialMs: tooLong, backoffMaxMs: tooLong } }],
+    ['restart.backoffMaxMs', { restart: { backoffMaxMs: tooLong } }],
+    ['restart.crashWindowMs', { restart: { crashWindowMs: tooLong } }],
+    ['reload.readyTimeoutMs', { reload: { readyTimeoutMs: tooLong } }],
+    ['reload.drainTimeoutMs', { reload: { drainTimeoutMs: tooLong } }],
+    ['reload.bakeMs', { reload: { bakeMs: tooLong } }],
+    ['shutdown.timeoutMs', { shutdown: { timeoutMs: tooLong } }],
+    ['keepAliveTimeout', { keepAliveTimeout: tooLong }],
+    ['headersTimeout', { headersTimeout: tooLong }]
+  ]
+  for (const [name, value] of options) {
+    assert.throws(() => resolveConfig(value, {}), (err) => err instanceof ClusterizeOptionError && err.option === name && /2147483647|2147481647/.test(err.message), name)
+  }
+  assert.strictEqual(resolveConfig({ reload: { readyTimeoutMs: 2147483647 } }, {}).reload.readyTimeoutMs, 2147483647, 'the limit itself is accepted')
+  assert.throws(() => clusterize(() => null, { reload: { readyTimeoutMs: tooLong } }), /reload\.readyTimeoutMs/)
+
+  const offload = require('../middleware/offload')
+  assert.throws(() => offload.pool({ taskTimeoutMs: tooLong }), /taskTimeoutMs.*2147483647/)
+  const { resolveSessionOptions } = require('../lib/session/options')
+  assert.throws(() => resolveSessionOptions({ timeoutMs: tooLong, secret: 'x'.repeat(32) }, {}), /timeoutMs.*2147483647/)
+  const { parseArgs } = require('../lib/cli/args')
+  assert.throws(() => parseArgs(['stop', '--timeout', '3000000']), /--timeout must be a number of seconds from 0 to 2147483/)
+})

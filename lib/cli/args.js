@@ -7,6 +7,7 @@
  */
 
 const { SCHEDULING } = require('../config')
+const { MAX_TIMER_MS } = require('../errors')
 
 const COMMANDS = ['reload', 'stop', 'status', 'top']
 const DEFAULT_PID_FILE = 'clusterize.pid'
@@ -113,7 +114,7 @@ function convert (name, kind, raw) {
       if (!SCHEDULING.includes(raw)) throw new CliUsageError(`${name} must be one of ${SCHEDULING.join(', ')}, got ${JSON.stringify(raw)}`)
       return raw
     case 'seconds':
-      if (!/^\d+(\.\d+)?$/.test(raw) || Number(raw) <= 0) throw new CliUsageError(`${name} must be a number of seconds greater than 0, got ${JSON.stringify(raw)}`)
+      if (!/^\d+(\.\d+)?$/.test(raw) || Number(raw) <= 0 || Number(raw) * 1000 > MAX_TIMER_MS) throw new CliUsageError(`${name} must be a number of seconds from 0 to ${Math.floor(MAX_TIMER_MS / 1000)}, got ${JSON.stringify(raw)}`)
       return Number(raw)
     default:
       if (raw === '') throw new CliUsageError(`${name} needs a non-empty value`)

@@ -14,6 +14,7 @@ const { resolveTask, unwrapTransfers, cloneError } = require('./task')
 const Queue = require('./queue')
 const Samples = require('./samples')
 const { QueueFullError, TaskAbortedError, PoolClosedError } = require('./errors')
+const { MAX_TIMER_MS } = require('../errors')
 const { Task, remoteError } = require('./records')
 const { PoolThreads } = require('./threads')
 
@@ -104,7 +105,7 @@ class Pool extends PoolThreads {
     let terminateOnAbort = true
     if (options !== undefined && options !== null) {
       if (options.timeoutMs !== undefined) {
-        if (!Number.isInteger(options.timeoutMs) || options.timeoutMs < 0) return Promise.reject(new TypeError(`offload: option "timeoutMs" must be an integer >= 0, got ${options.timeoutMs}`))
+        if (!Number.isInteger(options.timeoutMs) || options.timeoutMs < 0 || options.timeoutMs > MAX_TIMER_MS) return Promise.reject(new TypeError(`offload: option "timeoutMs" must be an integer from 0 to ${MAX_TIMER_MS} (ms), got ${options.timeoutMs}`))
         timeoutMs = options.timeoutMs
       }
       if (options.signal != null) {

@@ -3,6 +3,7 @@
 const os = require('node:os')
 const path = require('node:path')
 const { OffloadOptionError } = require('./errors')
+const { MAX_TIMER_MS } = require('../errors')
 
 const RESOURCE_LIMIT_KEYS = ['maxOldGenerationSizeMb', 'maxYoungGenerationSizeMb', 'codeRangeSizeMb', 'stackSizeMb']
 const POOL_KEYS = ['threads', 'maxQueue', 'taskTimeoutMs', 'resourceLimits', 'setup', 'maxStartupFailures', 'niceness']
@@ -53,6 +54,13 @@ function nonNegativeInt (prefix, name, value, fallback, allowInfinity) {
   if (value === undefined) return fallback
   if (allowInfinity && value === Infinity) return value
   if (!Number.isInteger(value) || value < 0) fail(prefix, name, allowInfinity ? 'an integer >= 0 or Infinity' : 'an integer >= 0', value)
+  return value
+}
+
+/** A delay in ms a timer can hold (0 = none). */
+function timerMs (prefix, name, value, fallback) {
+  if (value === undefined) return fallback
+  if (!Number.isInteger(value) || value < 0 || value > MAX_TIMER_MS) fail(prefix, name, `an integer from 0 to ${MAX_TIMER_MS} (ms)`, value)
   return value
 }
 
@@ -109,7 +117,7 @@ function normalizeOptions (options, ctx = {}) {
   const out = {
     threads,
     maxQueue: nonNegativeInt(prefix, 'maxQueue', options.maxQueue, threads * QUEUE_PER_THREAD, true),
-    taskTimeoutMs: nonNegativeInt(prefix, 'taskTimeoutMs', options.taskTimeoutMs, ctx.middleware ? 30000 : 0, false),
+    taskTimeoutMs: timerMs(prefix, 'taskTimeoutMs', options.taskTimeoutMs, ctx.middleware ? 30000 : 0),
     resourceLimits: resourceLimits(prefix, options.resourceLimits),
     setup: setupPath(prefix, options.setup),
     maxStartupFailures: positiveInt(prefix, 'maxStartupFailures', options.maxStartupFailures, 3),

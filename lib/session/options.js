@@ -8,7 +8,7 @@
 
 const cluster = require('cluster')
 const crypto = require('crypto')
-const { ClusterizeOptionError } = require('../errors')
+const { ClusterizeOptionError, MAX_TIMER_MS } = require('../errors')
 
 const STORES = ['auto', 'redis', 'cluster', 'memory']
 const MIN_PRODUCTION_SECRET = 32
@@ -142,6 +142,7 @@ function resolveSessionOptions (options, env) {
   }
   if (options.prefix !== undefined && typeof options.prefix !== 'string') throw fail('prefix', 'must be a string')
   for (const key of ['ttl', 'timeoutMs', 'maxSessions', 'retryAfter']) checkPositiveInt(options, key)
+  if (options.timeoutMs > MAX_TIMER_MS) throw fail('timeoutMs', `must be at most ${MAX_TIMER_MS} (ms), got ${options.timeoutMs}`)
 
   const expressSession = {}
   for (const key of EXPRESS_SESSION_KEYS) {
