@@ -243,3 +243,31 @@ test('clusterize({ workers: 0 }) wires the bus in single-process mode', async ()
   assert.strictEqual(out.answer, 2)
   assert.strictEqual(out.gathered[0].result, 3)
 })
+
+test('the $cz: prefix is reserved: the public bus refuses it everywhere, library code may use it', async () => {
+  configureBus({}, { role: 'local' })
+  busUseLocal()
+  const reserved = (err) => err.code === 'ERR_CLUSTERIZE_BUS_TOPIC' && /reserved for clusterize's own traffic/.test(err.message)
+  assert.throws(() => bus.broadcast('$cz:x'), reserved)
+  assert.throws(() => bus.send('primary', '$cz:x'), reserved)
+  assert.throws(() => bus.on('$cz:x', () => {}), reserved)
+  assert.throws(() => bus.once('$cz:x', () => {}), reserved)
+  assert.throws(() => bus.handle('$cz:x', () => 1), reserved)
+  assert.throws(() => bus.request('$cz:x'), reserved)
+  assert.throws(() => bus.gather('$cz:x'), reserved)
+  bus.broadcast('cz:ok')
+  const remove = busModule.internalBus.handle('$cz:internal-test', (n) => n + 1)
+  assert.strictEqual(await busModule.internalBus.request('$cz:internal-test', 41), 42)
+  remove()
+  await busClose()
+})
+
+test("'json' serialization refuses NaN and Infinity instead of turning them into null", () => {
+  const codec = createCodec({ serialization: 'json' })
+  for (const value of [NaN, Infinity, -Infinity, { a: NaN }, [1, Infinity], { deep: { x: -Infinity } }]) {
+    assert.throws(() => codec.encode('t', value), (err) => err.code === 'ERR_CLUSTERIZE_BUS_UNSERIALISABLE' && /(NaN|Infinity).*JSON would turn it into null/.test(err.message), String(JSON.stringify(value)))
+  }
+  assert.strictEqual(codec.encode('t', { a: 1.5, b: -0, c: null }), '{"a":1.5,"b":0,"c":null}')
+  const advanced = createCodec({ serialization: 'advanced' })
+  assert.ok(Number.isNaN(require('v8').deserialize(advanced.encode('t', NaN))), "'advanced' carries NaN as is")
+})

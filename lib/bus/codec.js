@@ -28,6 +28,22 @@ function checkTopic (topic, method) {
   }
 }
 
+const RESERVED_PREFIX = '$cz:'
+
+/**
+ * checkTopic(), and refuse the `$cz:` prefix reserved for clusterize's own traffic.
+ * @param {*} topic
+ * @param {string} method
+ */
+function checkPublicTopic (topic, method) {
+  checkTopic(topic, method)
+  if (topic.startsWith(RESERVED_PREFIX)) {
+    throw new ClusterizeBusError(
+      `${method}: topics starting with "${RESERVED_PREFIX}" are reserved for clusterize's own traffic (sessions, adapters), got "${topic}"; use another prefix`,
+      'ERR_CLUSTERIZE_BUS_TOPIC', { topic })
+  }
+}
+
 function describe (value) {
   if (value === null) return 'null'
   if (Array.isArray(value)) return 'an array'
@@ -43,6 +59,9 @@ class Unserialisable extends Error {}
  */
 function jsonGuard (key, value) {
   const type = typeof value
+  if (type === 'number' && !Number.isFinite(value)) {
+    throw new Unserialisable(`${value}${key === '' ? '' : ` at key "${key}"`} (JSON would turn it into null; send null, a string, or use bus.serialization 'advanced')`)
+  }
   if (type === 'function' || type === 'symbol') {
     throw new Unserialisable(`a ${type}${key === '' ? '' : ` at key "${key}"`}`)
   }
@@ -99,7 +118,7 @@ function createCodec (options) {
   function encodeJson (topic, data, what) {
     let text
     try {
-      text = JSON.stringify(data, typeof data === 'object' && data !== null ? jsonGuard : undefined)
+      text = JSON.stringify(data, (typeof data === 'object' && data !== null) || typeof data === 'number' ? jsonGuard : undefined)
     } catch (err) {
       if (err instanceof Unserialisable) throw unserialisable(topic, what, err.message)
       const message = String(err && err.message)
@@ -184,4 +203,4 @@ function payloadSize (payload) {
   return 0
 }
 
-module.exports = { createCodec, checkTopic, toBuffer, MAX_TOPIC_LENGTH }
+module.exports = { createCodec, checkTopic, checkPublicTopic, toBuffer, MAX_TOPIC_LENGTH, RESERVED_PREFIX }

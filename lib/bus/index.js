@@ -23,7 +23,7 @@
 const cluster = require('cluster')
 const debug = require('debug')('clusterize:bus')
 const { BusCore, wrapLogger, timeoutOf } = require('./core')
-const { createCodec, checkTopic } = require('./codec')
+const { createCodec, checkTopic, checkPublicTopic } = require('./codec')
 const { ClusterizeBusError } = require('./errors')
 const { createPrimaryTransport } = require('./primary')
 const { createWorkerTransport } = require('./worker')
@@ -56,127 +56,142 @@ function transportFor (method) {
 /** @typedef {{ topic: string, from: number|'primary', generation: number|null, host?: string }} BusMeta */
 
 /**
- * The public bus. Methods do not depend on `this`, so they can be destructured.
+ * The bus API. Methods do not depend on `this`, so they can be destructured.
+ * Topics starting with `$cz:` are reserved for clusterize's own traffic
+ * (the cluster session store, adapters): the public `bus` refuses them,
+ * `internalBus` (library code only) accepts them.
+ * @param {boolean} reservedAllowed
  */
-const bus = {
-  /**
-   * Call `handler(data, meta)` for every message on `topic`.
-   * @param {string} topic
-   * @param {(data: *, meta: BusMeta) => void} handler
-   * @returns {typeof bus}
-   */
-  on: function on (topic, handler) {
-    core.addListener(topic, handler, false, 'bus.on')
-    return bus
-  },
+function createBusApi (reservedAllowed) {
+  const check = reservedAllowed ? checkTopic : checkPublicTopic
+  const api = {
+    /**
+     * Call `handler(data, meta)` for every message on `topic`.
+     * @param {string} topic
+     * @param {(data: *, meta: BusMeta) => void} handler
+     * @returns {object} the bus, for chaining
+     */
+    on: function on (topic, handler) {
+      check(topic, 'bus.on')
+      core.addListener(topic, handler, false, 'bus.on')
+      return api
+    },
 
-  /**
-   * Like on(), for the next message only. Without a handler, returns a
-   * Promise of `{ data, meta }` for the next message on `topic`.
-   * @param {string} topic
-   * @param {(data: *, meta: BusMeta) => void} [handler]
-   */
-  once: function once (topic, handler) {
-    if (handler === undefined) {
-      checkTopic(topic, 'bus.once')
-      return new Promise(function next (resolve) {
-        core.addListener(topic, function onceResolve (data, meta) { resolve({ data, meta }) }, true, 'bus.once')
-      })
+    /**
+     * Like on(), for the next message only. Without a handler, returns a
+     * Promise of `{ data, meta }` for the next message on `topic`.
+     * @param {string} topic
+     * @param {(data: *, meta: BusMeta) => void} [handler]
+     */
+    once: function once (topic, handler) {
+      check(topic, 'bus.once')
+      if (handler === undefined) {
+        return new Promise(function next (resolve) {
+          core.addListener(topic, function onceResolve (data, meta) { resolve({ data, meta }) }, true, 'bus.once')
+        })
+      }
+      core.addListener(topic, handler, true, 'bus.once')
+      return api
+    },
+
+    /**
+     * Remove a listener added with on() or once(); without `handler`, every listener of `topic`.
+     * @param {string} topic
+     * @param {Function} [handler]
+     * @returns {object} the bus, for chaining
+     */
+    off: function off (topic, handler) {
+      core.removeListener(topic, handler)
+      return api
+    },
+
+    /**
+     * Send to every worker (on this host and, with bus.redis, on others) and to
+     * the primary's listeners. The sender's own listeners run only with
+     * `{ self: true }`. Throws synchronously on a bad topic, data that cannot be
+     * serialised, or data over bus.maxMessageBytes.
+     * @param {string} topic
+     * @param {*} [data]
+     * @param {{ self?: boolean }} [options]
+     */
+    broadcast: function broadcast (topic, data, options) {
+      check(topic, 'bus.broadcast')
+      const transport = transportFor('bus.broadcast')
+      transport.broadcast(topic, core.codec.encode(topic, data), Boolean(options && options.self))
+    },
+
+    /**
+     * Send to one worker slot (the slot's ready process), or to 'primary'.
+     * Fire and forget: a message to a slot with no live worker is dropped (in
+     * the primary and in single-process mode, send() then returns false).
+     * @param {number|'primary'} workerId
+     * @param {string} topic
+     * @param {*} [data]
+     * @returns {boolean}
+     */
+    send: function send (workerId, topic, data) {
+      if (workerId !== 'primary' && !(Number.isInteger(workerId) && workerId >= 0)) {
+        throw new ClusterizeBusError(`bus.send: workerId must be a worker slot id (an integer >= 0) or 'primary', got ${String(workerId)}`, 'ERR_CLUSTERIZE_BUS_TARGET')
+      }
+      check(topic, 'bus.send')
+      const transport = transportFor('bus.send')
+      return transport.send(workerId, topic, core.codec.encode(topic, data))
+    },
+
+    /**
+     * Register the handler that answers request() (in the primary) and gather()
+     * (in each worker) for `topic`. One per topic per process; `fn` may be async.
+     * @param {string} topic
+     * @param {(data: *, meta: BusMeta) => *} fn
+     * @returns {() => void} removes the handler
+     */
+    handle: function handle (topic, fn) {
+      check(topic, 'bus.handle')
+      return core.setHandler(topic, fn)
+    },
+
+    /**
+     * Ask the primary's handler for `topic`. Rejects with the handler's error
+     * message if it throws, with ERR_CLUSTERIZE_TIMEOUT after `timeoutMs`
+     * (default 5000).
+     * @param {string} topic
+     * @param {*} [data]
+     * @param {{ timeoutMs?: number }} [options]
+     * @returns {Promise<*>}
+     */
+    request: function request (topic, data, options) {
+      check(topic, 'bus.request')
+      const timeoutMs = timeoutOf(options, 'bus.request')
+      const transport = transportFor('bus.request')
+      return transport.request(topic, core.codec.encode(topic, data), timeoutMs)
+    },
+
+    /**
+     * Ask every ready worker's handler for `topic`. Resolves (never rejects for
+     * a worker's failure) with an array of `{ workerId, pid, result }` or
+     * `{ workerId, pid, error }`, sorted by workerId, with a `missing` property:
+     * the ids of workers that had not answered when `timeoutMs` (default 5000)
+     * passed. A worker that exits while the gather waits counts as an error
+     * entry at once (code ERR_CLUSTERIZE_WORKER_EXIT).
+     * @param {string} topic
+     * @param {*} [data]
+     * @param {{ timeoutMs?: number }} [options]
+     * @returns {Promise<Array<object> & { missing: Array<number> }>}
+     */
+    gather: function gather (topic, data, options) {
+      check(topic, 'bus.gather')
+      const timeoutMs = timeoutOf(options, 'bus.gather')
+      const transport = transportFor('bus.gather')
+      return transport.gather(topic, core.codec.encode(topic, data), timeoutMs)
     }
-    core.addListener(topic, handler, true, 'bus.once')
-    return bus
-  },
-
-  /**
-   * Remove a listener added with on() or once(); without `handler`, every listener of `topic`.
-   * @param {string} topic
-   * @param {Function} [handler]
-   * @returns {typeof bus}
-   */
-  off: function off (topic, handler) {
-    core.removeListener(topic, handler)
-    return bus
-  },
-
-  /**
-   * Send to every worker (on this host and, with bus.redis, on others) and to
-   * the primary's listeners. The sender's own listeners run only with
-   * `{ self: true }`. Throws synchronously on a bad topic, data that cannot be
-   * serialised, or data over bus.maxMessageBytes.
-   * @param {string} topic
-   * @param {*} [data]
-   * @param {{ self?: boolean }} [options]
-   */
-  broadcast: function broadcast (topic, data, options) {
-    checkTopic(topic, 'bus.broadcast')
-    const transport = transportFor('bus.broadcast')
-    transport.broadcast(topic, core.codec.encode(topic, data), Boolean(options && options.self))
-  },
-
-  /**
-   * Send to one worker slot (the slot's ready process), or to 'primary'.
-   * Fire and forget: a message to a slot with no live worker is dropped (in
-   * the primary and in single-process mode, send() then returns false).
-   * @param {number|'primary'} workerId
-   * @param {string} topic
-   * @param {*} [data]
-   * @returns {boolean}
-   */
-  send: function send (workerId, topic, data) {
-    if (workerId !== 'primary' && !(Number.isInteger(workerId) && workerId >= 0)) {
-      throw new ClusterizeBusError(`bus.send: workerId must be a worker slot id (an integer >= 0) or 'primary', got ${String(workerId)}`, 'ERR_CLUSTERIZE_BUS_TARGET')
-    }
-    checkTopic(topic, 'bus.send')
-    const transport = transportFor('bus.send')
-    return transport.send(workerId, topic, core.codec.encode(topic, data))
-  },
-
-  /**
-   * Register the handler that answers request() (in the primary) and gather()
-   * (in each worker) for `topic`. One per topic per process; `fn` may be async.
-   * @param {string} topic
-   * @param {(data: *, meta: BusMeta) => *} fn
-   * @returns {() => void} removes the handler
-   */
-  handle: function handle (topic, fn) {
-    return core.setHandler(topic, fn)
-  },
-
-  /**
-   * Ask the primary's handler for `topic`. Rejects with the handler's error
-   * message if it throws, with ERR_CLUSTERIZE_TIMEOUT after `timeoutMs`
-   * (default 5000).
-   * @param {string} topic
-   * @param {*} [data]
-   * @param {{ timeoutMs?: number }} [options]
-   * @returns {Promise<*>}
-   */
-  request: function request (topic, data, options) {
-    checkTopic(topic, 'bus.request')
-    const timeoutMs = timeoutOf(options, 'bus.request')
-    const transport = transportFor('bus.request')
-    return transport.request(topic, core.codec.encode(topic, data), timeoutMs)
-  },
-
-  /**
-   * Ask every ready worker's handler for `topic`. Resolves (never rejects for
-   * a worker's failure) with an array of `{ workerId, pid, result }` or
-   * `{ workerId, pid, error }`, sorted by workerId, with a `missing` property:
-   * the ids of workers that had not answered when `timeoutMs` (default 5000)
-   * passed. A worker that exits while the gather waits counts as an error
-   * entry at once (code ERR_CLUSTERIZE_WORKER_EXIT).
-   * @param {string} topic
-   * @param {*} [data]
-   * @param {{ timeoutMs?: number }} [options]
-   * @returns {Promise<Array<object> & { missing: Array<number> }>}
-   */
-  gather: function gather (topic, data, options) {
-    checkTopic(topic, 'bus.gather')
-    const timeoutMs = timeoutOf(options, 'bus.gather')
-    const transport = transportFor('bus.gather')
-    return transport.gather(topic, core.codec.encode(topic, data), timeoutMs)
   }
+  return api
 }
+
+/** The public bus. */
+const bus = createBusApi(false)
+/** For library code: accepts the reserved `$cz:` topics. */
+const internalBus = createBusApi(true)
 
 Object.defineProperty(bus, 'role', {
   enumerable: false,
@@ -351,6 +366,7 @@ function busClose () {
 
 module.exports = {
   bus,
+  internalBus,
   configureBus,
   busAddWorker,
   busRemoveWorker,

@@ -10,7 +10,7 @@ const { attachSessionBackend } = require('../session/cluster-backend')
 function attachPrimary (config, log) {
   busModule.configureBus(config.bus, { logger: log, role: 'primary' })
   // Cheap until a worker uses session({ store: 'cluster' }): an empty Map.
-  attachSessionBackend(busModule.bus)
+  attachSessionBackend(busModule.internalBus)
 }
 
 module.exports = {

@@ -168,7 +168,7 @@ function busTransport (timeoutMs, maxSessions) {
 }
 
 function connect (timeoutMs, maxSessions) {
-  const { bus } = require('../bus')
+  const { internalBus: bus } = require('../bus')
   if (cluster.isWorker) {
     const options = { timeoutMs }
     return function overBus (msg) {

@@ -15,7 +15,7 @@ function attachWorker (config, log, channel, id, generation) {
 /** Single-process mode: the bus and the cluster session store live in this process. */
 function useLocal (config, log) {
   busModule.configureBus(config.bus, { logger: log, role: 'local' })
-  require('../session/cluster-backend').attachSessionBackend(busModule.bus)
+  require('../session/cluster-backend').attachSessionBackend(busModule.internalBus)
 }
 
 module.exports = {
