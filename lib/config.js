@@ -48,7 +48,8 @@ const DEFAULTS = {
     redis: null,
     channel: 'clusterize:bus',
     serialization: 'json',
-    maxMessageBytes: 1024 * 1024
+    maxMessageBytes: 1024 * 1024,
+    maxQueuedBytes: 16 * 1024 * 1024
   },
   logger: undefined,
   banner: true,
@@ -277,6 +278,7 @@ function resolveConfig (options, env) {
   }
   checkOneOf('bus.serialization', bus.serialization, SERIALIZATION)
   checkInteger('bus.maxMessageBytes', bus.maxMessageBytes, 1)
+  checkInteger('bus.maxQueuedBytes', bus.maxQueuedBytes, bus.maxMessageBytes)
   if (typeof bus.channel !== 'string' || bus.channel === '') throw fail('bus.channel', 'a non-empty string', bus.channel)
   config.bus = bus
 

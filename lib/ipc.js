@@ -53,6 +53,10 @@ class Channel {
   constructor (peer) {
     this.peer = peer
     this.queue = []
+    /** Payload bytes queued here (not yet written), as reserved by callers. */
+    this.pendingBytes = 0
+    /** Payload bytes written but not yet taken by the OS (the peer reads slowly). */
+    this.writingBytes = 0
     this.scheduled = false
     this.urgent = false
     this.flush = this.flush.bind(this)
@@ -117,15 +121,40 @@ class Channel {
     return this.write(message, handle, callback)
   }
 
+  /**
+   * Count `bytes` of payload towards what is queued to this peer until it is
+   * written and taken by the OS (see queuedBytes).
+   * @param {number} bytes
+   */
+  reserve (bytes) {
+    this.pendingBytes += bytes
+  }
+
+  /** Payload bytes reserved and not yet taken by the OS: what a slow peer makes us hold. */
+  get queuedBytes () {
+    return this.pendingBytes + this.writingBytes
+  }
+
   flush () {
     this.scheduled = false
     const queue = this.queue
     if (queue.length === 0) return
     this.queue = []
-    this.write(queue.length === 1 ? queue[0] : envelope(BATCH, { items: queue }))
+    const bytes = this.pendingBytes
+    this.pendingBytes = 0
+    this.write(queue.length === 1 ? queue[0] : envelope(BATCH, { items: queue }), undefined, undefined, bytes)
   }
 
-  write (message, handle, callback) {
+  write (message, handle, callback, bytes) {
+    if (bytes > 0) {
+      this.writingBytes += bytes
+      const done = callback
+      callback = (err) => {
+        this.writingBytes -= bytes
+        if (done) done(err)
+        else swallowSendError(err)
+      }
+    }
     if (!this.connected) {
       debug('dropping %s: channel closed', message.kind)
       if (callback) process.nextTick(callback, new Error('IPC channel closed'))

@@ -245,3 +245,40 @@ test("serialization 'advanced': Map, Set, Buffer, Date and BigInt round-trip bet
   const answer = await run(1, 'request', { topic: 't:echo', data: [1, 'two'] })
   assert.deepStrictEqual(answer, { ok: true, value: { echo: [1, 'two'], from: 1, generation: 1 } })
 })
+
+test('backpressure: a sender past bus.maxQueuedBytes is refused, a worker that does not read loses messages, nothing grows without bound', { timeout: 120000 }, async (t) => {
+  const limit = 256 * 1024
+  const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '3', BUS_MAX_BYTES: '65536', BUS_MAX_QUEUED: String(limit) } })
+  const run = driver(cluster)
+  t.after(() => cluster.stop())
+
+  // 20 MiB in one synchronous loop: nothing can be written before the loop ends.
+  const flood = await run(0, 'flood', { topic: 't:other', count: 20000, size: 1024 })
+  assert.strictEqual(flood.code, 'ERR_CLUSTERIZE_BUS_BACKPRESSURE')
+  assert.ok(flood.sent > 0 && flood.sent * 1024 <= limit, `sent ${flood.sent} before the limit`)
+  assert.strictEqual(flood.sent + flood.refused, 20000)
+  const status = await run(0, 'status')
+  assert.ok(status.refused >= flood.refused)
+  assert.ok(status.queuedBytes <= limit, `worker 0 holds ${status.queuedBytes} bytes`)
+
+  // Worker 2 stops reading for a while; worker 0 keeps producing.
+  const blocked = run(2, 'block', { ms: 4000 })
+  const producer = run(0, 'floodPaced', { topic: 't:other', ticks: 300, perTick: 64, size: 1024 })
+  let highest = 0
+  await eventually(async () => {
+    const primary = await run('primary', 'status')
+    highest = Math.max(highest, primary.queuedBytes)
+    return primary.dropped > 0
+  }, { timeoutMs: 30000, intervalMs: 50 })
+  await producer
+  await blocked
+  const after = await run('primary', 'status')
+  assert.ok(after.dropped > 0, 'messages to the blocked worker were dropped')
+  assert.ok(highest <= 3 * limit, `the primary never held more than the bound per worker (${highest} bytes)`)
+  assert.strictEqual(after.maxQueuedBytes, limit)
+  const stats = await cluster.stats()
+  assert.ok(stats.bus.dropped > 0, 'stats() shows the drops')
+  // And the cluster still serves.
+  const res = await cluster.get('/')
+  assert.strictEqual(res.status, 200)
+})

@@ -122,7 +122,7 @@ test('single-process mode (workers: 0)', async (t) => {
   t.after(() => busClose())
 
   await t.test('status says local', () => {
-    assert.deepStrictEqual(busStatus(), { role: 'local', serialization: 'json', maxMessageBytes: 4096, bridge: null })
+    assert.deepStrictEqual(busStatus(), { role: 'local', serialization: 'json', maxMessageBytes: 4096, maxQueuedBytes: 16777216, bridge: null })
     assert.strictEqual(bus.role, 'local')
   })
 

@@ -336,6 +336,12 @@ export interface BusOptions {
   serialization?: 'json' | 'advanced'
   /** Default 1048576. */
   maxMessageBytes?: number
+  /**
+   * What one process may have queued towards one peer (a worker towards the primary, the primary
+   * towards each worker). Past it a worker's send throws ERR_CLUSTERIZE_BUS_BACKPRESSURE and the
+   * primary drops (and counts) messages for a worker that does not read. Default 16777216.
+   */
+  maxQueuedBytes?: number
 }
 
 export interface BusBridgeStatus {

@@ -13,6 +13,10 @@ const { EventEmitter } = require('events')
 const { ClusterizeBusError } = require('./errors')
 
 const MAX_TOPIC_LENGTH = 256
+/** What one process may hold queued towards one peer (bus.maxQueuedBytes). */
+const DEFAULT_MAX_QUEUED_BYTES = 16 * 1024 * 1024
+/** Bytes counted per message on top of its payload (topic, envelope). */
+const MESSAGE_OVERHEAD_BYTES = 64
 
 /**
  * Throw unless `topic` is a non-empty string of at most 256 characters.
@@ -85,18 +89,20 @@ function firstLine (message) {
  * @typedef {object} Codec
  * @property {'json'|'advanced'} name
  * @property {number} maxMessageBytes
+ * @property {number} maxQueuedBytes
  * @property {(topic: string, data: *, what?: string) => (string|Buffer|undefined)} encode
  * @property {(payload: *) => *} decode
  * @property {(payload: *) => boolean} isPayload
  */
 
 /**
- * @param {{ serialization?: 'json'|'advanced', maxMessageBytes?: number }} [options]
+ * @param {{ serialization?: 'json'|'advanced', maxMessageBytes?: number, maxQueuedBytes?: number }} [options]
  * @returns {Codec}
  */
 function createCodec (options) {
   const name = (options && options.serialization) || 'json'
   const maxMessageBytes = (options && options.maxMessageBytes) || 1024 * 1024
+  const maxQueuedBytes = (options && options.maxQueuedBytes) || DEFAULT_MAX_QUEUED_BYTES
   const advanced = name === 'advanced'
 
   function unserialisable (topic, what, reason) {
@@ -152,6 +158,7 @@ function createCodec (options) {
   return {
     name,
     maxMessageBytes,
+    maxQueuedBytes,
     /**
      * Encode once; throws ClusterizeBusError synchronously when the data is
      * unserialisable or larger than bus.maxMessageBytes.
@@ -203,4 +210,9 @@ function payloadSize (payload) {
   return 0
 }
 
-module.exports = { createCodec, checkTopic, checkPublicTopic, toBuffer, MAX_TOPIC_LENGTH, RESERVED_PREFIX }
+/** Bytes a message counts towards bus.maxQueuedBytes. */
+function queuedSize (topic, payload) {
+  return payloadSize(payload) + topic.length + MESSAGE_OVERHEAD_BYTES
+}
+
+module.exports = { createCodec, checkTopic, checkPublicTopic, toBuffer, queuedSize, MAX_TOPIC_LENGTH, RESERVED_PREFIX, DEFAULT_MAX_QUEUED_BYTES }

@@ -23,7 +23,7 @@
 const cluster = require('cluster')
 const debug = require('debug')('clusterize:bus')
 const { BusCore, wrapLogger, timeoutOf } = require('./core')
-const { createCodec, checkTopic, checkPublicTopic } = require('./codec')
+const { createCodec, checkTopic, checkPublicTopic, DEFAULT_MAX_QUEUED_BYTES } = require('./codec')
 const { ClusterizeBusError } = require('./errors')
 const { createPrimaryTransport } = require('./primary')
 const { createWorkerTransport } = require('./worker')
@@ -33,7 +33,8 @@ const DEFAULT_CONFIG = {
   redis: null,
   channel: 'clusterize:bus',
   serialization: 'json',
-  maxMessageBytes: 1024 * 1024
+  maxMessageBytes: 1024 * 1024,
+  maxQueuedBytes: DEFAULT_MAX_QUEUED_BYTES
 }
 
 const core = new BusCore()
@@ -205,7 +206,7 @@ Object.defineProperty(bus, 'role', {
  * (and with workers: 0) this starts the Redis bridge when `busConfig.redis` is set.
  * `role` defaults to 'worker' in a cluster worker, else 'primary'; 'local' is
  * the same as calling busUseLocal() afterwards.
- * @param {{ redis?: *, channel?: string, serialization?: 'json'|'advanced', maxMessageBytes?: number }} busConfig
+ * @param {{ redis?: *, channel?: string, serialization?: 'json'|'advanced', maxMessageBytes?: number, maxQueuedBytes?: number }} busConfig
  * @param {{ logger?: object, log?: object, role?: 'primary'|'worker'|'local', hostId?: string }} [options]
  */
 function configureBus (busConfig, options) {
@@ -341,7 +342,8 @@ function busStatus () {
   const status = {
     role: transport === null ? 'none' : transport.role,
     serialization: core.codec.name,
-    maxMessageBytes: core.codec.maxMessageBytes
+    maxMessageBytes: core.codec.maxMessageBytes,
+    maxQueuedBytes: core.codec.maxQueuedBytes
   }
   if (transport !== null) Object.assign(status, transport.status())
   status.bridge = core.bridge === null ? null : core.bridge.status()

@@ -13,6 +13,7 @@
 const debug = require('debug')('clusterize:bus')
 const { MARK } = require('../ipc')
 const { isTopic } = require('./core')
+const { queuedSize } = require('./codec')
 
 const KIND = 'bus'
 
@@ -38,6 +39,32 @@ function createPrimaryTransport (core) {
   let nextGatherId = 1
   /** @type {Map<object, object>} per worker: the 'M' envelope still queued in its channel */
   const openRelays = new Map()
+  /** Messages not relayed to a worker because too much was already queued for it (bus.maxQueuedBytes). */
+  let droppedTotal = 0
+  /** Workers currently losing messages (logged once per episode). */
+  const dropping = new WeakSet()
+
+  /**
+   * Count a message towards what is queued for `record`. A worker that does
+   * not read fast enough loses messages (counted, logged once per episode)
+   * instead of making the primary hold them without bound.
+   * @returns {boolean} false when the message must be dropped for this worker
+   */
+  function reserveFor (record, topic, payload) {
+    const bytes = queuedSize(topic, payload)
+    const limit = core.codec.maxQueuedBytes
+    if (record.channel.queuedBytes + bytes > limit) {
+      droppedTotal++
+      if (!dropping.has(record)) {
+        dropping.add(record)
+        core.log.warn(`bus: worker ${record.id} is not reading its messages fast enough: over ${limit} bytes queued for it (bus.maxQueuedBytes), dropping messages to it until it catches up`, { pid: record.pid })
+      }
+      return false
+    }
+    if (dropping.has(record) && record.channel.queuedBytes < limit / 2) dropping.delete(record)
+    record.channel.reserve(bytes)
+    return true
+  }
 
   function post (record, message) {
     try {
@@ -72,12 +99,13 @@ function createPrimaryTransport (core) {
     if (host !== undefined) {
       const message = { [MARK]: 1, kind: KIND, op: 'm', t: topic, d: payload, f: from, g: generation, h: host }
       for (const record of records) {
-        if (record !== except) post(record, message)
+        if (record !== except && reserveFor(record, topic, payload)) post(record, message)
       }
       return
     }
     for (const record of records) {
       if (record === except) continue
+      if (!reserveFor(record, topic, payload)) continue
       const open = openRelays.get(record)
       if (open !== undefined && record.channel.lastQueued() === open) {
         open.m.push(topic, payload, from, generation)
@@ -264,7 +292,7 @@ function createPrimaryTransport (core) {
         return true
       }
       const target = recordForSlot(to)
-      if (target === null) return false
+      if (target === null || !reserveFor(target, topic, payload)) return false
       post(target, { [MARK]: 1, kind: KIND, op: 'm', t: topic, d: payload, f: 'primary' })
       return true
     },
@@ -294,7 +322,9 @@ function createPrimaryTransport (core) {
     status () {
       let ready = 0
       for (const record of records) if (isGatherTarget(record)) ready++
-      return { workers: records.size, readyWorkers: ready, pendingGathers: gathers.size }
+      let queuedBytes = 0
+      for (const record of records) queuedBytes += record.channel.queuedBytes
+      return { workers: records.size, readyWorkers: ready, pendingGathers: gathers.size, queuedBytes, dropped: droppedTotal, maxQueuedBytes: core.codec.maxQueuedBytes }
     }
   }
 }

@@ -10,6 +10,7 @@ const { MARK } = require('../ipc')
 const { ClusterizeTimeoutError } = require('../errors')
 const { ClusterizeBusError, errorFromWire } = require('./errors')
 const { isTopic } = require('./core')
+const { queuedSize } = require('./codec')
 const { deliverLater } = require('./primary')
 
 const KIND = 'bus'
@@ -27,11 +28,30 @@ function createWorkerTransport (core, options) {
   /** @type {Map<number, { resolve: Function, reject: Function, timer: *, topic: string }>} */
   const pending = new Map()
   let nextId = 1
+  const backpressure = { refused: 0 }
   /** The 'B' envelope still queued in the channel: broadcasts of one tick share it. */
   let openBroadcasts = null
 
   function post (message) {
     channel.postSoon(message)
+  }
+
+  /**
+   * Count a message towards what is queued to the primary; past
+   * bus.maxQueuedBytes, refuse it: the primary or the channel cannot keep up,
+   * and queueing more would only grow memory in both processes.
+   */
+  function reserve (method, topic, payload) {
+    const bytes = queuedSize(topic, payload)
+    const queued = channel.queuedBytes
+    if (queued + bytes > core.codec.maxQueuedBytes) {
+      backpressure.refused++
+      throw new ClusterizeBusError(
+        `${method}("${topic}"): ${queued} bytes are already queued towards the primary, over bus.maxQueuedBytes (${core.codec.maxQueuedBytes}): ` +
+        'the primary or the IPC channel cannot keep up. Send less or more slowly (await a request between bursts, or retry later), or raise bus.maxQueuedBytes.',
+        'ERR_CLUSTERIZE_BUS_BACKPRESSURE', { topic, queuedBytes: queued, limit: core.codec.maxQueuedBytes })
+    }
+    channel.reserve(bytes)
   }
 
   function track (kind, topic, timeoutMs, onTimeout) {
@@ -140,6 +160,7 @@ function createWorkerTransport (core, options) {
     failAll,
 
     broadcast (topic, payload, self) {
+      reserve('bus.broadcast', topic, payload)
       if (openBroadcasts !== null && channel.lastQueued() === openBroadcasts) {
         openBroadcasts.m.push(topic, payload)
       } else {
@@ -150,11 +171,13 @@ function createWorkerTransport (core, options) {
     },
 
     send (to, topic, payload) {
+      reserve('bus.send', topic, payload)
       post({ [MARK]: 1, kind: KIND, op: 's', to, t: topic, d: payload })
       return true
     },
 
     request (topic, payload, timeoutMs) {
+      reserve('bus.request', topic, payload)
       const { id, promise } = track('request', topic, timeoutMs, function requestTimedOut (resolve, reject) {
         reject(new ClusterizeTimeoutError(`bus.request("${topic}"): the primary did not answer within ${timeoutMs} ms (options.timeoutMs)`))
       })
@@ -163,6 +186,7 @@ function createWorkerTransport (core, options) {
     },
 
     gather (topic, payload, timeoutMs) {
+      reserve('bus.gather', topic, payload)
       const { id, promise } = track('gather', topic, timeoutMs + GATHER_GRACE_MS, function gatherLost (resolve, reject) {
         reject(new ClusterizeTimeoutError(`bus.gather("${topic}"): the primary did not return the answers within ${timeoutMs} ms (+${GATHER_GRACE_MS} ms grace)`))
       })
@@ -175,7 +199,7 @@ function createWorkerTransport (core, options) {
     },
 
     status () {
-      return { id: selfId, generation: selfGeneration, pending: pending.size, connected: channel.connected }
+      return { id: selfId, generation: selfGeneration, pending: pending.size, connected: channel.connected, queuedBytes: channel.queuedBytes, refused: backpressure.refused }
     }
   }
 }

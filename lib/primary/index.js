@@ -49,7 +49,7 @@ function startPrimary (createApp, config) {
   const parts = { dispatcher: null, probes: null, health: null }
   const runtime = { listenMode, port: config.port, route: null }
   const supervisor = new Supervisor(config, log, runtime)
-  const metrics = createMetrics(supervisor)
+  const metrics = createMetrics(supervisor, () => busLink.status())
   const reloader = createReloader(config, supervisor, log)
   const sessions = watchSessionStores(supervisor, log, (name, info) => handle.emit(name, info))
   const reloads = createReloadQueue()

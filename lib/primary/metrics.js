@@ -12,8 +12,9 @@ const STATES = ['starting', 'ready', 'draining', 'stopping']
 
 /**
  * @param {import('./supervisor').Supervisor} supervisor
+ * @param {() => object} busStatus the bus status (queued bytes, drops)
  */
-function createMetrics (supervisor) {
+function createMetrics (supervisor, busStatus) {
   const exitsByReason = new Map()
   const reloadsByOutcome = new Map()
   const lastServed = new WeakMap()
@@ -86,6 +87,21 @@ function createMetrics (supervisor) {
     perWorker('clusterize_worker_requests_in_flight', 'Requests being answered by each worker', (h) => h.inFlight)
     perWorker('clusterize_worker_websockets', 'Open upgraded connections (WebSockets) of each worker', (h) => h.webSockets || 0)
     perWorker('clusterize_worker_pool_queue_depth', 'Offload tasks waiting for a thread in each worker', (h) => h.poolQueue || 0)
+    new client.Gauge({
+      name: 'clusterize_bus_queued_bytes',
+      help: 'Bus bytes the primary holds queued towards its workers',
+      registers: [registry],
+      collect () { this.set(busStatus().queuedBytes || 0) }
+    })
+    new client.Counter({
+      name: 'clusterize_bus_dropped_total',
+      help: 'Bus messages dropped for workers that did not read them fast enough (bus.maxQueuedBytes)',
+      registers: [registry],
+      collect () {
+        this.reset()
+        this.inc(busStatus().dropped || 0)
+      }
+    })
     new client.Gauge({
       name: 'clusterize_crash_looping',
       help: '1 when the crash-loop breaker has tripped',
