@@ -20,7 +20,8 @@ const { holdResponse, sendStoreFailure } = require('../lib/session/hold-response
 const { sessionLog } = require('../lib/session/log')
 
 /**
- * @param {object} [options] express-session options plus store, redis, prefix, ttl, timeoutMs, maxSessions, retryAfter
+ * @param {object} [options] express-session options plus store, redis, prefix, ttl, timeoutMs, maxSessions,
+ *   maxTotalBytes, maxSessionBytes, retryAfter
  * @returns {import('express').RequestHandler & { store: object, storeKind: string, close: () => Promise<void> }}
  */
 function session (options) {
@@ -75,6 +76,8 @@ function session (options) {
       return
     }
     const status = err.status === 413 ? 413 : 503
+    // No session on a response that stored none: express-session sets its cookie when the head is written.
+    req.session = null
     sessionLog().warn(`session not stored for ${req.method} ${path}: ${err.message}; the request got ${status}`, { store: made.kind })
     sendStoreFailure(res, err, retryAfter, end)
   }
@@ -94,3 +97,4 @@ module.exports = session
 module.exports.session = session
 module.exports.sessionStatus = sessionStatus
 module.exports.SessionStoreUnavailableError = SessionStoreUnavailableError
+module.exports.SessionTooLargeError = require('../lib/session/too-large').SessionTooLargeError

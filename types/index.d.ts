@@ -533,6 +533,13 @@ export interface ClusterizeSessionOptions extends Omit<SessionOptions, 'store' |
   timeoutMs?: number
   /** Cluster store: most sessions the primary holds; the closest to expiry is evicted first. Default 100000. */
   maxSessions?: number
+  /**
+   * Cluster store: most bytes of session JSON the primary holds in total; the sessions closest to
+   * expiry are evicted first, like maxSessions. Default 134217728 (128 MiB).
+   */
+  maxTotalBytes?: number
+  /** Cluster store: a session bigger than this as JSON is not stored and the request gets 413. Default 524288 (512 KiB). */
+  maxSessionBytes?: number
   /** Retry-After seconds on a 503. Default 1. */
   retryAfter?: number
 }
@@ -568,4 +575,17 @@ export declare class SessionStoreUnavailableError extends Error {
   readonly statusCode: 503
   readonly expose: true
   readonly store?: string
+}
+
+/** Error passed to callbacks (and answered as 413) when a session is over maxSessionBytes / maxTotalBytes. */
+export declare class SessionTooLargeError extends Error {
+  readonly code: 'ERR_SESSION_TOO_LARGE'
+  readonly status: 413
+  readonly statusCode: 413
+  readonly expose: true
+  /** Bytes of the session as JSON. */
+  readonly size?: number
+  readonly limit?: number
+  /** The option that sets the limit. */
+  readonly option?: string
 }

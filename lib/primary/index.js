@@ -270,7 +270,8 @@ function startPrimary (createApp, config) {
       shuttingDown: state.shuttingDown,
       reloads: state.reloads,
       workers,
-      bus: busLink.status()
+      bus: busLink.status(),
+      sessions: busLink.sessions()
     }
   }
 }

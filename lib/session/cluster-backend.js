@@ -10,6 +10,8 @@
  * expiry gives the periodic sweep and the `maxSessions` bound (the
  * oldest-expiring session is evicted first) O(log n) per operation; heap
  * entries made stale by later writes are skipped lazily and compacted away.
+ * The same eviction keeps the total size (UTF-8 bytes of the JSON held) under
+ * `maxTotalBytes`; a session bigger than that bound is refused, not stored.
  */
 
 const debug = require('debug')('clusterize:session')
@@ -17,6 +19,8 @@ const debug = require('debug')('clusterize:session')
 /** The bus topic every cluster-store operation uses. */
 const TOPIC = '$cz:session'
 const DEFAULT_MAX_SESSIONS = 100000
+/** Bound on the bytes of session JSON the primary holds in total. */
+const DEFAULT_MAX_TOTAL_BYTES = 128 * 1024 * 1024
 const DEFAULT_SWEEP_INTERVAL_MS = 60000
 
 /** One backend per bus: attaching twice (lead + single-process store) is harmless. */
@@ -26,12 +30,15 @@ class SessionBackend {
   /**
    * @param {object} [options]
    * @param {number} [options.maxSessions=100000] bound on live sessions
+   * @param {number} [options.maxTotalBytes=134217728] bound on the bytes of session JSON held
    * @param {number} [options.sweepIntervalMs=60000] how often expired sessions are removed (0 = never)
    * @param {() => number} [options.now] clock, for tests
    */
   constructor (options) {
     options = options || {}
     this.maxSessions = positiveInt(options.maxSessions, DEFAULT_MAX_SESSIONS, 'maxSessions')
+    this.maxTotalBytes = positiveInt(options.maxTotalBytes, DEFAULT_MAX_TOTAL_BYTES, 'maxTotalBytes')
+    this.bytes = 0
     this.now = options.now || Date.now
     this.sessions = new Map()
     this.heapExp = []
@@ -53,7 +60,7 @@ class SessionBackend {
     const entry = this.sessions.get(sid)
     if (entry === undefined) return null
     if (entry.expires <= this.now()) {
-      this.sessions.delete(sid)
+      this.remove(sid, entry)
       return null
     }
     return entry.sess
@@ -67,20 +74,33 @@ class SessionBackend {
    */
   set (sid, sess, expires) {
     if (!(expires > this.now())) {
-      this.sessions.delete(sid)
+      this.destroy(sid)
       return
     }
+    const size = Buffer.byteLength(sess)
+    if (size > this.maxTotalBytes) {
+      // Storing it would mean evicting every other session and still not fit.
+      throw new RangeError(`cluster session store: a session of ${size} bytes cannot be stored: it is over the total bound of ${this.maxTotalBytes} bytes (session option maxTotalBytes)`)
+    }
     const entry = this.sessions.get(sid)
-    if (entry !== undefined) {
+    const growth = size - (entry === undefined ? 0 : entry.size)
+    const full = (entry === undefined && this.sessions.size >= this.maxSessions) || this.bytes + growth > this.maxTotalBytes
+    if (entry !== undefined && !full) {
       entry.sess = sess
+      entry.size = size
+      this.bytes += growth
       if (entry.expires !== expires) {
         entry.expires = expires
         this.push(expires, sid)
       }
       return
     }
-    if (this.sessions.size >= this.maxSessions) this.makeRoom()
-    this.sessions.set(sid, { sess, expires })
+    // Take the old version out while making room, so it is never counted twice
+    // (and never evicted in favour of itself); it comes back as a new entry.
+    if (entry !== undefined) this.remove(sid, entry)
+    if (full) this.makeRoom(size)
+    this.sessions.set(sid, { sess, expires, size })
+    this.bytes += size
     this.push(expires, sid)
   }
 
@@ -94,7 +114,7 @@ class SessionBackend {
     const entry = this.sessions.get(sid)
     if (entry === undefined) return false
     if (!(expires > this.now())) {
-      this.sessions.delete(sid)
+      this.remove(sid, entry)
       return false
     }
     if (entry.expires !== expires) {
@@ -106,7 +126,22 @@ class SessionBackend {
 
   /** @param {string} sid */
   destroy (sid) {
+    const entry = this.sessions.get(sid)
+    if (entry !== undefined) this.remove(sid, entry)
+  }
+
+  /** Drop one entry and its bytes (its heap entry goes stale and is skipped later). */
+  remove (sid, entry) {
     this.sessions.delete(sid)
+    this.bytes -= entry.size
+  }
+
+  /**
+   * What the backend holds, for the primary's stats().
+   * @returns {{ sessions: number, bytes: number, maxSessions: number, maxTotalBytes: number, evicted: number }}
+   */
+  stats () {
+    return { sessions: this.sessions.size, bytes: this.bytes, maxSessions: this.maxSessions, maxTotalBytes: this.maxTotalBytes, evicted: this.evicted }
   }
 
   /** @returns {Array<[string, string]>} [sid, JSON] of every live session */
@@ -125,6 +160,7 @@ class SessionBackend {
 
   clear () {
     this.sessions.clear()
+    this.bytes = 0
     this.heapExp = []
     this.heapSid = []
   }
@@ -140,7 +176,7 @@ class SessionBackend {
       const [expires, sid] = this.pop()
       const entry = this.sessions.get(sid)
       if (entry !== undefined && entry.expires === expires) {
-        this.sessions.delete(sid)
+        this.remove(sid, entry)
         removed++
       }
     }
@@ -171,21 +207,26 @@ class SessionBackend {
       case 'clear': this.clear(); return true
       case 'configure':
         if (msg.maxSessions !== undefined) this.maxSessions = positiveInt(msg.maxSessions, this.maxSessions, 'maxSessions')
+        if (msg.maxTotalBytes !== undefined) this.maxTotalBytes = positiveInt(msg.maxTotalBytes, this.maxTotalBytes, 'maxTotalBytes')
         return true
       default: throw new Error(`cluster session store: unknown operation ${JSON.stringify(msg && msg.op)}`)
     }
   }
 
-  /** Evict expired sessions, then the oldest-expiring until there is room for one more. */
-  makeRoom () {
+  /**
+   * Evict expired sessions, then the oldest-expiring until one more session
+   * of `size` bytes fits under both maxSessions and maxTotalBytes.
+   * @param {number} size
+   */
+  makeRoom (size) {
     this.sweep()
-    while (this.sessions.size >= this.maxSessions && this.heapExp.length > 0) {
+    while ((this.sessions.size >= this.maxSessions || this.bytes + size > this.maxTotalBytes) && this.heapExp.length > 0) {
       const [expires, sid] = this.pop()
       const entry = this.sessions.get(sid)
       if (entry !== undefined && entry.expires === expires) {
-        this.sessions.delete(sid)
+        this.remove(sid, entry)
         this.evicted++
-        debug('maxSessions (%d) reached: evicted session expiring at %d', this.maxSessions, expires)
+        debug('maxSessions (%d) or maxTotalBytes (%d) reached: evicted session expiring at %d', this.maxSessions, this.maxTotalBytes, expires)
       }
     }
   }
@@ -261,7 +302,7 @@ function positiveInt (value, fallback, name) {
  * Create the cluster session backend and answer `$cz:session` requests on
  * `bus`. Call it once in the primary at startup (and in the single process
  * when `workers: 0`). Idempotent per bus: a second call returns the same
- * backend (and applies a new `maxSessions`, if given).
+ * backend (and applies a new `maxSessions` / `maxTotalBytes`, if given).
  *
  * @param {{ handle: (topic: string, fn: Function) => any }} bus
  * @param {object} [options] see SessionBackend
@@ -273,7 +314,9 @@ function attachSessionBackend (bus, options) {
   }
   const existing = attached.get(bus)
   if (existing) {
-    if (options && options.maxSessions !== undefined) existing.dispatch({ op: 'configure', maxSessions: options.maxSessions })
+    if (options && (options.maxSessions !== undefined || options.maxTotalBytes !== undefined)) {
+      existing.dispatch({ op: 'configure', maxSessions: options.maxSessions, maxTotalBytes: options.maxTotalBytes })
+    }
     return existing
   }
   const backend = new SessionBackend(options)
@@ -294,4 +337,4 @@ function backendFor (bus) {
   return attached.get(bus)
 }
 
-module.exports = { SessionBackend, attachSessionBackend, backendFor, TOPIC, DEFAULT_MAX_SESSIONS }
+module.exports = { SessionBackend, attachSessionBackend, backendFor, TOPIC, DEFAULT_MAX_SESSIONS, DEFAULT_MAX_TOTAL_BYTES }

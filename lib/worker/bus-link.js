@@ -27,5 +27,10 @@ module.exports = {
   onPrimaryMessage: busModule.busOnPrimaryMessage,
   sessionStatus,
   status: busModule.busStatus,
+  /** What the cluster session store holds, for stats() (single-process mode). */
+  sessions: () => {
+    const backend = require('../session/cluster-backend').backendFor(busModule.bus)
+    return backend ? backend.stats() : null
+  },
   close: busModule.busClose
 }
