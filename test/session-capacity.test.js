@@ -185,3 +185,43 @@ describe('2-worker cluster, cluster store: maxSessionBytes raised past the bus l
     assert.equal(after.status, 200, 'the store is still available')
   })
 })
+
+describe('cluster store instances in one process: isolated by prefix', () => {
+  const cookie = () => ({ cookie: { expires: new Date(Date.now() + 60000).toISOString() } })
+  const call = (store, method, ...args) => new Promise((resolve, reject) => {
+    store[method](...args, (err, value) => err ? reject(err) : resolve(value))
+  })
+
+  it('clear(), length() and all() act on their own prefix only; the same id in two prefixes is two sessions', async () => {
+    // No transport: the real one, so every instance meets the one backend this process attaches.
+    const a = new ClusterStore({ prefix: 'iso-a:' })
+    const b = new ClusterStore({ prefix: 'iso-b:' })
+    await call(a, 'set', 'same-id', Object.assign(cookie(), { who: 'a' }))
+    await call(a, 'set', 'only-a', Object.assign(cookie(), { who: 'a2' }))
+    await call(b, 'set', 'same-id', Object.assign(cookie(), { who: 'b' }))
+    assert.equal((await call(a, 'get', 'same-id')).who, 'a')
+    assert.equal((await call(b, 'get', 'same-id')).who, 'b')
+    assert.equal(await call(b, 'get', 'only-a'), null)
+    assert.equal(await call(a, 'length'), 2)
+    assert.equal(await call(b, 'length'), 1)
+    assert.deepEqual((await call(a, 'all')).map((s) => s.id).sort(), ['only-a', 'same-id'])
+    assert.deepEqual((await call(b, 'all')).map((s) => `${s.id}=${s.who}`), ['same-id=b'])
+
+    await call(a, 'clear')
+    assert.equal(await call(a, 'length'), 0)
+    assert.equal(await call(b, 'length'), 1, "a's clear() left b's sessions alone")
+    assert.equal((await call(b, 'get', 'same-id')).who, 'b')
+    await call(b, 'destroy', 'same-id')
+    assert.equal(await call(b, 'length'), 0)
+  })
+
+  it('stores with the same prefix (every worker by default) share their sessions', async () => {
+    const one = new ClusterStore({ prefix: 'iso-shared:' })
+    const two = new ClusterStore({ prefix: 'iso-shared:' })
+    await call(one, 'set', 'sid', Object.assign(cookie(), { n: 1 }))
+    assert.equal((await call(two, 'get', 'sid')).n, 1)
+    assert.equal(await call(two, 'length'), 1)
+    await call(two, 'clear')
+    assert.equal(await call(one, 'get', 'sid'), null)
+  })
+})

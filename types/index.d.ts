@@ -525,7 +525,10 @@ export interface ClusterizeSessionOptions extends Omit<SessionOptions, 'store' |
   store?: SessionStoreKind | Store
   /** redis:// URL, ioredis options, or an ioredis client (not closed by us). Default REDIS_URL. */
   redis?: string | Record<string, unknown> | { get: Function, set: Function, status: string }
-  /** Redis key prefix. Default 'sess:'. */
+  /**
+   * Redis key prefix (default 'sess:'). Cluster store: a namespace in the primary (default ''):
+   * stores with different prefixes share nothing, clear()/length()/all() included.
+   */
   prefix?: string
   /** Seconds a session lives when its cookie has no maxAge/expires. Default 86400. */
   ttl?: number

@@ -12,6 +12,10 @@
  * entries made stale by later writes are skipped lazily and compacted away.
  * The same eviction keeps the total size (UTF-8 bytes of the JSON held) under
  * `maxTotalBytes`; a session bigger than that bound is refused, not stored.
+ *
+ * Every store in every worker reaches this one backend: stores are told apart
+ * by their `prefix` (a namespace, '' by default), so clear(), length() and
+ * all() act on one prefix only. The bounds are shared by all prefixes.
  */
 
 const debug = require('debug')('clusterize:session')
@@ -39,6 +43,8 @@ class SessionBackend {
     this.maxSessions = positiveInt(options.maxSessions, DEFAULT_MAX_SESSIONS, 'maxSessions')
     this.maxTotalBytes = positiveInt(options.maxTotalBytes, DEFAULT_MAX_TOTAL_BYTES, 'maxTotalBytes')
     this.bytes = 0
+    /** Live sessions per prefix, for length(prefix). */
+    this.counts = new Map()
     this.now = options.now || Date.now
     this.sessions = new Map()
     this.heapExp = []
@@ -68,11 +74,12 @@ class SessionBackend {
 
   /**
    * Store a session. An expiry in the past deletes it (as connect-redis does).
-   * @param {string} sid
+   * @param {string} sid the key: see keyOf()
    * @param {string} sess JSON
    * @param {number} expires ms since the epoch
+   * @param {string} [prefix=''] the namespace the key is in
    */
-  set (sid, sess, expires) {
+  set (sid, sess, expires, prefix) {
     if (!(expires > this.now())) {
       this.destroy(sid)
       return
@@ -99,8 +106,10 @@ class SessionBackend {
     // (and never evicted in favour of itself); it comes back as a new entry.
     if (entry !== undefined) this.remove(sid, entry)
     if (full) this.makeRoom(size)
-    this.sessions.set(sid, { sess, expires, size })
+    prefix = prefix || ''
+    this.sessions.set(sid, { sess, expires, size, prefix })
     this.bytes += size
+    this.counts.set(prefix, (this.counts.get(prefix) || 0) + 1)
     this.push(expires, sid)
   }
 
@@ -134,6 +143,9 @@ class SessionBackend {
   remove (sid, entry) {
     this.sessions.delete(sid)
     this.bytes -= entry.size
+    const left = this.counts.get(entry.prefix) - 1
+    if (left > 0) this.counts.set(entry.prefix, left)
+    else this.counts.delete(entry.prefix)
   }
 
   /**
@@ -144,22 +156,40 @@ class SessionBackend {
     return { sessions: this.sessions.size, bytes: this.bytes, maxSessions: this.maxSessions, maxTotalBytes: this.maxTotalBytes, evicted: this.evicted }
   }
 
-  /** @returns {Array<[string, string]>} [sid, JSON] of every live session */
-  all () {
+  /**
+   * @param {string} [prefix] only this namespace (omitted: every session, keys as stored)
+   * @returns {Array<[string, string]>} [sid, JSON] of every live session
+   */
+  all (prefix) {
     this.sweep()
     const out = []
-    for (const [sid, entry] of this.sessions) out.push([sid, entry.sess])
+    for (const [key, entry] of this.sessions) {
+      if (prefix === undefined) out.push([key, entry.sess])
+      else if (entry.prefix === prefix) out.push([sidOf(prefix, key), entry.sess])
+    }
     return out
   }
 
-  /** @returns {number} live sessions */
-  length () {
+  /**
+   * @param {string} [prefix] only this namespace (omitted: every session)
+   * @returns {number} live sessions
+   */
+  length (prefix) {
     this.sweep()
-    return this.sessions.size
+    return prefix === undefined ? this.sessions.size : (this.counts.get(prefix) || 0)
   }
 
-  clear () {
+  /** @param {string} [prefix] only this namespace (omitted: every session) */
+  clear (prefix) {
+    const others = this.counts.size - (this.counts.has(prefix) ? 1 : 0)
+    if (prefix !== undefined && others > 0) {
+      for (const [key, entry] of this.sessions) {
+        if (entry.prefix === prefix) this.remove(key, entry)
+      }
+      return
+    }
     this.sessions.clear()
+    this.counts.clear()
     this.bytes = 0
     this.heapExp = []
     this.heapSid = []
@@ -193,18 +223,20 @@ class SessionBackend {
 
   /**
    * Answer one bus request.
-   * @param {{ op: string, sid?: string, sess?: string, expires?: number, maxSessions?: number }} msg
+   * @param {{ op: string, prefix?: string, sid?: string, sess?: string, expires?: number, maxSessions?: number, maxTotalBytes?: number }} msg
    * @returns {*} a JSON-serialisable answer
    */
   dispatch (msg) {
+    // Messages with no prefix (older workers) are in the default namespace ''.
+    const prefix = msg && typeof msg.prefix === 'string' ? msg.prefix : ''
     switch (msg && msg.op) {
-      case 'get': return this.get(msg.sid)
-      case 'set': this.set(msg.sid, msg.sess, msg.expires); return true
-      case 'touch': return this.touch(msg.sid, msg.expires)
-      case 'destroy': this.destroy(msg.sid); return true
-      case 'all': return this.all()
-      case 'length': return this.length()
-      case 'clear': this.clear(); return true
+      case 'get': return this.get(keyOf(prefix, msg.sid))
+      case 'set': this.set(keyOf(prefix, msg.sid), msg.sess, msg.expires, prefix); return true
+      case 'touch': return this.touch(keyOf(prefix, msg.sid), msg.expires)
+      case 'destroy': this.destroy(keyOf(prefix, msg.sid)); return true
+      case 'all': return this.all(prefix)
+      case 'length': return this.length(prefix)
+      case 'clear': this.clear(prefix); return true
       case 'configure':
         if (msg.maxSessions !== undefined) this.maxSessions = positiveInt(msg.maxSessions, this.maxSessions, 'maxSessions')
         if (msg.maxTotalBytes !== undefined) this.maxTotalBytes = positiveInt(msg.maxTotalBytes, this.maxTotalBytes, 'maxTotalBytes')
@@ -288,6 +320,19 @@ class SessionBackend {
     this.heapSid = ids
     for (let i = (exp.length >> 1) - 1; i >= 0; i--) this.siftDown(i, exp[i], ids[i])
   }
+}
+
+/**
+ * The map key of a session: the bare id in the default namespace (so keys
+ * are what they always were), else prefix, NUL, id. A session id is a cookie
+ * value and never holds a NUL, so keys of different prefixes cannot meet.
+ */
+function keyOf (prefix, sid) {
+  return prefix === '' ? sid : prefix + '\u0000' + sid
+}
+
+function sidOf (prefix, key) {
+  return prefix === '' ? key : key.slice(prefix.length + 1)
 }
 
 function positiveInt (value, fallback, name) {

@@ -24,6 +24,8 @@ class ClusterStore extends Store {
   /**
    * @param {object} [options]
    * @param {number} [options.timeoutMs=2000] how long one operation may take before it fails (-> 503)
+   * @param {string} [options.prefix=''] namespace in the primary: stores with different prefixes share
+   *   nothing (clear/length/all included); stores with the same one (every worker's) share sessions
    * @param {number} [options.ttl=86400] seconds a session lives when its cookie has no expiry
    * @param {number} [options.maxSessions] bound on sessions held by the primary (sent to it once)
    * @param {number} [options.maxTotalBytes] bound on the bytes of session JSON the primary holds (sent to it once)
@@ -35,6 +37,7 @@ class ClusterStore extends Store {
     options = options || {}
     this.timeoutMs = options.timeoutMs || DEFAULT_TIMEOUT_MS
     this.ttlMs = (options.ttl || DEFAULT_TTL_SECONDS) * 1000
+    this.prefix = options.prefix || ''
     this.available = true
     this.lastError = null
     this.maxSessionBytes = options.maxSessionBytes || DEFAULT_MAX_SESSION_BYTES
@@ -53,6 +56,7 @@ class ClusterStore extends Store {
    * @param {(err: Error|null, value?: *) => void} cb
    */
   call (msg, cb) {
+    if (this.prefix !== '') msg.prefix = this.prefix
     let pending
     try {
       pending = this.transport(msg)

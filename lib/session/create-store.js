@@ -62,6 +62,7 @@ function createStore (opts, env) {
   const store = new ClusterStore({
     timeoutMs: opts.timeoutMs,
     ttl: opts.ttl,
+    prefix: opts.prefix,
     maxSessions: opts.maxSessions,
     maxTotalBytes: opts.maxTotalBytes,
     maxSessionBytes: opts.maxSessionBytes
