@@ -182,6 +182,18 @@ export interface ClusterStats {
   reloads: number
   workers: WorkerStats[]
   bus?: unknown
+  /** What the cluster session store in the primary holds (null in single-process mode before any use). */
+  sessions?: ClusterSessionStats | null
+}
+
+export interface ClusterSessionStats {
+  sessions: number
+  /** UTF-8 bytes of session JSON held. */
+  bytes: number
+  maxSessions: number
+  maxTotalBytes: number
+  /** Sessions evicted by maxSessions / maxTotalBytes since the start. */
+  evicted: number
 }
 
 export interface ReadyInfo {
