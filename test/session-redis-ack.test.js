@@ -113,37 +113,3 @@ describe('Redis frozen (SIGSTOP) between loading a session and saving it', { ski
     assert.ok(after.body.n === 3 || after.body.n === 4, `n=${after.body.n}`)
   })
 })
-
-describe('2-worker cluster starting with a healthy Redis', { skip: noRedisServer }, () => {
-  const path = require('path')
-  const { startCluster } = require('./helpers/cluster')
-  let redis
-  let cluster
-
-  before(async () => {
-    redis = await privateRedis()
-    await redis.start()
-    cluster = await startCluster(path.join(__dirname, 'fixtures', 'session-cluster.js'), {
-      env: {
-        CZ_SESSION_OPTIONS: JSON.stringify({ store: 'redis', redis: redis.url }),
-        CZ_TEST_OPTIONS: JSON.stringify({ banner: true, probes: { port: 0 }, health: { heartbeatMs: 200 } })
-      }
-    })
-  })
-  after(async () => {
-    if (cluster) await cluster.stop()
-    if (redis) await redis.stop()
-  })
-
-  it('logs no "unavailable" (no false alarm while the first connection is made), banner included', async () => {
-    const login = await cluster.get('/login?user=noa', { method: 'POST' })
-    assert.equal(login.status, 200, login.body)
-    await cluster.waitFor(() => /sessions\s+\S/.test(cluster.output), 10000)
-    // Workers report their store in every heartbeat (200 ms): wait until both have, then check the log.
-    await cluster.waitFor(async () => {
-      const stats = JSON.parse((await cluster.probe('/stats')).body)
-      return stats.workers.length === 2 && stats.workers.every((w) => w.session && w.session.store === 'redis' && w.session.available)
-    }, 10000)
-    assert.doesNotMatch(cluster.output, /unavailable/i)
-  })
-})

@@ -82,6 +82,18 @@ describe('a session write that is not stored is never a 200', () => {
   })
   after(() => setSessionLogger(null))
 
+  /** A logged-in agent's request made while the store refuses writes with `reason`. */
+  async function whileRefusing (reason, send) {
+    const agent = request.agent(app)
+    await agent.get('/count').expect(200)
+    store.failing = reason
+    try {
+      return await send(agent)
+    } finally {
+      store.failing = null
+    }
+  }
+
   it('a save that fails after res.json() gives 503 with the reason, no cookie and a log line', async () => {
     const agent = request.agent(app)
     assert.equal((await agent.get('/count').expect(200)).body.n, 1)
@@ -101,21 +113,13 @@ describe('a session write that is not stored is never a 200', () => {
   })
 
   it('a redirect whose save fails is a 503, not a 303', async () => {
-    const agent = request.agent(app)
-    await agent.get('/count').expect(200)
-    store.failing = 'quota'
-    const res = await agent.get('/redirect')
-    store.failing = null
+    const res = await whileRefusing('quota', (agent) => agent.get('/redirect'))
     assert.equal(res.status, 503)
     assert.equal(res.headers.location, undefined)
   })
 
   it('a touch that fails (an unmodified session) is a 503 too', async () => {
-    const agent = request.agent(app)
-    await agent.get('/count').expect(200)
-    store.failing = 'touchy'
-    const res = await agent.get('/read')
-    store.failing = null
+    const res = await whileRefusing('touchy', (agent) => agent.get('/read'))
     assert.equal(res.status, 503)
     assert.match(res.body.error, /touchy: touch refused/)
   })
