@@ -14,7 +14,9 @@
  */
 
 const { numberArg: arg } = require('./lib/args')
+const fs = require('fs')
 const os = require('os')
+const path = require('path')
 const { startLocal, startPm2 } = require('./lib/contenders')
 const { runClientLoop, percentile } = require('./lib/load')
 const { fmt, ratio, markdownTable } = require('./lib/table')
@@ -26,6 +28,9 @@ const CONCURRENCY = arg('--concurrency', 20)
 const FIRST_RELOAD_AT_MS = 4000
 const GAP_MS = 3000
 const WORKERS = os.availableParallelism()
+const BROKEN_SECONDS = arg('--broken-seconds', 12)
+const BROKEN_RELOAD_AT_MS = 3000
+const CRASH_FILE = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cz-bench-reload-')), 'crash-after-ms')
 
 /** Reload by signal and wait for the server's "RELOAD_DONE" line. */
 function signalReloader (contender) {
@@ -90,33 +95,82 @@ function summarize (label, result, windows, replaced, workers) {
   }
 }
 
-async function runContender (start, makeReload) {
+/**
+ * One reload into code that crashes `crashAfterMs` after boot, under load.
+ * The reload is not awaited: PM2 and the textbook restart may never report.
+ */
+async function brokenReloadUnderLoad (contender, reload, crashAfterMs) {
+  const load = runClientLoop({ port: contender.port, concurrency: CONCURRENCY, durationMs: BROKEN_SECONDS * 1000 })
+  let detail = 'no report'
+  await sleep(BROKEN_RELOAD_AT_MS)
+  fs.writeFileSync(CRASH_FILE, String(crashAfterMs))
+  const reloadAt = Date.now()
+  Promise.resolve().then(reload).then((d) => { detail = summarizeDetail(d) }, (err) => { detail = 'failed: ' + err.message.split('\n')[0] })
+  const result = await load
+  const lastSecond = result.samples.filter((s) => s.start >= reloadAt + (BROKEN_SECONDS * 1000 - BROKEN_RELOAD_AT_MS) - 1000)
+  const failedAfter = result.samples.filter((s) => s.start >= reloadAt && !s.ok).length
+  return {
+    label: contender.label,
+    crashAfterMs,
+    total: result.samples.length,
+    failed: failedAfter,
+    errors: Object.entries(result.errors).map(([k, v]) => `${k} ${v}`).join(', ') || '-',
+    servingAtEnd: lastSecond.length > 0 && lastSecond.every((s) => s.ok) ? 'yes' : `no (${lastSecond.filter((s) => !s.ok).length}/${lastSecond.length} failed in the last second)`,
+    detail
+  }
+}
+
+function summarizeDetail (detail) {
+  if (typeof detail !== 'string' || !detail.startsWith('{')) return 'reported done'
+  try {
+    const result = JSON.parse(detail)
+    return result.ok ? 'reported ok' : `ok: false, rolledBack: ${result.rolledBack}`
+  } catch {
+    return detail.slice(0, 60)
+  }
+}
+
+async function runContender (start, makeReload, crashAfterMs) {
   let contender = null
   try {
+    fs.rmSync(CRASH_FILE, { force: true })
     contender = await start()
     await sleep(1000)
+    if (crashAfterMs) return await brokenReloadUnderLoad(contender, makeReload(contender), crashAfterMs)
     return await reloadUnderLoad(contender, makeReload(contender))
   } catch (err) {
     console.error(`skipped: ${err.message}`)
     return null
   } finally {
     if (contender) await contender.stop()
+    fs.rmSync(CRASH_FILE, { force: true })
   }
 }
+
+const CONTENDERS = [
+  {
+    start: () => startLocal('clusterize', { label: 'clusterize (SIGUSR2)', env: { BENCH_CRASH_FILE: CRASH_FILE } }),
+    reloader: (c) => signalReloader(c)
+  },
+  {
+    start: () => startPm2({ instances: WORKERS, label: 'PM2 `pm2 reload`', env: { BENCH_CRASH_FILE: CRASH_FILE } }),
+    reloader: (c) => () => c.reload()
+  },
+  {
+    start: () => startLocal('cluster', { label: 'textbook SIGUSR2 rolling restart', env: { BENCH_CRASH_FILE: CRASH_FILE } }),
+    reloader: (c) => signalReloader(c)
+  }
+]
 
 async function main () {
   installCleanup()
   const rows = []
-  rows.push(await runContender(
-    () => startLocal('clusterize', { label: 'clusterize (SIGUSR2)' }),
-    (c) => signalReloader(c)))
-  rows.push(await runContender(
-    () => startPm2({ instances: WORKERS, label: 'PM2 `pm2 reload`' }),
-    (c) => () => c.reload()))
-  rows.push(await runContender(
-    () => startLocal('cluster', { label: 'textbook SIGUSR2 rolling restart' }),
-    (c) => signalReloader(c)))
+  for (const contender of CONTENDERS) rows.push(await runContender(contender.start, contender.reloader))
   const done = rows.filter(Boolean)
+  const broken = []
+  for (const crashAfterMs of [300, 1000]) {
+    for (const contender of CONTENDERS) broken.push(await runContender(contender.start, contender.reloader, crashAfterMs))
+  }
 
   console.log(`## Reload under load: two rolling reloads in ${SECONDS} s (${WORKERS} workers each)\n`)
   console.log(machineLine())
@@ -126,6 +180,13 @@ async function main () {
   console.log(markdownTable(
     ['contender', 'requests', 'failed', 'failure kinds', 'p99 steady ms', 'p99 during reload ms', 'reload / steady p99', 'reload durations ms', 'workers replaced'],
     done.map((r) => [r.label, fmt(r.total), r.failed, r.errors, fmt(r.steadyP99, 1), fmt(r.reloadP99, 1), ratio(r.reloadP99, r.steadyP99), r.reloadMs, r.replaced])))
+
+  console.log(`\n## Broken reloads: the new code crashes after it boots (${BROKEN_SECONDS} s of load, reload at ${BROKEN_RELOAD_AT_MS / 1000} s)\n`)
+  console.log('Same load. The deployed code throws 300 ms (then 1 s) after boot, so it passes any readiness check first. ' +
+    '"failed" counts requests started after the reload signal that failed. clusterize runs with its defaults (`reload.bakeMs` 5000).\n')
+  console.log(markdownTable(
+    ['contender', 'crash after boot', 'requests', 'failed after the reload', 'failure kinds', 'still serving at the end', 'reload result'],
+    broken.filter(Boolean).map((r) => [r.label, `${r.crashAfterMs} ms`, fmt(r.total), fmt(r.failed), r.errors, r.servingAtEnd, r.detail])))
 }
 
 main().catch((err) => {

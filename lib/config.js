@@ -17,6 +17,7 @@ const DEFAULTS = {
   port: 3000,
   host: undefined,
   workers: 'auto',
+  spare: 0,
   scheduling: 'rr',
   health: {
     heartbeatMs: 1000,
@@ -35,6 +36,7 @@ const DEFAULTS = {
     signal: 'SIGUSR2',
     readyTimeoutMs: 30000,
     drainTimeoutMs: 30000,
+    bakeMs: 5000,
     batch: 1
   },
   shutdown: {
@@ -201,6 +203,7 @@ function resolveConfig (options, env) {
   }
   config.host = host
   config.workers = resolveWorkers(pick('workers', 'WORKERS'))
+  config.spare = checkInteger('spare', pick('spare'), 0, 64)
   config.scheduling = checkOneOf('scheduling', pick('scheduling'), SCHEDULING)
 
   const health = group('health', options.health, DEFAULTS.health)
@@ -227,6 +230,7 @@ function resolveConfig (options, env) {
   }
   checkInteger('reload.readyTimeoutMs', reload.readyTimeoutMs, 1)
   checkInteger('reload.drainTimeoutMs', reload.drainTimeoutMs, 0)
+  checkInteger('reload.bakeMs', reload.bakeMs, 0)
   checkInteger('reload.batch', reload.batch, 1)
   config.reload = reload
 

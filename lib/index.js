@@ -39,6 +39,7 @@ function clusterize (createApp, options) {
 
 module.exports = {
   clusterize,
+  onDrain: require('./worker/drain-hooks').onDrain,
   ClusterizeOptionError: errors.ClusterizeOptionError,
   ClusterizeTimeoutError: errors.ClusterizeTimeoutError
 }

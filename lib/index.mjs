@@ -2,6 +2,7 @@
 import cjs from './index.js'
 
 export const clusterize = cjs.clusterize
+export const onDrain = cjs.onDrain
 export const ClusterizeOptionError = cjs.ClusterizeOptionError
 export const ClusterizeTimeoutError = cjs.ClusterizeTimeoutError
 export const offload = cjs.offload

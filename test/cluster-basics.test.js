@@ -5,6 +5,7 @@ const assert = require('node:assert')
 const path = require('path')
 const { startCluster, stopAll, waitDead } = require('./helpers/cluster')
 const { startLoad } = require('./helpers/load')
+const { eventually } = require('./helpers/wait')
 
 const fixture = path.join(__dirname, 'fixtures/app-cluster.js')
 const quiet = { restart: { backoffInitialMs: 50, backoffMaxMs: 200, maxCrashes: 5, crashWindowMs: 60000 } }
@@ -41,7 +42,7 @@ test('workers: 0 serves every request from the one process', async () => {
 test('kill -9 of a worker under traffic: same slot comes back, no request after it is ready fails', async () => {
   const cluster = await startCluster(fixture, { env: env(Object.assign({ workers: 2 }, quiet)) })
   const load = startLoad({ port: cluster.port, connections: 6, durationMs: 4000 })
-  await new Promise((resolve) => setTimeout(resolve, 500))
+  await load.served(30)
   const victim = cluster.events.find((e) => e.event === 'worker:ready' && e.data.id === 1).data
   process.kill(victim.pid, 'SIGKILL')
   const exit = await cluster.waitEvent('worker:exit', (d) => d.pid === victim.pid)
@@ -79,12 +80,13 @@ test('a worker that throws at boot every time trips the crash-loop breaker; the 
 })
 
 test('SIGTERM with a slow request in flight: it completes with 200, new connections are refused, exit 0, no child left', async () => {
-  const cluster = await startCluster(fixture, { env: env({ workers: 2 }) })
-  const slow = cluster.get('/slow?ms=2000')
-  await new Promise((resolve) => setTimeout(resolve, 300))
+  const cluster = await startCluster(fixture, { env: env({ workers: 2, health: { heartbeatMs: 100 } }) })
+  let slowDone = false
+  const slow = cluster.get('/slow?ms=2000').finally(() => { slowDone = true })
+  await cluster.waitInFlight(1)
   cluster.signal('SIGTERM')
-  await new Promise((resolve) => setTimeout(resolve, 300))
-  await assert.rejects(cluster.get('/'), (err) => err.code === 'ECONNREFUSED')
+  await eventually(() => cluster.get('/').then(() => false, (err) => err.code === 'ECONNREFUSED'), { intervalMs: 20 })
+  assert.strictEqual(slowDone, false, 'refused while the slow request is still being answered')
   const response = await slow
   assert.strictEqual(response.status, 200)
   assert.strictEqual(response.json.slow, true)
@@ -95,11 +97,11 @@ test('SIGTERM with a slow request in flight: it completes with 200, new connecti
 })
 
 test('a second signal forces an immediate exit', async () => {
-  const cluster = await startCluster(fixture, { env: env({ workers: 1 }) })
+  const cluster = await startCluster(fixture, { env: env({ workers: 1, health: { heartbeatMs: 100 } }) })
   const slow = cluster.get('/slow?ms=10000').catch((err) => err)
-  await new Promise((resolve) => setTimeout(resolve, 200))
+  await cluster.waitInFlight(1)
   cluster.signal('SIGTERM')
-  await new Promise((resolve) => setTimeout(resolve, 200))
+  await cluster.waitOutput(/shutting down/)
   cluster.signal('SIGTERM')
   const { code } = await cluster.exit
   assert.strictEqual(code, 1)
@@ -108,9 +110,9 @@ test('a second signal forces an immediate exit', async () => {
 })
 
 test('shutdown deadline force-kills stragglers and the exit code says so', async () => {
-  const cluster = await startCluster(fixture, { env: env({ workers: 1, shutdown: { timeoutMs: 300 } }) })
+  const cluster = await startCluster(fixture, { env: env({ workers: 1, health: { heartbeatMs: 100 }, shutdown: { timeoutMs: 300 } }) })
   const slow = cluster.get('/slow?ms=5000').catch((err) => err)
-  await new Promise((resolve) => setTimeout(resolve, 200))
+  await cluster.waitInFlight(1)
   cluster.signal('SIGTERM')
   const { code } = await cluster.exit
   assert.strictEqual(code, 1)

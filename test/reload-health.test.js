@@ -7,10 +7,10 @@ const os = require('os')
 const path = require('path')
 const { startCluster, stopAll, request, waitDead } = require('./helpers/cluster')
 const { startLoad } = require('./helpers/load')
+const { eventually } = require('./helpers/wait')
 
 const fixture = path.join(__dirname, 'fixtures/app-cluster.js')
 const env = (options, extra) => Object.assign({ CZ_TEST_OPTIONS: JSON.stringify(options) }, extra)
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 
 after(stopAll)
 
@@ -18,10 +18,10 @@ test('two reloads in a row under keep-alive load: zero failed requests, zero non
   const cluster = await startCluster(fixture, { env: env({ workers: 2 }) })
   const before = new Set(cluster.workerPids)
   const load = startLoad({ port: cluster.port, connections: 8, durationMs: 60000 })
-  await sleep(500)
+  await load.served(100)
   const first = await cluster.reload()
   const second = await cluster.reload()
-  await sleep(300)
+  await load.served(50)
   const results = await load.stop()
   assert.strictEqual(first.ok, true, JSON.stringify(first))
   assert.strictEqual(second.ok, true, JSON.stringify(second))
@@ -45,10 +45,10 @@ test('a reload whose new code throws at boot is rolled back: old pids keep servi
   const cluster = await startCluster(fixture, { env: env({ workers: 2 }, { CZ_BOOT_FAIL_FILE: flag }) })
   const before = new Set(cluster.workerPids)
   const load = startLoad({ port: cluster.port, connections: 6, durationMs: 60000 })
-  await sleep(300)
+  await load.served(50)
   fs.writeFileSync(flag, 'deploy broken code')
   const result = await cluster.reload()
-  await sleep(300)
+  await load.served(50)
   const results = await load.stop()
   assert.strictEqual(result.ok, false)
   assert.strictEqual(result.rolledBack, true)
@@ -84,12 +84,12 @@ test('a worker whose memory grows past maxMemoryMB is recycled with zero failed 
     env: env({ workers: 2, health: { heartbeatMs: 200, maxMemoryMB: 200 } })
   })
   const load = startLoad({ port: cluster.port, connections: 4, durationMs: 60000 })
-  await sleep(300)
+  await load.served(30)
   const grown = (await cluster.get('/grow?mb=256')).json.pid
   const exit = await cluster.waitEvent('worker:exit', (d) => d.pid === grown)
   assert.strictEqual(exit.data.reason, 'memory')
   assert.strictEqual(exit.data.code, 0, 'drained and exited by itself')
-  await sleep(300)
+  await load.served(30)
   const results = await load.stop()
   assert.strictEqual(results.failed + results.non2xx, 0, JSON.stringify(results.failures.slice(0, 3)))
   const replacement = cluster.events.find((e) => e.event === 'worker:ready' && e.data.id === exit.data.id && e.data.pid !== grown)
@@ -98,13 +98,16 @@ test('a worker whose memory grows past maxMemoryMB is recycled with zero failed 
 })
 
 test('probes: /live, /ready, /stats and /metrics; /ready turns 503 as soon as shutdown starts', async () => {
-  const cluster = await startCluster(fixture, { env: env({ workers: 2, probes: { port: 0 }, shutdown: { timeoutMs: 5000 } }) })
+  const cluster = await startCluster(fixture, { env: env({ workers: 2, probes: { port: 0 }, health: { heartbeatMs: 100 }, shutdown: { timeoutMs: 5000 } }) })
   assert.ok(cluster.probesPort > 0)
   assert.strictEqual((await cluster.probe('/live')).status, 200)
   assert.strictEqual((await cluster.probe('/ready')).status, 200)
   await cluster.get('/')
-  await sleep(1200)
-  const stats = (await cluster.probe('/stats')).json
+  // Wait for a heartbeat that counted that request.
+  const stats = await eventually(async () => {
+    const body = (await cluster.probe('/stats')).json
+    return body.workers.every((w) => w.heartbeat) && body.workers.some((w) => w.heartbeat.served > 0) && body
+  })
   assert.strictEqual(stats.workers.length, 2)
   for (const worker of stats.workers) {
     assert.strictEqual(worker.state, 'ready')
@@ -119,12 +122,12 @@ test('probes: /live, /ready, /stats and /metrics; /ready turns 503 as soon as sh
   assert.match(metrics.body, /^clusterize_worker_rss_bytes\{worker="0",pid="\d+",generation="1"\} \d+/m)
   assert.match(metrics.body, /^clusterize_requests_total \d+/m)
 
-  const slow = cluster.get('/slow?ms=1500')
-  await sleep(200)
+  let slowDone = false
+  const slow = cluster.get('/slow?ms=1500').finally(() => { slowDone = true })
+  await cluster.waitInFlight(1)
   cluster.signal('SIGTERM')
-  await sleep(100)
-  const ready = await request(cluster.probesPort, '/ready')
-  assert.strictEqual(ready.status, 503)
+  await eventually(async () => (await request(cluster.probesPort, '/ready')).status === 503, { intervalMs: 10 })
+  assert.strictEqual(slowDone, false, '/ready said 503 while a request was still in flight')
   assert.strictEqual((await slow).status, 200)
   assert.strictEqual((await cluster.exit).code, 0)
 })
@@ -133,7 +136,8 @@ test('SIGTERM in the middle of a reload: the reload stops, every worker (old and
   const pidDir = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-pids-'))
   const cluster = await startCluster(fixture, { env: env({ workers: 2 }, { CZ_PID_DIR: pidDir, CZ_BOOT_DELAY_MS: '400' }) })
   const reloaded = cluster.reload().catch((err) => err)
-  await sleep(150)
+  // The reload's first new worker has started booting.
+  await eventually(() => fs.readdirSync(pidDir).length >= 3, { intervalMs: 10 })
   cluster.signal('SIGTERM')
   const { code } = await cluster.exit
   assert.strictEqual(code, 0)

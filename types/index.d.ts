@@ -53,6 +53,11 @@ export interface ReloadOptions {
   readyTimeoutMs?: number
   /** An old worker is killed if still draining after this. Default 30000. */
   drainTimeoutMs?: number
+  /**
+   * The canary must stay up this long after it is ready (serving, its predecessor kept alive)
+   * before any old worker is retired; a crash in that window rolls the reload back. 0 = off. Default 5000.
+   */
+  bakeMs?: number
   /** Workers replaced at a time after the canary. Default 1. */
   batch?: number
 }
@@ -84,7 +89,12 @@ export interface ClusterizeOptions {
   port?: number | string
   host?: string
   /** Default WORKERS or 'auto' (cgroup-aware CPU count). 0 = single-process mode. */
-  workers?: number | 'auto' | string
+  workers?: number | 'auto'
+  /**
+   * Warm spares: extra workers that load the app and wait, taking no traffic, so a crashed
+   * worker's slot is served again at once. Each costs one idle worker's memory. Default 0.
+   */
+  spare?: number
   /** Default 'rr' (load-aware round robin). */
   scheduling?: Scheduling
   health?: HealthOptions
@@ -149,6 +159,8 @@ export interface Heartbeat {
   inFlight: number
   served: number
   connections: number
+  /** Open upgraded connections (WebSockets). */
+  webSockets: number
   poolQueue: number
   poolBusy: number
   generation?: number
@@ -247,6 +259,20 @@ export interface WorkerHandle {
  * in a worker the worker handle.
  */
 export declare function clusterize(createApp: CreateApp, options?: ClusterizeOptions): PrimaryHandle | WorkerHandle
+
+export interface DrainInfo {
+  /** Why this process drains: 'reload', 'memory', 'shutdown' or 'primary-gone'. */
+  reason: string
+  /** Date.now() value by which the drain must be over. */
+  deadline: number
+}
+
+/**
+ * Run `fn` when this worker (or single process) starts draining, before the default close of
+ * WebSockets (1012 on reload/recycle, 1001 on shutdown) and kept-alive connections. The drain
+ * waits for its promise until the deadline. Returns a function that removes the hook.
+ */
+export declare function onDrain(fn: (info: DrainInfo) => void | Promise<void>): () => void
 
 export declare class ClusterizeOptionError extends TypeError {
   constructor(message: string, option?: string)

@@ -66,7 +66,7 @@ async function startPm2 (spec) {
       name,
       instances: spec.instances,
       args: ['pm2-app', '', spec.app || 'hello'],
-      env: { PORT: String(port) }
+      env: Object.assign({ PORT: String(port) }, spec.env)
     })
     await waitForHttp(port, 30000)
     await waitOnline(pm2, name, spec.instances)

@@ -10,6 +10,8 @@
  *   node bench/lib/servers.js pm2-app                   (run by PM2: listens on $PORT)
  *
  * BENCH_CLUSTERIZE_MODULE=<dir> runs clusterize from another copy (A/B of a fix).
+ * BENCH_CRASH_FILE=<file>: while that file exists, every app built crashes the
+ * number of milliseconds it holds after boot (a broken deploy, bench/reload.js).
  * Each prints "READY <port>" once it listens (for clusterize: once every
  * worker is ready) and "RELOAD_DONE <json>" after a reload.
  */
@@ -19,17 +21,29 @@ const os = require('os')
 const { once } = require('events')
 const { createApp } = require('./apps')
 
+const fs = require('fs')
+
 const [kind, portArg, appName = 'hello', optionsJson] = process.argv.slice(2)
 const port = Number(portArg || process.env.PORT)
 
+/** Build the bench app; with BENCH_CRASH_FILE present, as broken code that dies after boot. */
+function buildApp () {
+  const file = process.env.BENCH_CRASH_FILE
+  if (file && fs.existsSync(file)) {
+    const afterMs = Number(fs.readFileSync(file, 'utf8')) || 300
+    setTimeout(() => { throw new Error(`broken deploy: crash ${afterMs} ms after boot`) }, afterMs)
+  }
+  return createApp(appName)
+}
+
 function runSingle () {
-  createApp(appName).listen(port, '127.0.0.1', () => console.log(`READY ${port}`))
+  buildApp().listen(port, '127.0.0.1', () => console.log(`READY ${port}`))
 }
 
 /** The seed pattern: fork N, each app.listen(port); SIGUSR2 = rolling restart. */
 function runTextbookCluster () {
   if (cluster.isWorker) {
-    createApp(appName).listen(port, '127.0.0.1')
+    buildApp().listen(port, '127.0.0.1')
     return
   }
   const n = os.availableParallelism()
@@ -63,7 +77,7 @@ function runClusterize () {
   // BENCH_CLUSTERIZE_MODULE: A/B a patched copy of the package against this one.
   const { clusterize } = require(process.env.BENCH_CLUSTERIZE_MODULE || '../..')
   const options = Object.assign({ port, host: '127.0.0.1', logger: quietLogger() }, optionsJson ? JSON.parse(optionsJson) : {})
-  const handle = clusterize(() => createApp(appName), options)
+  const handle = clusterize(buildApp, options)
   if (cluster.isWorker) return
   handle.ready.then(
     (info) => console.log(`READY ${info.port} ${handle.stats().scheduling}`),
@@ -75,7 +89,7 @@ function runClusterize () {
 }
 
 function runPm2App () {
-  createApp(appName).listen(port, '127.0.0.1')
+  buildApp().listen(port, '127.0.0.1')
 }
 
 /** Warnings and errors on stderr; lifecycle info is noise here. */

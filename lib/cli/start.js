@@ -52,21 +52,12 @@ async function start (parsed, io) {
   process.on('exit', function onExit () {
     pidFile.removePidFile(file, process.pid)
   })
-  if (config.workers === 0 && config.reload.signal) {
-    // Single-process mode installs no reload signal and the default action of
-    // SIGUSR2 is to terminate: answer it instead.
-    process.on(config.reload.signal, function onReloadSignal () {
-      handle.reload().then((result) => {
-        if (!result.ok) io.stderr.write(`clusterize: reload skipped: ${result.reason}\n`)
-      })
-    })
-  }
-
   let info
   try {
     info = await handle.ready
   } catch (err) {
-    io.stderr.write(`clusterize: could not start ${parsed.app}: ${err.message}\n`)
+    // The primary has already logged why the app cannot load.
+    if (err.code !== 'CLUSTERIZE_APP_INVALID') io.stderr.write(`clusterize: could not start ${parsed.app}: ${err.message}\n`)
     const result = await handle.shutdown().catch(() => null)
     debug('shutdown after failed start: %o', result)
     process.exit(1)

@@ -6,8 +6,6 @@
  * AbortSignal support, crash isolation, graceful close and stats.
  */
 
-const path = require('node:path')
-const { Worker } = require('node:worker_threads')
 const { performance } = require('node:perf_hooks')
 const debug = require('debug')('clusterize:pool')
 const registry = require('./registry')
@@ -15,62 +13,28 @@ const { normalizeOptions } = require('./options')
 const { resolveTask, unwrapTransfers, cloneError } = require('./task')
 const Queue = require('./queue')
 const Samples = require('./samples')
-const {
-  QueueFullError, TaskTimeoutError, TaskAbortedError, TaskError, ThreadExitError,
-  ThreadStartupError, PoolClosedError, CloneError, OuterVariableError
-} = require('./errors')
+const { QueueFullError, TaskAbortedError, PoolClosedError } = require('./errors')
+const { Task, remoteError } = require('./records')
+const { PoolThreads } = require('./threads')
 
-const THREAD_MAIN = path.join(__dirname, 'thread-main.js')
 const MAX_KNOWN_PER_THREAD = 4096
 const now = performance.now.bind(performance)
 const noop = () => {}
 
 let nextPoolId = 1
 
-/** One queued or running task. */
-class Task {
-  constructor (entry, args, transfer, timeoutMs, signal, terminateOnAbort, resolve, reject) {
-    this.entry = entry
-    this.args = args
-    this.transfer = transfer
-    this.timeoutMs = timeoutMs
-    this.signal = signal
-    this.terminateOnAbort = terminateOnAbort
-    this.resolve = resolve
-    this.reject = reject
-    this.enqueuedAt = 0
-    this.startedAt = 0
-    this.thread = null
-    this.done = false
-    this.onAbort = null
-  }
-}
-
-/** One pool thread and what the pool knows about it. */
-class Thread {
-  constructor (id, worker) {
-    this.id = id
-    this.worker = worker
-    this.ready = false
-    this.task = null
-    this.retiring = false
-    this.error = null
-    this.known = new Set()
-    this.msg = [0, undefined, undefined, false]
-    this.timer = null
-    this.timerAt = 0
-  }
-}
-
 /**
  * A pool of worker threads. Create it with `createPool(options)`.
+ * PoolThreads (./threads.js) is the thread lifecycle half (start, crash,
+ * timeout, retire); this class adds dispatch, the queue and the public API.
  */
-class Pool {
+class Pool extends PoolThreads {
   /**
    * @param {object} [options] see the README, "Offload" (threads, maxQueue, taskTimeoutMs, resourceLimits, setup, maxStartupFailures, niceness)
    * @param {{ prefix?: string, middleware?: boolean, normalized?: boolean }} [ctx]
    */
   constructor (options, ctx = {}) {
+    super()
     const opts = ctx.normalized ? options : normalizeOptions(options, ctx)
     this.id = nextPoolId++
     this.options = opts
@@ -290,132 +254,6 @@ class Pool {
     this._killRunning(th, new TaskAbortedError(t.signal && t.signal.reason))
   }
 
-  _armTimer (th, deadline, delay) {
-    if (th.timer !== null) {
-      if (th.timerAt <= deadline) return // fires earlier and re-checks
-      clearTimeout(th.timer)
-    }
-    th.timerAt = deadline
-    th.timer = setTimeout(this._onTimer, Math.max(1, Math.ceil(delay)), th)
-    th.timer.unref()
-  }
-
-  _onTimer (th) {
-    th.timer = null
-    const t = th.task
-    if (t === null || t.timeoutMs <= 0 || th.retiring) return
-    const deadline = t.startedAt + t.timeoutMs
-    const remaining = deadline - now()
-    if (remaining > 1) return this._armTimer(th, deadline, remaining)
-    this._counters.timedOut++
-    debug('pool %d: task timed out after %d ms on thread %d, replacing it', this.id, t.timeoutMs, th.id)
-    this._killRunning(th, new TaskTimeoutError(t.timeoutMs))
-  }
-
-  /** Reject the running task of `th`, terminate the thread and start a replacement. */
-  _killRunning (th, err) {
-    const t = th.task
-    th.task = null
-    this._busy--
-    this._retire(th)
-    this._settle(t, false, err)
-    this._replace()
-  }
-
-  _retire (th) {
-    if (!th.ready) this._starting--
-    th.retiring = true
-    if (th.timer !== null) clearTimeout(th.timer)
-    th.timer = null
-    removeItem(this._threads, th)
-    removeItem(this._idle, th)
-    th.worker.terminate().catch(noop)
-  }
-
-  _replace () {
-    if (this._closed) return
-    this._counters.replaced++
-    this._spawn()
-  }
-
-  _spawn () {
-    const th = new Thread(this._nextThreadId++, null)
-    const worker = new Worker(THREAD_MAIN, {
-      workerData: { setup: this.options.setup, niceness: this.options.niceness },
-      resourceLimits: this.options.resourceLimits
-    })
-    th.worker = worker
-    worker.unref()
-    worker.on('message', (msg) => this._onMessage(th, msg))
-    worker.on('error', (err) => { th.error = err })
-    worker.on('exit', (code) => this._onExit(th, code))
-    this._threads.push(th)
-    this._starting++
-    return th
-  }
-
-  _onReady (th) {
-    if (th.ready || th.retiring) return
-    th.ready = true
-    this._starting--
-    this._startupFailures = 0
-    this._next(th)
-  }
-
-  _onExit (th, code) {
-    if (th.retiring) return
-    if (!th.ready) this._starting--
-    th.retiring = true
-    if (th.timer !== null) clearTimeout(th.timer)
-    removeItem(this._threads, th)
-    removeItem(this._idle, th)
-    const reason = th.error ? th.error.message : `exit code ${code}`
-    if (!th.ready) return this._onStartupFailure(th, reason, code)
-    const t = th.task
-    if (t !== null) {
-      th.task = null
-      this._busy--
-      this._counters.failed++
-      this._counters.crashed++
-      const message = th.error
-        ? `offload thread crashed while running the task: ${th.error.message}`
-        : `offload thread exited with code ${code} while running the task`
-      debug('pool %d: thread %d died running a task (%s), replacing it', this.id, th.id, reason)
-      this._settle(t, false, new ThreadExitError(message, code, th.error || undefined))
-    } else {
-      debug('pool %d: idle thread %d exited (%s), replacing it', this.id, th.id, reason)
-    }
-    this._replace()
-  }
-
-  _onStartupFailure (th, reason, code) {
-    if (this._closed) return
-    this._startupFailures++
-    debug('pool %d: thread %d failed at startup (%d in a row): %s', this.id, th.id, this._startupFailures, reason)
-    if (this._startupFailures >= this.options.maxStartupFailures) {
-      this._broken = new ThreadStartupError(reason, th.error || undefined)
-      this._broken.exitCode = code
-      if (this._threads.length === 0) this._rejectQueued(this._broken)
-      return
-    }
-    const delay = 50 * 2 ** (this._startupFailures - 1)
-    this._respawnTimer = setTimeout(() => {
-      this._respawnTimer = null
-      if (!this._closed) this._spawn()
-    }, delay)
-    this._respawnTimer.unref()
-  }
-
-  _rejectQueued (err) {
-    while (this._queue.length > 0) {
-      const t = this._queue.shift()
-      if (t.done) continue
-      this._queued--
-      this._settle(t, false, err)
-    }
-    this._queued = 0
-  }
-
   /**
    * Pool statistics.
    * @returns {object} see PoolStats in types/index.d.ts
@@ -494,17 +332,6 @@ class Pool {
   destroy () {
     return this.close({ timeoutMs: 0 })
   }
-}
-
-function remoteError (info) {
-  if (info.outerVariable) return new OuterVariableError(info.outerVariable)
-  if (info.clone) return new CloneError(info.message, 0)
-  return new TaskError(info)
-}
-
-function removeItem (list, item) {
-  const i = list.indexOf(item)
-  if (i !== -1) list.splice(i, 1)
 }
 
 /**

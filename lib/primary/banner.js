@@ -64,7 +64,7 @@ function formatWorkersTable (workers, options) {
   const indent = options.indent || ''
   const header = ['slot', 'pid', 'generation', 'state', 'uptime', 'restarts']
   const body = workers.map((w) => [
-    String(w.id),
+    w.id < 0 ? '-' : String(w.id),
     String(w.pid),
     String(w.generation),
     String(w.state),

@@ -7,22 +7,28 @@
  * overloaded is skipped by the scheduler until it recovers.
  */
 
+const { STATES } = require('./worker-record')
+
 const MB = 1024 * 1024
 
 /**
  * @param {object} config resolved configuration
  * @param {import('./supervisor').Supervisor} supervisor
  * @param {object} log
- * @param {(record: object, reason: string) => void} recycle replace-then-drain
- * @returns {{ stop: () => void }}
+ * @param {{ recycle: (record: object, reason: string) => void, isReplacing: (record: object) => boolean }} replacer
+ *   replace-then-drain, from the reloader
+ * @returns {{ stop: () => void, isOverloaded: (record: object) => boolean }}
  */
-function watchHealth (config, supervisor, log, recycle) {
+function watchHealth (config, supervisor, log, replacer) {
   const { heartbeatMs, heartbeatTimeoutMs, maxMemoryMB, maxHeapRatio, maxEventLoopDelayMs } = config.health
+  const overloaded = new WeakSet()
+  const recycle = replacer.recycle
 
   function onHeartbeat (record) {
     const figures = record.heartbeat
-    record.overloaded = isOverloaded(record)
-    if (record.state !== 'ready' || record.recycling) return
+    if (judgeOverloaded(record)) overloaded.add(record)
+    else overloaded.delete(record)
+    if (!record.isReady() || record.spare || replacer.isReplacing(record)) return
     if (maxMemoryMB > 0 && figures.rss > maxMemoryMB * MB) {
       log.warn(`worker ${record.id} uses ${Math.round(figures.rss / MB)} MB RSS (limit ${maxMemoryMB} MB), recycling it`, { pid: record.pid })
       recycle(record, 'memory')
@@ -37,7 +43,7 @@ function watchHealth (config, supervisor, log, recycle) {
    * whole machine is busy every worker is slow, and skipping one would only
    * pile its share onto the others.
    */
-  function isOverloaded (record) {
+  function judgeOverloaded (record) {
     const delay = record.heartbeat.eventLoopDelayP99Ms
     if (maxEventLoopDelayMs <= 0 || delay <= maxEventLoopDelayMs) return false
     let best = Infinity
@@ -50,7 +56,7 @@ function watchHealth (config, supervisor, log, recycle) {
   function checkHangs () {
     const now = Date.now()
     for (const record of supervisor.liveRecords()) {
-      if (record.state !== 'ready' && record.state !== 'draining') continue
+      if (!record.isReady() && record.state !== STATES.DRAINING) continue
       const last = record.heartbeatAt || record.readyAt
       if (now - last <= heartbeatTimeoutMs) continue
       log.error(`worker ${record.id} sent no heartbeat for ${now - last} ms (timeout ${heartbeatTimeoutMs} ms), killing it`, {
@@ -68,7 +74,9 @@ function watchHealth (config, supervisor, log, recycle) {
     stop () {
       clearInterval(timer)
       supervisor.removeListener('record:heartbeat', onHeartbeat)
-    }
+    },
+    /** Its event loop is clearly worse than the others': skip it for new connections. */
+    isOverloaded: (record) => overloaded.has(record)
   }
 }
 

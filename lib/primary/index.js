@@ -3,23 +3,28 @@
 /**
  * The primary: fork and supervise workers, accept connections (for 'rr' and
  * 'sticky'), reload, watch health, serve probes, shut down gracefully.
+ *
+ * startPrimary() wires the parts and returns the handle; each step below is
+ * one function, in the order a primary lives through them.
  */
 
 const cluster = require('cluster')
 const EventEmitter = require('events')
 const path = require('path')
 const debug = require('debug')('clusterize:primary')
-const { Supervisor, publicWorker } = require('./supervisor')
+const protocol = require('../protocol')
+const { Supervisor } = require('./supervisor')
 const { createDispatcher } = require('./dispatcher')
 const { resolveScheduling, findFreePort } = require('./scheduling')
 const { watchHealth } = require('./health')
 const { createReloader } = require('./reload')
-const { startProbes } = require('./probes')
 const { createMetrics } = require('./metrics')
+const { watchSessionStores } = require('./session-watch')
+const { buildStats } = require('./stats')
 const busLink = require('./bus-link')
+const { handleSignals } = require('../signals')
 const { createLogger } = require('../logger')
 const { explainListenError } = require('../errors')
-const { formatBanner } = require('./banner')
 
 /**
  * The handle returned by clusterize() in the primary.
@@ -36,68 +41,92 @@ class PrimaryHandle extends EventEmitter {}
  * @returns {PrimaryHandle}
  */
 function startPrimary (createApp, config) {
+  if (typeof createApp === 'string') require.resolve(path.resolve(createApp))
   const log = createLogger(config.logger, '')
   const handle = new PrimaryHandle()
   const { mode, listenMode } = resolveScheduling(config, log)
-  const runtime = { listenMode, port: config.port, onEnvelope: onWorkerEnvelope }
+  const state = { mode, listenMode, port: config.port, probesPort: undefined, shuttingDown: false, reloads: 0, readySettled: false }
+  const parts = { dispatcher: null, probes: null, health: null }
+  const runtime = { listenMode, port: config.port, route: null }
   const supervisor = new Supervisor(config, log, runtime)
   const metrics = createMetrics(supervisor)
-  const runReload = createReloader(config, supervisor, log)
-  let dispatcher = null
-  let probes = null
-  let health = null
-  let reloadChain = Promise.resolve()
+  const reloader = createReloader(config, supervisor, log)
+  const sessions = watchSessionStores(supervisor, log)
+  const reloads = createReloadQueue()
   let shutdownPromise = null
-  let signalCount = 0
-  let readySettled = false
-  const state = { mode, port: config.port, shuttingDown: false, reloads: 0 }
 
-  if (typeof createApp === 'string') require.resolve(path.resolve(createApp))
-
+  runtime.route = createRoutes()
   cluster.setupPrimary({ serialization: config.bus.serialization })
   busLink.attachPrimary(config, log)
+  forwardEvents()
+
   Object.defineProperty(handle, 'bus', { enumerable: true, get: () => require('../bus').bus })
-
-  supervisor.on('worker:ready', (worker) => handle.emit('worker:ready', worker))
-  supervisor.on('worker:exit', (event) => {
-    metrics.onExit(event)
-    handle.emit('worker:exit', event)
-  })
-  supervisor.on('worker:fork', (record) => busLink.addWorker(record))
-  supervisor.on('record:exit', (record) => busLink.removeWorker(record))
-  supervisor.on('crashloop', onCrashLoop)
-  supervisor.on('record:heartbeat', watchSessionStore)
-
   handle.ready = start()
   handle.ready.catch(() => {})
-
-  /** @returns {Promise<object>} the reload result */
-  handle.reload = function reload () {
-    const run = reloadChain.then(() => {
-      if (state.shuttingDown) return { ok: false, rolledBack: false, reason: 'shutting down', replaced: 0, durationMs: 0 }
-      return runReload()
-    })
-    reloadChain = run.catch(() => {})
-    return run.then((result) => {
-      state.reloads++
-      metrics.onReload(result)
-      handle.emit('reload:done', result)
-      return result
-    })
-  }
-
+  handle.reload = reloads.request
   handle.shutdown = shutdown
   handle.stats = stats
   handle.address = () => ({ port: state.port, host: config.host })
-  installSignals()
+  handleSignals({
+    shutdownSignals: config.shutdown.signals,
+    reloadSignal: config.reload.signal,
+    shutdown: () => shutdown(),
+    reload: handle.reload,
+    forceExit: () => { for (const record of supervisor.liveRecords()) record.worker.process.kill('SIGKILL') },
+    log
+  })
   return handle
 
+  /** The one routing table for what workers send. */
+  function createRoutes () {
+    return protocol.createRouter({
+      [protocol.KIND.READY]: (record, message) => supervisor.onReady(record, message),
+      [protocol.KIND.HEARTBEAT]: (record, message) => supervisor.onHeartbeat(record, message),
+      [protocol.KIND.BOOT_ERROR]: (record, message) => supervisor.onBootError(record, message),
+      [protocol.KIND.DRAINED]: (record, message) => supervisor.onDrained(record, message),
+      [protocol.KIND.ACCEPTED]: (record) => { if (parts.dispatcher) parts.dispatcher.onAccepted(record) },
+      [protocol.KIND.BUS]: (record, message) => busLink.onWorkerMessage(record, message)
+    }, (record, message) => debug('ignoring %s from worker %d', message.kind, record.id))
+  }
+
+  function forwardEvents () {
+    supervisor.on('worker:ready', (worker) => handle.emit('worker:ready', worker))
+    supervisor.on('worker:exit', (event) => {
+      metrics.onExit(event)
+      handle.emit('worker:exit', event)
+    })
+    supervisor.on('worker:fork', (record) => busLink.addWorker(record))
+    supervisor.on('record:exit', (record) => busLink.removeWorker(record))
+    supervisor.on('crashloop', onCrashLoop)
+    supervisor.on('record:gone', exitIfNothingServes)
+    supervisor.once('boot-fatal', onBootFatal)
+  }
+
   async function start () {
+    await listen()
+    if (config.probes) {
+      // http is loaded only when probes are on: the primary stays small otherwise.
+      parts.probes = await require('./probes').startProbes(config.probes, { stats, metrics, isLive, isReady, degradation: sessions.degradation })
+      state.probesPort = parts.probes.port
+    }
+    parts.health = watchHealth(config, supervisor, log, reloader)
+    supervisor.start()
+    log.info(`primary ${process.pid} starting ${config.workers} workers on port ${state.port}`, { scheduling: mode })
+    await allWorkersReady()
+    state.readySettled = true
+    if (config.banner && config.logger === undefined) {
+      log.info(require('./banner').formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, redis: config.bus.redis }).trimEnd())
+    }
+    return { port: state.port, probesPort: state.probesPort, workers: supervisor.readyRecords().map((record) => record.publicView()) }
+  }
+
+  /** Bind the port: our acceptor for 'rr'/'sticky'; otherwise agree on one for the workers. */
+  async function listen () {
     if (listenMode === 'handoff') {
-      dispatcher = createDispatcher({ mode, port: config.port, host: config.host }, supervisor)
+      const health = { isOverloaded: (record) => (parts.health ? parts.health.isOverloaded(record) : false) }
+      parts.dispatcher = createDispatcher({ mode, port: config.port, host: config.host }, supervisor, health)
       try {
-        const address = await dispatcher.listen()
-        state.port = address.port
+        state.port = (await parts.dispatcher.listen()).port
       } catch (err) {
         explainListenError(err, config.port)
         log.error(`cannot listen: ${err.message}`)
@@ -108,84 +137,78 @@ function startPrimary (createApp, config) {
       state.port = await findFreePort(config.host)
     }
     runtime.port = state.port
-    if (config.probes) {
-      probes = await startProbes(config.probes, { stats, metrics, isLive, isReady, degradation })
-      state.probesPort = probes.port
-    }
-    health = watchHealth(config, supervisor, log, recycle)
-    supervisor.start()
-    log.info(`primary ${process.pid} starting ${config.workers} workers on port ${state.port}`, { scheduling: mode })
-    await new Promise((resolve, reject) => {
-      function check () {
-        if (supervisor.readyRecords().length === config.workers) {
-          supervisor.removeListener('record:ready', check)
-          supervisor.removeListener('crashloop', fail)
-          resolve()
-        }
-      }
-      function fail (info) {
+  }
+
+  /** Resolve once every slot is ready; reject on a crash loop or an app that cannot load. */
+  function allWorkersReady () {
+    return new Promise((resolve, reject) => {
+      function stopWaiting () {
         supervisor.removeListener('record:ready', check)
+        supervisor.removeListener('crashloop', onLoop)
+        supervisor.removeListener('boot-fatal', onFatal)
+      }
+      function check () {
+        if (supervisor.readyRecords().length !== config.workers) return
+        stopWaiting()
+        resolve()
+      }
+      function onLoop (info) {
+        stopWaiting()
         reject(new Error(`crash loop before all workers were ready: ${info.lastError}`))
       }
+      function onFatal (message) {
+        stopWaiting()
+        reject(Object.assign(new Error(message), { code: 'CLUSTERIZE_APP_INVALID' }))
+      }
       supervisor.on('record:ready', check)
-      supervisor.once('crashloop', fail)
+      supervisor.on('crashloop', onLoop)
+      supervisor.on('boot-fatal', onFatal)
     })
-    readySettled = true
-    if (config.banner && config.logger === undefined) {
-      log.info(formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, redis: config.bus.redis }).trimEnd())
-    }
-    return { port: state.port, probesPort: state.probesPort, workers: supervisor.readyRecords().map(publicWorker) }
   }
 
-  function onWorkerEnvelope (record, message) {
-    if (message.kind === 'bus') busLink.onWorkerMessage(record, message)
-    else if (message.kind === 'accepted' && dispatcher) dispatcher.onAccepted(record)
-    else debug('ignoring %s from worker %d', message.kind, record.id)
-  }
-
-  /** Replace a worker gracefully: new one ready first, then drain the old. */
-  async function recycle (record, reason) {
-    if (state.shuttingDown) return
-    record.recycling = true
-    const successor = supervisor.spawn(record.id, record.generation)
-    try {
-      await supervisor.waitReady(successor, config.reload.readyTimeoutMs)
-    } catch (err) {
-      log.error(`could not recycle worker ${record.id}: ${err.message}`)
-      supervisor.kill(successor, 'recycle-failed')
-      record.recycling = false
-      return
+  /**
+   * Reloads run one after another. Requests made while one is already
+   * waiting share it: a burst of signals gives at most one more reload.
+   */
+  function createReloadQueue () {
+    let chain = Promise.resolve()
+    let queued = null
+    function request () {
+      if (queued) return queued
+      const run = chain.then(() => {
+        queued = null
+        if (state.shuttingDown) return { ok: false, rolledBack: false, reason: 'shutting down', replaced: 0, durationMs: 0, generation: supervisor.generation }
+        return reloader.reload()
+      }).then((result) => {
+        state.reloads++
+        metrics.onReload(result)
+        handle.emit('reload:done', result)
+        return result
+      })
+      queued = run
+      chain = run.catch(() => {})
+      return run
     }
-    if (state.shuttingDown) return supervisor.retire(successor, 'shutdown', config.shutdown.timeoutMs)
-    supervisor.promote(successor)
-    return supervisor.retire(record, reason, config.reload.drainTimeoutMs)
+    return { request }
   }
 
   function onCrashLoop (info) {
     metrics.crashLooping = true
     handle.emit('crashloop', info)
-    if (supervisor.liveRecords().length === 0 && !state.shuttingDown) {
-      log.error(`no worker left after a crash loop; exiting with code 1. Last failure: ${info.lastError}`)
-      shutdown().then(() => setImmediate(() => process.exit(1)))
-    }
+    exitIfNothingServes()
   }
 
-  /** Log when a worker's session store becomes unavailable or recovers. */
-  function watchSessionStore (record) {
-    const session = record.session
-    const down = Boolean(session && session.available === false)
-    if (down === Boolean(record.sessionDown)) return
-    record.sessionDown = down
-    if (down) log.warn(`worker ${record.id}: session store ${session.store} unavailable: ${session.lastError}; session requests get 503 until it recovers`, { pid: record.pid })
-    else log.info(`worker ${record.id}: session store ${session ? session.store : ''} available again`, { pid: record.pid })
+  /** The app cannot load (syntax error, missing module, wrong export): retrying would not help. */
+  function onBootFatal (message) {
+    log.error(`cannot start: ${message}`)
+    shutdown(1).then((result) => setImmediate(() => process.exit(result.code)))
   }
 
-  /** Why the service is degraded though ready (shown by /ready), or ''. */
-  function degradation () {
-    for (const record of supervisor.readyRecords()) {
-      if (record.sessionDown) return `session store ${record.session.store} unavailable: ${record.session.lastError}`
-    }
-    return ''
+  /** With no worker left and none coming, the service is down: say so and exit 1. */
+  function exitIfNothingServes () {
+    if (state.shuttingDown || !supervisor.isEmpty()) return
+    log.error(`no worker left and none will be started (crash loop); exiting with code 1. Last failure: ${supervisor.lastFailure}`)
+    shutdown(1).then((result) => setImmediate(() => process.exit(result.code)))
   }
 
   function isLive () {
@@ -200,9 +223,10 @@ function startPrimary (createApp, config) {
    * Stop accepting, drain every worker, and resolve once all have exited.
    * Workers still running at `shutdown.timeoutMs` are killed and the
    * result says so (`forced: true`, `code: 1`).
+   * @param {number} [exitCode] the code the caller will exit with (0 by default)
    * @returns {Promise<{ code: number, forced: boolean }>}
    */
-  function shutdown () {
+  function shutdown (exitCode) {
     if (shutdownPromise) return shutdownPromise
     state.shuttingDown = true
     supervisor.stop()
@@ -210,69 +234,23 @@ function startPrimary (createApp, config) {
     handle.emit('shutdown')
     shutdownPromise = (async () => {
       const timeoutMs = config.shutdown.timeoutMs
-      const closing = dispatcher ? dispatcher.close() : Promise.resolve()
+      const closing = parts.dispatcher ? parts.dispatcher.close() : Promise.resolve()
       const retiring = supervisor.liveRecords()
       await Promise.all(retiring.map((record) => supervisor.retire(record, 'shutdown', timeoutMs)))
       await closing
       const forced = retiring.some((record) => record.forced || record.drainTimedOut)
-      if (health) health.stop()
-      if (probes) await probes.close()
+      if (parts.health) parts.health.stop()
+      if (parts.probes) await parts.probes.close()
       await busLink.close()
-      const code = forced ? 1 : 0
+      const code = forced || exitCode === 1 ? 1 : 0
       log.info(forced ? 'shutdown forced: some workers were killed at the deadline' : 'shutdown complete', { code })
       return { code, forced }
     })()
     return shutdownPromise
   }
 
-  function installSignals () {
-    for (const signal of config.shutdown.signals) {
-      process.on(signal, function onShutdownSignal () {
-        signalCount++
-        if (signalCount > 1) {
-          log.warn(`second ${signal}: exiting now`)
-          for (const record of supervisor.liveRecords()) record.worker.process.kill('SIGKILL')
-          process.exit(1)
-        }
-        shutdown().then((result) => process.exit(result.code))
-      })
-    }
-    if (config.reload.signal) {
-      process.on(config.reload.signal, function onReloadSignal () {
-        handle.reload().catch((err) => log.error(`reload failed: ${err.message}`))
-      })
-    }
-  }
-
   function stats () {
-    const now = Date.now()
-    const workers = supervisor.liveRecords().map((record) => ({
-      id: record.id,
-      pid: record.pid,
-      generation: record.generation,
-      state: record.state,
-      uptimeMs: now - record.startedAt,
-      restarts: record.restarts,
-      overloaded: record.overloaded,
-      connectionsHanded: listenMode === 'handoff' ? record.connections : undefined,
-      heartbeatAgeMs: record.heartbeatAt ? now - record.heartbeatAt : null,
-      heartbeat: record.heartbeat,
-      session: record.session
-    })).sort((a, b) => a.id - b.id || a.generation - b.generation)
-    return {
-      pid: process.pid,
-      port: state.port,
-      scheduling: mode,
-      generation: supervisor.generation,
-      ready: readySettled && isReady(),
-      live: isLive(),
-      crashLooping: supervisor.crashLooping,
-      shuttingDown: state.shuttingDown,
-      reloads: state.reloads,
-      workers,
-      bus: busLink.status(),
-      sessions: busLink.sessions()
-    }
+    return buildStats({ supervisor, dispatcher: parts.dispatcher, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busLink.status(), sessions: busLink.sessions() })
   }
 }
 

@@ -10,7 +10,10 @@ const cluster = require('cluster')
 const EventEmitter = require('events')
 const debug = require('debug')('clusterize:supervisor')
 const ipc = require('../ipc')
+const protocol = require('../protocol')
 const { backoffDelay, CrashWindow } = require('./backoff')
+const { WorkerRecord, STATES } = require('./worker-record')
+const { Spares } = require('./spares')
 
 /** A worker that stays ready this long is considered healthy again. */
 const STABLE_AFTER_MS = 30000
@@ -19,7 +22,8 @@ class Supervisor extends EventEmitter {
   /**
    * @param {object} config resolved configuration
    * @param {object} log internal logger
-   * @param {{ listenMode: string, port: number, onEnvelope: Function }} runtime
+   * @param {{ listenMode: string, port: number, route: (record: WorkerRecord, message: object, handle?: *) => void }} runtime
+   *   `route` receives every envelope a worker sends (the primary's routing table)
    */
   constructor (config, log, runtime) {
     super()
@@ -31,18 +35,55 @@ class Supervisor extends EventEmitter {
     this.failures = new Array(config.workers).fill(0)
     this.restarts = new Array(config.workers).fill(0)
     this.respawnTimers = new Set()
-    this.crashWindow = new CrashWindow(config.restart)
+    /** Failures counted per generation, so a broken deploy cannot use up the budget of the code that serves. */
+    this.crashWindows = new Map()
+    /** Predecessors kept alive while their successor bakes (slot -> record). */
+    this.held = new Map()
+    /** The generation that serves: the last one a reload completed. */
     this.generation = 1
+    /**
+     * The generation of the code on disk: every reload attempt gets a new one,
+     * and every fork after it (a respawn too) runs that code, so it is labelled with it.
+     */
+    this.codeGeneration = 1
     this.crashLooping = false
+    this.everReady = false
     this.stopped = false
     this.lastFailure = null
+    this.spares = new Spares(this, config.spare || 0)
   }
 
-  /** Fork one worker per slot. */
+  /** Fork one worker per slot, then the spares. */
   start () {
     for (let slot = 0; slot < this.slots.length; slot++) {
       this.slots[slot] = this.spawn(slot, this.generation)
     }
+    this.spares.replenish()
+  }
+
+  /** Fork a warm spare: it loads the app and reports ready, but is in no slot until promoted. */
+  spawnSpare () {
+    return this.spawn(-1, this.codeGeneration, true)
+  }
+
+  /**
+   * Put a ready spare in an empty slot at once.
+   * @returns {boolean} false when no spare was ready
+   */
+  promoteSpare (slot) {
+    const record = this.spares.take()
+    if (!record) return false
+    this.restarts[slot]++
+    record.id = slot
+    record.spare = false
+    record.restarts = this.restarts[slot]
+    this.slots[slot] = record
+    record.channel.postNow(protocol.promote(slot))
+    this.log.info(`worker ${slot} replaced by a warm spare`, { pid: record.pid, generation: record.generation })
+    this.emit('worker:ready', record.publicView())
+    this.emit('record:ready', record)
+    this.spares.replenish()
+    return true
   }
 
   /**
@@ -50,39 +91,25 @@ class Supervisor extends EventEmitter {
    * slot's current worker (at once, or after it is ready via promote()).
    * @returns {object} the worker record
    */
-  spawn (slot, generation) {
+  spawn (slot, generation, spare) {
     if (this.stopped) throw new Error('shutting down: no new workers are started')
+    if (generation > this.codeGeneration) {
+      // New code gets its own failure budget; the old code's tripped breaker no longer applies.
+      this.codeGeneration = generation
+      this.crashLooping = false
+    }
     const worker = cluster.fork({
       CLUSTERIZE_WORKER_ID: String(slot),
       CLUSTERIZE_GENERATION: String(generation),
       CLUSTERIZE_WORKERS: String(this.slots.length),
       CLUSTERIZE_LISTEN: this.runtime.listenMode,
-      CLUSTERIZE_PORT: String(this.runtime.port)
+      CLUSTERIZE_PORT: String(this.runtime.port),
+      CLUSTERIZE_SPARE: spare ? '1' : ''
     })
-    const record = {
-      id: slot,
-      worker,
-      pid: worker.process.pid,
-      generation,
-      state: 'starting',
-      startedAt: Date.now(),
-      readyAt: 0,
-      everReady: false,
-      restarts: this.restarts[slot],
-      heartbeat: null,
-      heartbeatAt: 0,
-      overloaded: false,
-      connections: 0,
-      pendingHandoffs: 0,
-      handoffs: new Set(),
-      retireReason: null,
-      bootError: null,
-      channel: new ipc.Channel(worker),
-      exited: null
-    }
-    record.exited = new Promise((resolve) => { record.resolveExited = resolve })
+    const record = new WorkerRecord(slot, worker, generation, spare ? 0 : this.restarts[slot])
+    record.spare = Boolean(spare)
     this.records.add(record)
-    ipc.listen(worker, (message, handle) => this.onEnvelope(record, message, handle))
+    ipc.listen(worker, (message, handle) => this.runtime.route(record, message, handle))
     worker.on('error', (err) => debug('worker %d error: %s', slot, err.message))
     worker.once('exit', (code, signal) => this.onExit(record, code, signal))
     debug('forked slot %d pid %d generation %d', slot, record.pid, generation)
@@ -90,44 +117,46 @@ class Supervisor extends EventEmitter {
     return record
   }
 
-  onEnvelope (record, message, handle) {
-    switch (message.kind) {
-      case 'ready':
-        if (record.state !== 'starting') return
-        record.state = 'ready'
-        record.readyAt = Date.now()
-        record.everReady = true
-        record.address = message.address
-        this.log.info(`worker ${record.id} ready`, { pid: record.pid, generation: record.generation })
-        this.emit('worker:ready', publicWorker(record))
-        this.emit('record:ready', record)
-        break
-      case 'heartbeat':
-        if (!message.figures || typeof message.figures !== 'object') return
-        record.heartbeat = message.figures
-        record.session = message.session
-        record.heartbeatAt = Date.now()
-        this.emit('record:heartbeat', record)
-        break
-      case 'boot-error':
-        record.bootError = String(message.message)
-        break
-      case 'drained':
-        record.drainTimedOut = message.timedOut === true
-        debug('worker %d drained%s', record.id, message.timedOut ? ' (deadline passed)' : '')
-        break
-      default:
-        this.runtime.onEnvelope(record, message, handle)
-    }
+  /** The worker listens: it may get traffic. */
+  onReady (record, message) {
+    if (!record.markReady(message.address)) return
+    this.everReady = true
+    this.log.info(record.spare ? 'warm spare ready' : `worker ${record.id} ready`, { pid: record.pid, generation: record.generation })
+    this.emit('worker:ready', record.publicView())
+    this.emit('record:ready', record)
+  }
+
+  onHeartbeat (record, message) {
+    if (!message.figures || typeof message.figures !== 'object') return
+    record.recordHeartbeat(message.figures, message.session)
+    this.emit('record:heartbeat', record)
+  }
+
+  onBootError (record, message) {
+    record.bootError = String(message.message)
+    record.bootErrorDeterministic = message.deterministic === true
+  }
+
+  onDrained (record, message) {
+    record.drainTimedOut = message.timedOut === true
+    debug('worker %d drained%s', record.id, message.timedOut ? ' (deadline passed)' : '')
   }
 
   onExit (record, code, signal) {
     this.records.delete(record)
     const wasCurrent = this.slots[record.id] === record
-    const reason = record.retireReason || (record.everReady ? 'crash' : 'boot-failure')
-    record.state = 'exited'
+    const reason = record.exitReason()
+    record.state = STATES.EXITED
     const event = { id: record.id, pid: record.pid, code, signal, reason, generation: record.generation }
-    if (reason === 'boot-failure') {
+    Object.defineProperty(event, 'at', { value: Date.now() })
+    if (reason === 'boot-failure' && record.bootErrorDeterministic && !this.everReady) {
+      // Every retry would fail the same way: stop at the first one.
+      if (!this.stopped) {
+        this.lastFailure = record.bootError
+        this.stop()
+        this.emit('boot-fatal', record.bootError)
+      }
+    } else if (reason === 'boot-failure') {
       this.lastFailure = record.bootError || `exited with ${signal || 'code ' + code} before it was ready`
       this.log.error(`worker ${record.id} failed to boot: ${this.lastFailure}`, { pid: record.pid, generation: record.generation })
     } else if (reason === 'crash') {
@@ -136,20 +165,60 @@ class Supervisor extends EventEmitter {
     } else {
       this.log.info(`worker ${record.id} exited (${reason})`, { pid: record.pid, code, signal: signal || undefined })
     }
+    record.exitEvent = event
     this.emit('record:exit', record, event)
     this.emit('worker:exit', event)
     record.resolveExited(event)
 
-    if (!wasCurrent) return
-    this.slots[record.id] = null
-    if (this.stopped) return
     const isFailure = reason === 'crash' || reason === 'boot-failure' || reason === 'hang'
-    if (isFailure) {
-      if (record.everReady && Date.now() - record.readyAt > STABLE_AFTER_MS) this.failures[record.id] = 0
-      this.failures[record.id]++
-      if (this.crashWindow.record()) return this.tripBreaker(record, reason)
+    if (record.spare) {
+      this.spares.onExit(record, isFailure)
+      return this.emit('record:gone', record)
     }
-    this.scheduleRespawn(record.id, isFailure ? backoffDelay(this.failures[record.id], this.config.restart) : 0)
+    if (isFailure) this.countFailure(record)
+    if (this.held.get(record.id) === record) this.held.delete(record.id)
+    if (!wasCurrent) return this.emit('record:gone', record)
+    this.slots[record.id] = null
+    if (this.stopped) return this.emit('record:gone', record)
+    const predecessor = this.held.get(record.id)
+    if (predecessor && isFailure) {
+      // A successor still while baking failed: its predecessor serves again.
+      this.held.delete(record.id)
+      this.slots[record.id] = predecessor
+      this.log.warn(`worker ${record.id}: generation ${record.generation} failed while baking; generation ${predecessor.generation} (pid ${predecessor.pid}) serves again`)
+      return this.emit('record:gone', record)
+    }
+    if (!this.isTripped(this.codeGeneration) && !this.promoteSpare(record.id)) {
+      this.scheduleRespawn(record.id, isFailure ? backoffDelay(this.failures[record.id], this.config.restart) : 0)
+    }
+    this.emit('record:gone', record)
+  }
+
+  /** Count a failure against the generation of the code the worker ran; trip its breaker once. */
+  countFailure (record) {
+    if (record.everReady && Date.now() - record.readyAt > STABLE_AFTER_MS) this.failures[record.id] = 0
+    this.failures[record.id]++
+    let window = this.crashWindows.get(record.generation)
+    if (!window) {
+      window = new CrashWindow(this.config.restart)
+      this.crashWindows.set(record.generation, window)
+    }
+    if (window.tripped) return
+    if (window.record()) {
+      window.tripped = true
+      this.tripBreaker(record)
+    }
+  }
+
+  /** Whether the breaker of a generation has tripped. */
+  isTripped (generation) {
+    const window = this.crashWindows.get(generation)
+    return Boolean(window && window.tripped)
+  }
+
+  /** No worker runs and none is coming: nothing will ever serve again. */
+  isEmpty () {
+    return this.records.size === 0 && this.respawnTimers.size === 0
   }
 
   scheduleRespawn (slot, delayMs) {
@@ -159,23 +228,27 @@ class Supervisor extends EventEmitter {
       this.respawnTimers.delete(timer)
       if (this.stopped || this.crashLooping || this.slots[slot]) return
       this.restarts[slot]++
-      this.slots[slot] = this.spawn(slot, this.generation)
+      this.slots[slot] = this.spawn(slot, this.codeGeneration)
     }, delayMs)
     this.respawnTimers.add(timer)
   }
 
-  tripBreaker (record, reason) {
-    this.crashLooping = true
-    this.clearRespawns()
+  tripBreaker (record) {
     const { maxCrashes, crashWindowMs } = this.config.restart
+    // Every fork runs the newest code, so once its breaker trips nothing is respawned.
+    if (record.generation === this.codeGeneration) {
+      this.crashLooping = true
+      this.clearRespawns()
+    }
     const info = {
-      reason,
-      crashes: this.crashWindow.count,
+      reason: record.exitReason(),
+      generation: record.generation,
+      crashes: this.crashWindows.get(record.generation).count,
       windowMs: crashWindowMs,
       lastError: this.lastFailure,
       workersLeft: this.readyRecords().length
     }
-    this.log.error(`crash loop: ${maxCrashes} worker failures within ${crashWindowMs} ms, not restarting any more workers; last failure: ${this.lastFailure}`, { workersLeft: info.workersLeft })
+    this.log.error(`crash loop: ${maxCrashes} failures of generation ${record.generation} within ${crashWindowMs} ms, not restarting any more workers; last failure: ${this.lastFailure}`, { workersLeft: info.workersLeft })
     this.emit('crashloop', info)
   }
 
@@ -184,9 +257,46 @@ class Supervisor extends EventEmitter {
     this.respawnTimers.clear()
   }
 
-  /** Make a ready replacement the slot's current worker. */
-  promote (record) {
+  /**
+   * Make a ready replacement the slot's current worker. With `hold`, its
+   * predecessor stays alive (out of rotation) until release(), and serves
+   * again if the replacement fails first.
+   */
+  promote (record, hold) {
+    const predecessor = this.slots[record.id]
+    if (hold && predecessor && predecessor !== record) this.held.set(record.id, predecessor)
     this.slots[record.id] = record
+  }
+
+  /**
+   * End a successor's bake window.
+   * @returns {object|undefined} the predecessor that was kept alive, now to be retired
+   */
+  release (slot) {
+    const predecessor = this.held.get(slot)
+    this.held.delete(slot)
+    return predecessor
+  }
+
+  /**
+   * Resolve null if the worker is still running `ms` after now, or a
+   * description of its exit if it exits first.
+   */
+  survives (record, ms) {
+    return new Promise((resolve) => {
+      if (record.isExited()) return resolve(describeExit(record, record.exitEvent))
+      const timer = setTimeout(() => {
+        this.removeListener('record:exit', onExit)
+        resolve(null)
+      }, ms)
+      const onExit = (r, event) => {
+        if (r !== record) return
+        clearTimeout(timer)
+        this.removeListener('record:exit', onExit)
+        resolve(describeExit(record, event))
+      }
+      this.on('record:exit', onExit)
+    })
   }
 
   /**
@@ -194,17 +304,17 @@ class Supervisor extends EventEmitter {
    * @returns {Promise<object>} its exit event
    */
   retire (record, reason, timeoutMs) {
-    if (record.state === 'exited') return record.exited
+    if (record.isExited()) return record.exited
     if (!record.retireReason) record.retireReason = reason
-    if (record.state === 'draining' || record.state === 'stopping') return record.exited
-    record.state = reason === 'shutdown' ? 'stopping' : 'draining'
+    if (record.isRetiring()) return record.exited
+    record.state = reason === 'shutdown' ? STATES.STOPPING : STATES.DRAINING
     this.emit('record:unready', record)
-    if (!record.channel.postNow(ipc.envelope('drain', { timeoutMs, reason }))) {
+    if (!record.channel.postNow(protocol.drain(timeoutMs, reason))) {
       record.worker.process.kill('SIGKILL')
     }
     // The worker enforces the deadline itself; this is the backstop.
     const timer = setTimeout(() => {
-      if (record.state === 'exited') return
+      if (record.isExited()) return
       this.log.warn(`worker ${record.id} did not drain within ${timeoutMs} ms, killing it`, { pid: record.pid })
       record.forced = true
       record.worker.process.kill('SIGKILL')
@@ -216,9 +326,9 @@ class Supervisor extends EventEmitter {
 
   /** Kill a worker at once (hang, failed canary, forced shutdown). */
   kill (record, reason) {
-    if (record.state === 'exited') return record.exited
+    if (record.isExited()) return record.exited
     if (!record.retireReason) record.retireReason = reason
-    record.state = 'stopping'
+    record.state = STATES.STOPPING
     this.emit('record:unready', record)
     record.worker.process.kill('SIGKILL')
     return record.exited
@@ -236,7 +346,7 @@ class Supervisor extends EventEmitter {
         this.removeListener('record:exit', onExit)
       }
       const onHeartbeat = (r) => {
-        if (r === record && r.state === 'ready') {
+        if (r === record && r.isReady()) {
           cleanup()
           resolve(record)
         }
@@ -253,7 +363,7 @@ class Supervisor extends EventEmitter {
       }, timeoutMs)
       this.on('record:heartbeat', onHeartbeat)
       this.on('record:exit', onExit)
-      if (record.state === 'ready' && record.heartbeatAt > 0) onHeartbeat(record)
+      if (record.isReady() && record.heartbeatAt > 0) onHeartbeat(record)
     })
   }
 
@@ -261,7 +371,7 @@ class Supervisor extends EventEmitter {
   readyRecords () {
     const ready = []
     for (const record of this.slots) {
-      if (record && record.state === 'ready') ready.push(record)
+      if (record && record.isReady()) ready.push(record)
     }
     return ready
   }
@@ -274,12 +384,14 @@ class Supervisor extends EventEmitter {
   stop () {
     this.stopped = true
     this.clearRespawns()
+    this.spares.stop()
   }
 }
 
-/** The worker view given to users in events and stats(). */
-function publicWorker (record) {
-  return { id: record.id, pid: record.pid, generation: record.generation, state: record.state }
+function describeExit (record, event) {
+  const how = event.signal || 'code ' + event.code
+  const after = record.everReady ? `${event.at - record.readyAt} ms after it was ready` : 'before it was ready'
+  return `worker ${record.id} (generation ${record.generation}) exited with ${how} ${after}`
 }
 
-module.exports = { Supervisor, publicWorker }
+module.exports = { Supervisor, describeExit }

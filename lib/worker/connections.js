@@ -5,25 +5,29 @@
  * racing clients: closing an idle keep-alive socket races with a client that
  * is already sending its next request on it, so while draining the next
  * request on each socket is answered with `Connection: close`, and a socket
- * is closed by us only once it has been idle for `idleCloseMs` or the
- * deadline passes.
+ * is closed by us only once it has been idle for longer than its client
+ * ever paused on it (twice its longest pause, at least `idleCloseMs`, at
+ * most the server's keepAliveTimeout), or the deadline passes.
  */
 
 const debug = require('debug')('clusterize:drain')
+const { trackUpgrades } = require('./upgrades')
 
 const kActive = Symbol('clusterize.active')
 const kIdleSince = Symbol('clusterize.idleSince')
 const kClosing = Symbol('clusterize.closing')
 const kSocket = Symbol('clusterize.socket')
+const kLongestPause = Symbol('clusterize.longestPause')
 
 /**
  * @param {import('http').Server} server
  * @param {{ idleCloseMs?: number }} [options]
  */
 function trackConnections (server, options) {
-  const idleCloseMs = (options && options.idleCloseMs) || 1000
+  const idleCloseMs = (options && options.idleCloseMs) || 2000
   const sockets = new Set()
   const state = { inFlight: 0, served: 0, draining: false }
+  const upgrades = trackUpgrades(server)
   let idleTimer = null
   let onDrained = null
 
@@ -31,6 +35,7 @@ function trackConnections (server, options) {
     sockets.add(socket)
     socket[kActive] = 0
     socket[kIdleSince] = Date.now()
+    socket[kLongestPause] = 0
     socket.once('close', function onSocketClose () {
       sockets.delete(socket)
       checkDrained()
@@ -41,7 +46,10 @@ function trackConnections (server, options) {
   server.prependListener('request', function onRequest (req, res) {
     const socket = req.socket
     state.inFlight++
-    socket[kActive]++
+    if (socket[kActive]++ === 0) {
+      const pause = Date.now() - socket[kIdleSince]
+      if (pause > socket[kLongestPause]) socket[kLongestPause] = pause
+    }
     if (state.draining) res.shouldKeepAlive = false
     res[kSocket] = socket
     // 'close' follows 'finish' and also fires when the connection drops:
@@ -59,10 +67,16 @@ function trackConnections (server, options) {
     socket[kIdleSince] = Date.now()
   }
 
+  /** How long a socket must be idle before closing it is unlikely to cut its client's next request. */
+  function quietAfter (socket) {
+    const cap = server.keepAliveTimeout > 0 ? Math.max(server.keepAliveTimeout, idleCloseMs) : Infinity
+    return Math.min(cap, Math.max(idleCloseMs, 2 * socket[kLongestPause] + 250))
+  }
+
   function closeIdleSockets () {
     const now = Date.now()
     for (const socket of sockets) {
-      if (socket[kClosing] || socket[kActive] !== 0 || now - socket[kIdleSince] < idleCloseMs) continue
+      if (socket[kClosing] || socket[kActive] !== 0 || upgrades.has(socket) || now - socket[kIdleSince] < quietAfter(socket)) continue
       socket[kClosing] = true
       // end() sends FIN after pending writes; destroy if the peer never answers it.
       socket.end()
@@ -81,12 +95,15 @@ function trackConnections (server, options) {
 
   /**
    * Stop taking new requests on kept-alive sockets and resolve once every
-   * socket is closed. In-flight requests are answered with Connection: close.
+   * socket is closed. In-flight requests are answered with Connection: close;
+   * upgraded connections get a close frame (see ./upgrades.js).
+   * @param {{ reason?: string, graceMs?: number }} [options]
    * @returns {Promise<void>}
    */
-  function drain () {
+  function drain (options) {
     if (state.draining) return drain.promise
     state.draining = true
+    upgrades.closeAll((options && options.reason) || 'reload', (options && options.graceMs) || 5000)
     debug('draining %d sockets, %d requests in flight', sockets.size, state.inFlight)
     for (const socket of sockets) {
       const res = socket._httpMessage
@@ -113,6 +130,8 @@ function trackConnections (server, options) {
     get inFlight () { return state.inFlight },
     get served () { return state.served },
     get connections () { return sockets.size },
+    /** Open upgraded connections (WebSockets). */
+    get upgraded () { return upgrades.count },
     get draining () { return state.draining }
   }
 }

@@ -33,6 +33,7 @@ function createHealthSampler (tracker) {
       inFlight: tracker.inFlight,
       served: tracker.served,
       connections: tracker.connections,
+      webSockets: tracker.upgraded || 0,
       poolQueue: poolRegistry.queueDepth(),
       poolBusy: poolRegistry.busyThreads()
     }

@@ -6,9 +6,11 @@
  * It talks to the primary only through lib/ipc.js.
  */
 
+const cluster = require('cluster')
 const net = require('net')
 const debug = require('debug')('clusterize:worker')
 const ipc = require('../ipc')
+const protocol = require('../protocol')
 const { prepareServer, drainServer } = require('./serve')
 const { createHealthSampler } = require('./heartbeat')
 const { listenServer } = require('./listen')
@@ -22,13 +24,14 @@ const { createLogger } = require('../logger')
  * @returns {{ app, server, id, generation, ready: Promise }}
  */
 function startWorker (createApp, config) {
-  const id = Number(process.env.CLUSTERIZE_WORKER_ID)
+  let id = Number(process.env.CLUSTERIZE_WORKER_ID)
   const generation = Number(process.env.CLUSTERIZE_GENERATION) || 1
   const listenMode = process.env.CLUSTERIZE_LISTEN || 'cluster'
   const port = process.env.CLUSTERIZE_PORT !== undefined ? Number(process.env.CLUSTERIZE_PORT) : config.port
-  const log = createLogger(config.logger, ` worker ${id}`)
+  // A warm spare builds the app but takes no traffic until the primary gives it a slot.
+  let spare = process.env.CLUSTERIZE_SPARE === '1'
+  let log = createLogger(config.logger, spare ? ' spare' : ` worker ${id}`)
   const channel = new ipc.Channel(process)
-  const acceptedMessage = ipc.envelope('accepted')
   const handle = { app: null, server: null, id, generation, ready: null }
   let tracker = null
   let sampler = null
@@ -37,23 +40,27 @@ function startWorker (createApp, config) {
 
   busLink.attachWorker(config, log, channel, id, generation)
 
-  ipc.listen(process, function onPrimaryMessage (message, socketHandle) {
-    switch (message.kind) {
-      case 'conn':
-        if (socketHandle && handle.server) acceptHandedConnection(handle.server, socketHandle)
-        else if (socketHandle) socketHandle.close()
-        // Tells the primary this worker is taking connections (load-aware rr).
-        channel.post(acceptedMessage)
-        break
-      case 'drain':
-        shutdown(message.timeoutMs, message.reason)
-        break
-      case 'bus':
-        busLink.onPrimaryMessage(message)
-        break
-      default:
-        debug('ignoring %s from primary', message.kind)
-    }
+  const route = protocol.createRouter({
+    [protocol.KIND.CONN]: function onConnection (_, message, socketHandle) {
+      if (socketHandle && handle.server) acceptHandedConnection(handle.server, socketHandle)
+      else if (socketHandle) socketHandle.close()
+      // Tells the primary this worker is taking connections (load-aware rr).
+      channel.post(protocol.accepted())
+    },
+    [protocol.KIND.DRAIN]: (_, message) => shutdown(message.timeoutMs, message.reason),
+    [protocol.KIND.PROMOTE]: (_, message) => promote(message.slot),
+    [protocol.KIND.BUS]: (_, message) => busLink.onPrimaryMessage(message)
+  }, (_, message) => debug('ignoring %s from primary', message.kind))
+  ipc.listen(process, (message, socketHandle) => route(null, message, socketHandle))
+
+  // Node's cluster makes a worker exit at once when the primary's channel
+  // closes (the primary was killed with SIGKILL, say), dropping requests in
+  // flight. Finish them instead, for a bounded time, then exit.
+  process.prependListener('disconnect', function onPrimaryGone () {
+    if (shuttingDown) return
+    if (cluster.worker) cluster.worker.exitedAfterDisconnect = true
+    log.warn(`the primary is gone: finishing requests in flight (up to ${config.shutdown.timeoutMs} ms), then exiting`, { pid: process.pid })
+    shutdown(config.shutdown.timeoutMs, 'primary-gone')
   })
 
   // The primary decides when workers stop; a signal sent to the whole process
@@ -65,11 +72,9 @@ function startWorker (createApp, config) {
   }
 
   handle.ready = boot().catch(function onBootError (err) {
-    log.error('failed to boot: ' + (err && err.message), { pid: process.pid })
-    channel.postNow(ipc.envelope('boot-error', {
-      message: String(err && err.message),
-      stack: err && err.stack ? String(err.stack) : undefined
-    }), undefined, () => process.exit(1))
+    // The primary logs it (once, with the slot and generation).
+    debug('failed to boot: %s', err && err.stack)
+    channel.postNow(protocol.bootError(err), undefined, () => process.exit(1))
     // If the channel is gone the callback may never come.
     setTimeout(() => process.exit(1), 1000).unref()
     throw err
@@ -83,11 +88,9 @@ function startWorker (createApp, config) {
     handle.app = built.app
     handle.server = built.server
     tracker = built.tracker
-    const address = listenMode === 'handoff'
-      ? { port, handoff: true }
-      : await listenServer(built.server, { port, host: config.host, reusePort: listenMode === 'reuseport' })
+    const address = listenMode === 'handoff' || spare ? { port, handoff: listenMode === 'handoff' } : await listen()
     sampler = createHealthSampler(tracker)
-    channel.postNow(ipc.envelope('ready', { address }))
+    channel.postNow(protocol.ready(address))
     sendHeartbeat()
     heartbeatTimer = setInterval(sendHeartbeat, config.health.heartbeatMs)
     heartbeatTimer.unref()
@@ -95,21 +98,44 @@ function startWorker (createApp, config) {
     return { id, generation, address }
   }
 
+  function listen () {
+    return listenServer(handle.server, { port, host: config.host, reusePort: listenMode === 'reuseport' })
+  }
+
+  /** A spare takes its slot: with 'none'/'reuseport' it starts listening now. */
+  async function promote (slot) {
+    if (!spare || shuttingDown) return
+    spare = false
+    id = slot
+    handle.id = slot
+    process.env.CLUSTERIZE_WORKER_ID = String(slot)
+    log = createLogger(config.logger, ` worker ${id}`)
+    debug('spare promoted to slot %d', slot)
+    if (listenMode !== 'handoff' && handle.server) {
+      try {
+        await listen()
+      } catch (err) {
+        log.error(`promoted spare cannot listen: ${err.message}`, { pid: process.pid })
+        process.exit(1)
+      }
+    }
+  }
+
   function sendHeartbeat () {
     if (!sampler) return
     const figures = sampler.sample()
     figures.generation = generation
-    channel.post(ipc.envelope('heartbeat', { figures, session: busLink.sessionStatus() }))
+    channel.post(protocol.heartbeat(figures, busLink.sessionStatus()))
   }
 
   async function shutdown (timeoutMs, reason) {
     if (shuttingDown) return
     shuttingDown = true
     debug('worker %d draining (%s, %d ms)', id, reason, timeoutMs)
-    const timedOut = await drainServer({ server: handle.server, tracker, listening: listenMode !== 'handoff' }, timeoutMs)
+    const timedOut = await drainServer({ server: handle.server, tracker, listening: listenMode !== 'handoff' && !spare, log }, timeoutMs, reason)
     clearInterval(heartbeatTimer)
     if (sampler) sampler.stop()
-    channel.postNow(ipc.envelope('drained', { timedOut }), undefined, () => process.exit(0))
+    if (!channel.postNow(protocol.drained(timedOut), undefined, () => process.exit(0))) process.exit(0)
     setTimeout(() => process.exit(0), 1000).unref()
   }
 }

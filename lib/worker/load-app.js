@@ -15,17 +15,44 @@ const path = require('path')
 async function loadApp (createApp) {
   let value = createApp
   if (typeof createApp === 'string') {
-    value = unwrapModule(require(path.resolve(createApp)))
+    value = unwrapModule(requireApp(path.resolve(createApp)))
     // A module may export the app itself; only a plain function of arity < 2
     // that is not an Express app is treated as a factory.
     if (isServer(value) || isListener(value)) return toServer(value)
+    if (typeof value !== 'function') {
+      throw invalidApp(new TypeError(`clusterize: ${createApp} must export an Express app, a (req, res) listener, an http.Server, ` +
+        `or a function that returns one (module.exports = app, or module.exports = () => app); it exports ${describe(value)}`))
+    }
   }
   if (typeof value !== 'function') {
-    throw new TypeError('clusterize: createApp must be a function or a module path, got ' + describe(value))
+    throw invalidApp(new TypeError('clusterize: createApp must be a function or a module path, got ' + describe(value)))
   }
   const built = unwrapModule(await value())
   if (isServer(built) || typeof built === 'function') return toServer(built)
-  throw new TypeError('clusterize: createApp must return an Express app, a (req, res) listener or an http.Server, got ' + describe(built))
+  throw invalidApp(new TypeError('clusterize: createApp must return an Express app, a (req, res) listener or an http.Server, got ' + describe(built)))
+}
+
+/**
+ * Errors that every retry would repeat (a syntax error, a missing module,
+ * a wrong export) are marked, so a first start stops at the first one.
+ */
+const DETERMINISTIC_LOAD_ERRORS = new Set(['MODULE_NOT_FOUND', 'ERR_REQUIRE_ESM', 'ERR_UNKNOWN_FILE_EXTENSION'])
+
+function requireApp (file) {
+  try {
+    return require(file)
+  } catch (err) {
+    if (err instanceof SyntaxError || (err && DETERMINISTIC_LOAD_ERRORS.has(err.code))) {
+      err.message = `cannot load ${file}: ${err.message.split('\n')[0]}`
+      throw invalidApp(err)
+    }
+    throw err
+  }
+}
+
+function invalidApp (err) {
+  err.appInvalid = true
+  return err
 }
 
 function unwrapModule (value) {

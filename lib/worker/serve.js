@@ -9,6 +9,7 @@ const net = require('net')
 const { loadApp } = require('./load-app')
 const { trackConnections } = require('./connections')
 const poolRegistry = require('../pool/registry')
+const { runDrainHooks } = require('./drain-hooks')
 
 /**
  * Build the user's app into a configured, tracked, not yet listening server.
@@ -25,16 +26,19 @@ async function prepareServer (createApp, config) {
 }
 
 /**
- * Stop accepting, let in-flight requests and offload tasks finish, and
- * destroy what is left at the deadline.
- * @param {{ server: object|null, tracker: object|null, listening: boolean }} target
+ * Stop accepting, run the app's onDrain hooks, let in-flight requests,
+ * WebSockets and offload tasks finish, and destroy what is left at the deadline.
+ * @param {{ server: object|null, tracker: object|null, listening: boolean, log?: object }} target
  * @param {number} timeoutMs
+ * @param {string} [reason] why: 'reload', 'memory', 'shutdown', 'primary-gone'
  * @returns {Promise<boolean>} true when the deadline passed first
  */
-async function drainServer (target, timeoutMs) {
+async function drainServer (target, timeoutMs, reason) {
   const deadline = Date.now() + timeoutMs
   if (target.server && target.listening) stopListening(target.server)
-  const timedOut = target.tracker ? await raceDeadline(target.tracker.drain(), timeoutMs) : false
+  await runDrainHooks({ reason: reason || 'shutdown', deadline }, target.log)
+  const remaining = Math.max(0, deadline - Date.now())
+  const timedOut = target.tracker ? await raceDeadline(target.tracker.drain({ reason, graceMs: remaining }), remaining) : false
   if (timedOut) target.tracker.destroyAll()
   await poolRegistry.closeAll({ timeoutMs: Math.max(0, deadline - Date.now()) }).catch(() => {})
   return timedOut

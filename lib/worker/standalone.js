@@ -10,6 +10,7 @@ const { createHealthSampler } = require('./heartbeat')
 const { listenServer } = require('./listen')
 const { prepareServer, drainServer } = require('./serve')
 const busLink = require('./bus-link')
+const { handleSignals } = require('../signals')
 const { createLogger } = require('../logger')
 
 /**
@@ -22,7 +23,6 @@ function startStandalone (createApp, config) {
   let tracker = null
   let sampler = null
   let shutdownPromise = null
-  let signalCount = 0
   handle.id = 0
   handle.generation = 1
   handle.app = null
@@ -46,6 +46,7 @@ function startStandalone (createApp, config) {
 
   handle.reload = async function reload () {
     const result = { ok: false, rolledBack: false, reason: 'reload needs workers: single-process mode (workers: 0) cannot replace itself', replaced: 0, durationMs: 0, generation: 1 }
+    log.warn(`reload skipped: ${result.reason}`)
     handle.emit('reload:done', result)
     return result
   }
@@ -54,7 +55,7 @@ function startStandalone (createApp, config) {
     if (shutdownPromise) return shutdownPromise
     handle.emit('shutdown')
     shutdownPromise = (async () => {
-      const forced = await drainServer({ server: handle.server, tracker, listening: true }, config.shutdown.timeoutMs)
+      const forced = await drainServer({ server: handle.server, tracker, listening: true, log }, config.shutdown.timeoutMs, 'shutdown')
       if (sampler) sampler.stop()
       await busLink.close()
       log.info(forced ? 'shutdown forced at the deadline' : 'shutdown complete')
@@ -83,18 +84,13 @@ function startStandalone (createApp, config) {
 
   handle.address = () => ({ port: handle.server && handle.server.address() ? handle.server.address().port : config.port, host: config.host })
 
-  for (const signal of config.shutdown.signals) {
-    process.on(signal, function onShutdownSignal () {
-      if (++signalCount > 1) process.exit(1)
-      handle.shutdown().then((result) => process.exit(result.code))
-    })
-  }
-  if (config.reload.signal) {
-    // Without a handler the reload signal would kill the process.
-    process.on(config.reload.signal, function onReloadSignal () {
-      handle.reload().then((result) => log.warn(`reload skipped: ${result.reason}`))
-    })
-  }
+  handleSignals({
+    shutdownSignals: config.shutdown.signals,
+    reloadSignal: config.reload.signal,
+    shutdown: () => handle.shutdown(),
+    reload: handle.reload,
+    log
+  })
   return handle
 }
 

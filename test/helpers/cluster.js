@@ -39,6 +39,13 @@ function startCluster (fixture, options) {
     command: (message, replyType, timeoutMs) => command(cluster, message, replyType, timeoutMs),
     reload: (timeoutMs) => command(cluster, { type: 'cz-test:reload' }, 'cz-test:reloaded', timeoutMs).then((m) => m.result),
     stats: () => command(cluster, { type: 'cz-test:stats' }, 'cz-test:stats').then((m) => m.stats),
+    /** Resolve once the workers' heartbeats report at least `n` requests in flight. */
+    waitInFlight: (n) => eventually(async () => {
+      const stats = await cluster.stats()
+      return stats.workers.reduce((sum, w) => sum + ((w.heartbeat && w.heartbeat.inFlight) || 0), 0) >= n
+    }, { timeoutMs: 20000, intervalMs: 25, what: () => `${n} requests in flight\n--- cluster output ---\n` + cluster.output }),
+    /** Resolve once the primary logged a line matching `pattern`. */
+    waitOutput: (pattern) => eventually(() => pattern.test(cluster.output), { timeoutMs: 20000, intervalMs: 10, what: () => `output matching ${pattern}\n--- cluster output ---\n` + cluster.output }),
     signal: (name) => { try { process.kill(child.pid, name) } catch {} },
     stop: () => stopCluster(cluster)
   }
@@ -55,13 +62,19 @@ function startCluster (fixture, options) {
   if (options.waitReady === false) return Promise.resolve(cluster)
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => fail(new Error('cluster not ready in time')), options.readyTimeoutMs || 30000)
+    let settled = false
     function fail (err) {
+      // Once ready, the primary's exit is the test's business (it may kill it on purpose).
+      if (settled) return
+      settled = true
       clearTimeout(timer)
       err.message += '\n--- cluster output ---\n' + cluster.output
       stopCluster(cluster).then(() => reject(err))
     }
     child.on('message', function onReady (message) {
       if (message && message.type === 'cz-test:ready') {
+        if (settled) return
+        settled = true
         clearTimeout(timer)
         child.removeListener('message', onReady)
         cluster.port = message.port

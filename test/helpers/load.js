@@ -8,6 +8,7 @@
  */
 
 const http = require('http')
+const { eventually } = require('./wait')
 
 /**
  * @param {{ port: number, path?: string, connections?: number, durationMs?: number, maxRequests?: number, localAddress?: string }} options
@@ -66,6 +67,11 @@ function startLoad (options) {
   return {
     done,
     results,
+    /** Resolve once `count` more requests have succeeded (the load is flowing). */
+    served (count) {
+      const target = results.ok + count
+      return eventually(() => results.ok >= target || stopped, { timeoutMs: 20000, intervalMs: 10, what: `${count} more successful requests` })
+    },
     stop () {
       stopped = true
       return done

@@ -8,3 +8,7 @@ cz.bus.on('topic', (data: unknown) => console.log(data))
 
 // @ts-expect-error port must be a number or numeric string
 cz.clusterize(() => require('express')(), { port: { value: 1 } })
+
+cz.clusterize(() => require('express')(), { workers: 2, spare: 1, reload: { bakeMs: 3000 } })
+// @ts-expect-error workers is a number or 'auto' (strings from WORKERS are parsed at run time)
+cz.clusterize(() => require('express')(), { workers: 'many' })

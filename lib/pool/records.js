@@ -1,0 +1,56 @@
+'use strict'
+
+/**
+ * What the pool keeps per task and per thread, and how a thread's error
+ * report becomes an Error in the caller.
+ */
+
+const { TaskError, CloneError, OuterVariableError } = require('./errors')
+
+/** One queued or running task. */
+class Task {
+  constructor (entry, args, transfer, timeoutMs, signal, terminateOnAbort, resolve, reject) {
+    this.entry = entry
+    this.args = args
+    this.transfer = transfer
+    this.timeoutMs = timeoutMs
+    this.signal = signal
+    this.terminateOnAbort = terminateOnAbort
+    this.resolve = resolve
+    this.reject = reject
+    this.enqueuedAt = 0
+    this.startedAt = 0
+    this.thread = null
+    this.done = false
+    this.onAbort = null
+  }
+}
+
+/** One pool thread and what the pool knows about it. */
+class Thread {
+  constructor (id, worker) {
+    this.id = id
+    this.worker = worker
+    this.ready = false
+    this.task = null
+    this.retiring = false
+    this.error = null
+    this.known = new Set()
+    this.msg = [0, undefined, undefined, false]
+    this.timer = null
+    this.timerAt = 0
+  }
+}
+
+function remoteError (info) {
+  if (info.outerVariable) return new OuterVariableError(info.outerVariable)
+  if (info.clone) return new CloneError(info.message, 0)
+  return new TaskError(info)
+}
+
+function removeItem (list, item) {
+  const i = list.indexOf(item)
+  if (i !== -1) list.splice(i, 1)
+}
+
+module.exports = { Task, Thread, remoteError, removeItem }

@@ -1,0 +1,87 @@
+'use strict'
+
+/**
+ * Warm spares (`spare: n`): workers forked ahead of need that have loaded
+ * the app and report ready but take no traffic (they are in no slot, and
+ * with 'none'/'reuseport' they do not listen). When a slot's worker dies, a
+ * ready spare takes its slot at once and a new spare is forked behind it.
+ * Spares run the code they loaded: after a successful reload they are
+ * replaced by spares of the new generation; after a rolled-back one they
+ * are kept, since they run the code that still serves.
+ */
+
+const debug = require('debug')('clusterize:spares')
+const { backoffDelay } = require('./backoff')
+
+class Spares {
+  /**
+   * @param {import('./supervisor').Supervisor} supervisor
+   * @param {number} count spares to keep
+   */
+  constructor (supervisor, count) {
+    this.supervisor = supervisor
+    this.count = count
+    /** @type {Set<import('./worker-record').WorkerRecord>} */
+    this.records = new Set()
+    this.failures = 0
+    this.timer = null
+  }
+
+  /** Fork spares until there are `count` (at once, or after a backoff when spares keep failing). */
+  replenish () {
+    const supervisor = this.supervisor
+    if (this.timer || supervisor.stopped || supervisor.crashLooping) return
+    const missing = this.count - this.records.size
+    if (missing <= 0) return
+    const delayMs = backoffDelay(this.failures, supervisor.config.restart)
+    const fork = () => {
+      this.timer = null
+      if (supervisor.stopped || supervisor.crashLooping) return
+      while (this.records.size < this.count) this.records.add(supervisor.spawnSpare())
+    }
+    if (delayMs === 0) return fork()
+    this.timer = setTimeout(fork, delayMs)
+    this.timer.unref()
+  }
+
+  /**
+   * A ready spare for a slot that needs a worker now, or null.
+   * @returns {import('./worker-record').WorkerRecord|null}
+   */
+  take () {
+    for (const record of this.records) {
+      if (record.isReady() && record.heartbeatAt > 0) {
+        this.records.delete(record)
+        return record
+      }
+    }
+    return null
+  }
+
+  /** A spare exited (or was taken): count failures, fork another. */
+  onExit (record, isFailure) {
+    if (!this.records.delete(record)) return
+    if (isFailure) this.failures++
+    else if (record.everReady) this.failures = 0
+    debug('spare pid %d exited (%s)', record.pid, isFailure ? 'failure' : 'retired')
+    this.replenish()
+  }
+
+  /** Spares that loaded older code than the generation now serving are retired and replaced. */
+  refresh (generation, drainTimeoutMs) {
+    for (const record of Array.from(this.records)) {
+      if (record.generation < generation) {
+        this.records.delete(record)
+        this.supervisor.retire(record, 'reload', drainTimeoutMs)
+      }
+    }
+    this.replenish()
+  }
+
+  stop () {
+    clearTimeout(this.timer)
+    this.timer = null
+  }
+}
+
+module.exports = { Spares }

@@ -1,0 +1,57 @@
+'use strict'
+
+/**
+ * The primary's stats() (also served as /stats): the cluster and every worker
+ * with its last heartbeat.
+ */
+
+/**
+ * @param {object} parts
+ * @param {import('./supervisor').Supervisor} parts.supervisor
+ * @param {object|null} parts.dispatcher the acceptor ('rr' and 'sticky'), or null
+ * @param {object|null} parts.health
+ * @param {{ mode: string, port: number, shuttingDown: boolean, reloads: number }} parts.state
+ * @param {boolean} parts.ready
+ * @param {boolean} parts.live
+ * @param {object} parts.bus the bus status
+ * @param {object} [parts.sessions] what the cluster session store holds
+ * @returns {object}
+ */
+function buildStats (parts) {
+  const { supervisor, dispatcher, health, state } = parts
+  const now = Date.now()
+  const workers = supervisor.liveRecords().map((record) => ({
+    id: record.id,
+    pid: record.pid,
+    generation: record.generation,
+    state: record.publicView().state,
+    uptimeMs: now - record.startedAt,
+    restarts: record.restarts,
+    overloaded: health ? health.isOverloaded(record) : false,
+    connectionsHanded: dispatcher ? dispatcher.connectionsHanded(record) : undefined,
+    heartbeatAgeMs: record.heartbeatAt ? now - record.heartbeatAt : null,
+    heartbeat: record.heartbeat,
+    session: record.session
+  })).sort((a, b) => slotOrder(a) - slotOrder(b) || a.generation - b.generation)
+  return {
+    pid: process.pid,
+    port: state.port,
+    scheduling: state.mode,
+    generation: supervisor.generation,
+    ready: parts.ready,
+    live: parts.live,
+    crashLooping: supervisor.crashLooping,
+    shuttingDown: state.shuttingDown,
+    reloads: state.reloads,
+    workers,
+    bus: parts.bus,
+    sessions: parts.sessions
+  }
+}
+
+/** Slots in order, spares (id -1) last. */
+function slotOrder (worker) {
+  return worker.id < 0 ? Number.MAX_SAFE_INTEGER : worker.id
+}
+
+module.exports = { buildStats }

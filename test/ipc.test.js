@@ -1,0 +1,90 @@
+'use strict'
+
+/**
+ * lib/ipc.js and lib/protocol.js against a real child process over a real
+ * IPC channel: batching, ordering, foreign messages, a throwing handler, a
+ * closed channel, and the routing table.
+ */
+
+const { test, after } = require('node:test')
+const assert = require('node:assert')
+const { fork } = require('child_process')
+const path = require('path')
+const ipc = require('../lib/ipc')
+const protocol = require('../lib/protocol')
+const { eventually } = require('./helpers/wait')
+
+const children = []
+after(() => { for (const child of children) child.kill('SIGKILL') })
+
+function startChild () {
+  const child = fork(path.join(__dirname, 'fixtures/ipc-echo.js'), { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+  children.push(child)
+  const raw = []
+  child.on('message', (message) => raw.push(message))
+  return { child, raw }
+}
+
+test('post() in one tick is one write (a batch); listen() unpacks it in order', async () => {
+  const { child, raw } = startChild()
+  const channel = new ipc.Channel(child)
+  for (let i = 0; i < 5; i++) channel.post(ipc.envelope('n', { i }))
+  await eventually(() => raw.length >= 1)
+  assert.strictEqual(raw.length, 1, 'five posts, one write')
+  const batch = raw[0].raw
+  assert.strictEqual(batch.kind, 'batch')
+  assert.deepStrictEqual(batch.items.map((m) => m.i), [0, 1, 2, 3, 4])
+})
+
+test('postNow() writes what is queued first, then itself: order is kept', async () => {
+  const { child } = startChild()
+  const received = []
+  ipc.listen(child, (message) => received.push(message.kind === 'item' ? message.i : message.kind))
+  child.send({ cmd: 'post-burst', count: 3 })
+  await eventually(() => received.length === 4)
+  assert.deepStrictEqual(received, [0, 1, 2, 'urgent'])
+})
+
+test('listen() ignores foreign messages and survives a throwing handler', async () => {
+  const { child } = startChild()
+  const kinds = []
+  ipc.listen(child, (message) => {
+    if (message.kind === 'boom') throw new Error('handler bug')
+    kinds.push(message.kind)
+  })
+  child.send({ cmd: 'foreign-then-envelope' })
+  await eventually(() => kinds.length === 1)
+  assert.deepStrictEqual(kinds, ['after-boom'])
+})
+
+test('writing to a closed channel returns false and calls back with an error, never throws', async () => {
+  const { child } = startChild()
+  const channel = new ipc.Channel(child)
+  child.disconnect()
+  const error = await new Promise((resolve) => {
+    assert.strictEqual(channel.postNow(ipc.envelope('late'), undefined, resolve), false)
+  })
+  assert.match(error.message, /IPC channel closed/)
+  assert.doesNotThrow(() => channel.post(ipc.envelope('later')))
+})
+
+test('protocol: every kind has one name, builders make envelopes, the router has no default forwarding', () => {
+  assert.deepStrictEqual(new Set(Object.values(protocol.KIND)).size, Object.keys(protocol.KIND).length)
+  const ready = protocol.ready({ port: 1 })
+  assert.ok(ipc.isEnvelope(ready))
+  assert.strictEqual(ready.kind, protocol.KIND.READY)
+  const fatal = protocol.bootError(Object.assign(new Error('bad export'), { appInvalid: true }))
+  assert.strictEqual(fatal.deterministic, true)
+  assert.strictEqual(protocol.bootError(new Error('db down')).deterministic, false)
+
+  const seen = []
+  const unknown = []
+  const route = protocol.createRouter({
+    [protocol.KIND.READY]: (context, message) => seen.push([context, message.kind])
+  }, (context, message) => unknown.push(message.kind))
+  route('w1', ready)
+  route('w1', ipc.envelope('constructor'))
+  route('w1', ipc.envelope('toString'))
+  assert.deepStrictEqual(seen, [['w1', 'ready']])
+  assert.deepStrictEqual(unknown, ['constructor', 'toString'])
+})
