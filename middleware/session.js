@@ -16,9 +16,12 @@ const { resolveSessionOptions } = require('../lib/session/options')
 const { createStore } = require('../lib/session/create-store')
 const { isUnavailable, toUnavailable, sendUnavailable, SessionStoreUnavailableError } = require('../lib/session/unavailable')
 const { registerStatus, sessionStatus } = require('../lib/session/status')
+const { holdResponse, sendStoreFailure } = require('../lib/session/hold-response')
+const { sessionLog } = require('../lib/session/log')
 
 /**
- * @param {object} [options] express-session options plus store, redis, prefix, ttl, timeoutMs, maxSessions, retryAfter
+ * @param {object} [options] express-session options plus store, redis, prefix, ttl, timeoutMs, maxSessions,
+ *   maxTotalBytes, maxSessionBytes, retryAfter
  * @returns {import('express').RequestHandler & { store: object, storeKind: string, close: () => Promise<void> }}
  */
 function session (options) {
@@ -44,7 +47,12 @@ function session (options) {
 
   function runSession (req, res, next) {
     let passedOn = false
+    const held = holdResponse(req, res, function storeFailed (err, headersWereSent, end) {
+      reportNotStored(req, res, err, headersWereSent, end)
+    })
     inner(req, res, function afterSession (err) {
+      // After the app ended the response, an error is express-session's save/touch/destroy failing.
+      if (err && passedOn && held.fail(err.status === 413 ? err : toUnavailable(err, made.kind))) return
       // Before express-session passes on, an error can only come from store.get.
       if (err && (isUnavailable(err) || !passedOn)) {
         const unavailable = toUnavailable(err, made.kind)
@@ -53,9 +61,25 @@ function session (options) {
         }
         return
       }
+      if (!passedOn) held.afterSession()
       passedOn = true
       next(err)
     })
+  }
+
+  /** The session write behind this response failed: the client is told, and so is the log. */
+  function reportNotStored (req, res, err, headersWereSent, end) {
+    const path = (req.originalUrl || req.url || '').split('?')[0]
+    if (headersWereSent) {
+      sessionLog().error(`session not stored for ${req.method} ${path}: ${err.message}; the response had already started, so it was cut off`, { store: made.kind })
+      res.destroy()
+      return
+    }
+    const status = err.status === 413 ? 413 : 503
+    // No session on a response that stored none: express-session sets its cookie when the head is written.
+    req.session = null
+    sessionLog().warn(`session not stored for ${req.method} ${path}: ${err.message}; the request got ${status}`, { store: made.kind })
+    sendStoreFailure(res, err, retryAfter, end)
   }
 
   clusterizeSession.store = made.store
@@ -73,3 +97,4 @@ module.exports = session
 module.exports.session = session
 module.exports.sessionStatus = sessionStatus
 module.exports.SessionStoreUnavailableError = SessionStoreUnavailableError
+module.exports.SessionTooLargeError = require('../lib/session/too-large').SessionTooLargeError

@@ -145,6 +145,16 @@ describe('Redis stopped and started under a 2-worker cluster', () => {
     if (redis) await redis.stop()
   })
 
+  it('starts with no "unavailable" alarm while the first connection is made', async () => {
+    // Workers report their store in every heartbeat (200 ms): wait until both have, then check the log.
+    await eventuallyPasses(async () => {
+      const stats = JSON.parse((await cluster.probe('/stats')).body)
+      assert.equal(stats.workers.length, 2)
+      for (const w of stats.workers) assert.deepEqual(w.session, { store: 'redis', available: true, lastError: null })
+    }, { timeoutMs: 10000 })
+    assert.doesNotMatch(cluster.output, /unavailable/i)
+  })
+
   it('every worker answers 503 with the reason while Redis is down, and recovers by itself', async () => {
     const login = await cluster.get('/login?user=kim', { method: 'POST' })
     assert.equal(login.status, 200, login.body)

@@ -200,6 +200,18 @@ export interface ClusterStats {
   reloads: number
   workers: WorkerStats[]
   bus?: unknown
+  /** What the cluster session store in the primary holds (null in single-process mode before any use). */
+  sessions?: ClusterSessionStats | null
+}
+
+export interface ClusterSessionStats {
+  sessions: number
+  /** UTF-8 bytes of session JSON held. */
+  bytes: number
+  maxSessions: number
+  maxTotalBytes: number
+  /** Sessions evicted by maxSessions / maxTotalBytes since the start. */
+  evicted: number
 }
 
 export interface ReadyInfo {
@@ -563,7 +575,10 @@ export interface ClusterizeSessionOptions extends Omit<SessionOptions, 'store' |
   store?: SessionStoreKind | Store
   /** redis:// URL, ioredis options, or an ioredis client (not closed by us). Default REDIS_URL. */
   redis?: string | Record<string, unknown> | { get: Function, set: Function, status: string }
-  /** Redis key prefix. Default 'sess:'. */
+  /**
+   * Redis key prefix (default 'sess:'). Cluster store: a namespace in the primary (default ''):
+   * stores with different prefixes share nothing, clear()/length()/all() included.
+   */
   prefix?: string
   /** Seconds a session lives when its cookie has no maxAge/expires. Default 86400. */
   ttl?: number
@@ -571,6 +586,13 @@ export interface ClusterizeSessionOptions extends Omit<SessionOptions, 'store' |
   timeoutMs?: number
   /** Cluster store: most sessions the primary holds; the closest to expiry is evicted first. Default 100000. */
   maxSessions?: number
+  /**
+   * Cluster store: most bytes of session JSON the primary holds in total; the sessions closest to
+   * expiry are evicted first, like maxSessions. Default 134217728 (128 MiB).
+   */
+  maxTotalBytes?: number
+  /** Cluster store: a session bigger than this as JSON is not stored and the request gets 413. Default 524288 (512 KiB). */
+  maxSessionBytes?: number
   /** Retry-After seconds on a 503. Default 1. */
   retryAfter?: number
 }
@@ -606,4 +628,17 @@ export declare class SessionStoreUnavailableError extends Error {
   readonly statusCode: 503
   readonly expose: true
   readonly store?: string
+}
+
+/** Error passed to callbacks (and answered as 413) when a session is over maxSessionBytes / maxTotalBytes. */
+export declare class SessionTooLargeError extends Error {
+  readonly code: 'ERR_SESSION_TOO_LARGE'
+  readonly status: 413
+  readonly statusCode: 413
+  readonly expose: true
+  /** Bytes of the session as JSON. */
+  readonly size?: number
+  readonly limit?: number
+  /** The option that sets the limit. */
+  readonly option?: string
 }

@@ -5,7 +5,7 @@
  */
 
 const busModule = require('../bus')
-const { attachSessionBackend } = require('../session/cluster-backend')
+const { attachSessionBackend, backendFor } = require('../session/cluster-backend')
 
 function attachPrimary (config, log) {
   busModule.configureBus(config.bus, { logger: log, role: 'primary' })
@@ -19,5 +19,7 @@ module.exports = {
   removeWorker: busModule.busRemoveWorker,
   onWorkerMessage: busModule.busOnWorkerMessage,
   status: busModule.busStatus,
+  /** What the cluster session store holds (sessions, bytes, bounds, evictions), for stats(). */
+  sessions: () => backendFor(busModule.bus).stats(),
   close: busModule.busClose
 }

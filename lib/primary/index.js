@@ -254,7 +254,7 @@ function startPrimary (createApp, config) {
   }
 
   function stats () {
-    return buildStats({ supervisor, dispatcher: parts.dispatcher, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busLink.status() })
+    return buildStats({ supervisor, dispatcher: parts.dispatcher, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busLink.status(), sessions: busLink.sessions() })
   }
 }
 

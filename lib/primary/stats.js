@@ -14,6 +14,7 @@
  * @param {boolean} parts.ready
  * @param {boolean} parts.live
  * @param {object} parts.bus the bus status
+ * @param {object} [parts.sessions] what the cluster session store holds
  * @returns {object}
  */
 function buildStats (parts) {
@@ -43,7 +44,8 @@ function buildStats (parts) {
     shuttingDown: state.shuttingDown,
     reloads: state.reloads,
     workers,
-    bus: parts.bus
+    bus: parts.bus,
+    sessions: parts.sessions
   }
 }
 

@@ -10,6 +10,12 @@
  * expiry gives the periodic sweep and the `maxSessions` bound (the
  * oldest-expiring session is evicted first) O(log n) per operation; heap
  * entries made stale by later writes are skipped lazily and compacted away.
+ * The same eviction keeps the total size (UTF-8 bytes of the JSON held) under
+ * `maxTotalBytes`; a session bigger than that bound is refused, not stored.
+ *
+ * Every store in every worker reaches this one backend: stores are told apart
+ * by their `prefix` (a namespace, '' by default), so clear(), length() and
+ * all() act on one prefix only. The bounds are shared by all prefixes.
  */
 
 const debug = require('debug')('clusterize:session')
@@ -17,6 +23,8 @@ const debug = require('debug')('clusterize:session')
 /** The bus topic every cluster-store operation uses. */
 const TOPIC = '$cz:session'
 const DEFAULT_MAX_SESSIONS = 100000
+/** Bound on the bytes of session JSON the primary holds in total. */
+const DEFAULT_MAX_TOTAL_BYTES = 128 * 1024 * 1024
 const DEFAULT_SWEEP_INTERVAL_MS = 60000
 
 /** One backend per bus: attaching twice (lead + single-process store) is harmless. */
@@ -26,12 +34,17 @@ class SessionBackend {
   /**
    * @param {object} [options]
    * @param {number} [options.maxSessions=100000] bound on live sessions
+   * @param {number} [options.maxTotalBytes=134217728] bound on the bytes of session JSON held
    * @param {number} [options.sweepIntervalMs=60000] how often expired sessions are removed (0 = never)
    * @param {() => number} [options.now] clock, for tests
    */
   constructor (options) {
     options = options || {}
     this.maxSessions = positiveInt(options.maxSessions, DEFAULT_MAX_SESSIONS, 'maxSessions')
+    this.maxTotalBytes = positiveInt(options.maxTotalBytes, DEFAULT_MAX_TOTAL_BYTES, 'maxTotalBytes')
+    this.bytes = 0
+    /** Live sessions per prefix, for length(prefix). */
+    this.counts = new Map()
     this.now = options.now || Date.now
     this.sessions = new Map()
     this.heapExp = []
@@ -53,7 +66,7 @@ class SessionBackend {
     const entry = this.sessions.get(sid)
     if (entry === undefined) return null
     if (entry.expires <= this.now()) {
-      this.sessions.delete(sid)
+      this.remove(sid, entry)
       return null
     }
     return entry.sess
@@ -61,26 +74,42 @@ class SessionBackend {
 
   /**
    * Store a session. An expiry in the past deletes it (as connect-redis does).
-   * @param {string} sid
+   * @param {string} sid the key: see keyOf()
    * @param {string} sess JSON
    * @param {number} expires ms since the epoch
+   * @param {string} [prefix=''] the namespace the key is in
    */
-  set (sid, sess, expires) {
+  set (sid, sess, expires, prefix) {
     if (!(expires > this.now())) {
-      this.sessions.delete(sid)
+      this.destroy(sid)
       return
     }
+    const size = Buffer.byteLength(sess)
+    if (size > this.maxTotalBytes) {
+      // Storing it would mean evicting every other session and still not fit.
+      throw new RangeError(`cluster session store: a session of ${size} bytes cannot be stored: it is over the total bound of ${this.maxTotalBytes} bytes (session option maxTotalBytes)`)
+    }
     const entry = this.sessions.get(sid)
-    if (entry !== undefined) {
+    const growth = size - (entry === undefined ? 0 : entry.size)
+    const full = (entry === undefined && this.sessions.size >= this.maxSessions) || this.bytes + growth > this.maxTotalBytes
+    if (entry !== undefined && !full) {
       entry.sess = sess
+      entry.size = size
+      this.bytes += growth
       if (entry.expires !== expires) {
         entry.expires = expires
         this.push(expires, sid)
       }
       return
     }
-    if (this.sessions.size >= this.maxSessions) this.makeRoom()
-    this.sessions.set(sid, { sess, expires })
+    // Take the old version out while making room, so it is never counted twice
+    // (and never evicted in favour of itself); it comes back as a new entry.
+    if (entry !== undefined) this.remove(sid, entry)
+    if (full) this.makeRoom(size)
+    prefix = prefix || ''
+    this.sessions.set(sid, { sess, expires, size, prefix })
+    this.bytes += size
+    this.counts.set(prefix, (this.counts.get(prefix) || 0) + 1)
     this.push(expires, sid)
   }
 
@@ -94,7 +123,7 @@ class SessionBackend {
     const entry = this.sessions.get(sid)
     if (entry === undefined) return false
     if (!(expires > this.now())) {
-      this.sessions.delete(sid)
+      this.remove(sid, entry)
       return false
     }
     if (entry.expires !== expires) {
@@ -106,25 +135,62 @@ class SessionBackend {
 
   /** @param {string} sid */
   destroy (sid) {
-    this.sessions.delete(sid)
+    const entry = this.sessions.get(sid)
+    if (entry !== undefined) this.remove(sid, entry)
   }
 
-  /** @returns {Array<[string, string]>} [sid, JSON] of every live session */
-  all () {
+  /** Drop one entry and its bytes (its heap entry goes stale and is skipped later). */
+  remove (sid, entry) {
+    this.sessions.delete(sid)
+    this.bytes -= entry.size
+    const left = this.counts.get(entry.prefix) - 1
+    if (left > 0) this.counts.set(entry.prefix, left)
+    else this.counts.delete(entry.prefix)
+  }
+
+  /**
+   * What the backend holds, for the primary's stats().
+   * @returns {{ sessions: number, bytes: number, maxSessions: number, maxTotalBytes: number, evicted: number }}
+   */
+  stats () {
+    return { sessions: this.sessions.size, bytes: this.bytes, maxSessions: this.maxSessions, maxTotalBytes: this.maxTotalBytes, evicted: this.evicted }
+  }
+
+  /**
+   * @param {string} [prefix] only this namespace (omitted: every session, keys as stored)
+   * @returns {Array<[string, string]>} [sid, JSON] of every live session
+   */
+  all (prefix) {
     this.sweep()
     const out = []
-    for (const [sid, entry] of this.sessions) out.push([sid, entry.sess])
+    for (const [key, entry] of this.sessions) {
+      if (prefix === undefined) out.push([key, entry.sess])
+      else if (entry.prefix === prefix) out.push([sidOf(prefix, key), entry.sess])
+    }
     return out
   }
 
-  /** @returns {number} live sessions */
-  length () {
+  /**
+   * @param {string} [prefix] only this namespace (omitted: every session)
+   * @returns {number} live sessions
+   */
+  length (prefix) {
     this.sweep()
-    return this.sessions.size
+    return prefix === undefined ? this.sessions.size : (this.counts.get(prefix) || 0)
   }
 
-  clear () {
+  /** @param {string} [prefix] only this namespace (omitted: every session) */
+  clear (prefix) {
+    const others = this.counts.size - (this.counts.has(prefix) ? 1 : 0)
+    if (prefix !== undefined && others > 0) {
+      for (const [key, entry] of this.sessions) {
+        if (entry.prefix === prefix) this.remove(key, entry)
+      }
+      return
+    }
     this.sessions.clear()
+    this.counts.clear()
+    this.bytes = 0
     this.heapExp = []
     this.heapSid = []
   }
@@ -140,7 +206,7 @@ class SessionBackend {
       const [expires, sid] = this.pop()
       const entry = this.sessions.get(sid)
       if (entry !== undefined && entry.expires === expires) {
-        this.sessions.delete(sid)
+        this.remove(sid, entry)
         removed++
       }
     }
@@ -157,35 +223,42 @@ class SessionBackend {
 
   /**
    * Answer one bus request.
-   * @param {{ op: string, sid?: string, sess?: string, expires?: number, maxSessions?: number }} msg
+   * @param {{ op: string, prefix?: string, sid?: string, sess?: string, expires?: number, maxSessions?: number, maxTotalBytes?: number }} msg
    * @returns {*} a JSON-serialisable answer
    */
   dispatch (msg) {
+    // Messages with no prefix (older workers) are in the default namespace ''.
+    const prefix = msg && typeof msg.prefix === 'string' ? msg.prefix : ''
     switch (msg && msg.op) {
-      case 'get': return this.get(msg.sid)
-      case 'set': this.set(msg.sid, msg.sess, msg.expires); return true
-      case 'touch': return this.touch(msg.sid, msg.expires)
-      case 'destroy': this.destroy(msg.sid); return true
-      case 'all': return this.all()
-      case 'length': return this.length()
-      case 'clear': this.clear(); return true
+      case 'get': return this.get(keyOf(prefix, msg.sid))
+      case 'set': this.set(keyOf(prefix, msg.sid), msg.sess, msg.expires, prefix); return true
+      case 'touch': return this.touch(keyOf(prefix, msg.sid), msg.expires)
+      case 'destroy': this.destroy(keyOf(prefix, msg.sid)); return true
+      case 'all': return this.all(prefix)
+      case 'length': return this.length(prefix)
+      case 'clear': this.clear(prefix); return true
       case 'configure':
         if (msg.maxSessions !== undefined) this.maxSessions = positiveInt(msg.maxSessions, this.maxSessions, 'maxSessions')
+        if (msg.maxTotalBytes !== undefined) this.maxTotalBytes = positiveInt(msg.maxTotalBytes, this.maxTotalBytes, 'maxTotalBytes')
         return true
       default: throw new Error(`cluster session store: unknown operation ${JSON.stringify(msg && msg.op)}`)
     }
   }
 
-  /** Evict expired sessions, then the oldest-expiring until there is room for one more. */
-  makeRoom () {
+  /**
+   * Evict expired sessions, then the oldest-expiring until one more session
+   * of `size` bytes fits under both maxSessions and maxTotalBytes.
+   * @param {number} size
+   */
+  makeRoom (size) {
     this.sweep()
-    while (this.sessions.size >= this.maxSessions && this.heapExp.length > 0) {
+    while ((this.sessions.size >= this.maxSessions || this.bytes + size > this.maxTotalBytes) && this.heapExp.length > 0) {
       const [expires, sid] = this.pop()
       const entry = this.sessions.get(sid)
       if (entry !== undefined && entry.expires === expires) {
-        this.sessions.delete(sid)
+        this.remove(sid, entry)
         this.evicted++
-        debug('maxSessions (%d) reached: evicted session expiring at %d', this.maxSessions, expires)
+        debug('maxSessions (%d) or maxTotalBytes (%d) reached: evicted session expiring at %d', this.maxSessions, this.maxTotalBytes, expires)
       }
     }
   }
@@ -249,6 +322,19 @@ class SessionBackend {
   }
 }
 
+/**
+ * The map key of a session: the bare id in the default namespace (so keys
+ * are what they always were), else prefix, NUL, id. A session id is a cookie
+ * value and never holds a NUL, so keys of different prefixes cannot meet.
+ */
+function keyOf (prefix, sid) {
+  return prefix === '' ? sid : prefix + '\u0000' + sid
+}
+
+function sidOf (prefix, key) {
+  return prefix === '' ? key : key.slice(prefix.length + 1)
+}
+
 function positiveInt (value, fallback, name) {
   if (value === undefined || value === null) return fallback
   if (!Number.isInteger(value) || value < 1) {
@@ -261,7 +347,7 @@ function positiveInt (value, fallback, name) {
  * Create the cluster session backend and answer `$cz:session` requests on
  * `bus`. Call it once in the primary at startup (and in the single process
  * when `workers: 0`). Idempotent per bus: a second call returns the same
- * backend (and applies a new `maxSessions`, if given).
+ * backend (and applies a new `maxSessions` / `maxTotalBytes`, if given).
  *
  * @param {{ handle: (topic: string, fn: Function) => any }} bus
  * @param {object} [options] see SessionBackend
@@ -273,7 +359,9 @@ function attachSessionBackend (bus, options) {
   }
   const existing = attached.get(bus)
   if (existing) {
-    if (options && options.maxSessions !== undefined) existing.dispatch({ op: 'configure', maxSessions: options.maxSessions })
+    if (options && (options.maxSessions !== undefined || options.maxTotalBytes !== undefined)) {
+      existing.dispatch({ op: 'configure', maxSessions: options.maxSessions, maxTotalBytes: options.maxTotalBytes })
+    }
     return existing
   }
   const backend = new SessionBackend(options)
@@ -294,4 +382,4 @@ function backendFor (bus) {
   return attached.get(bus)
 }
 
-module.exports = { SessionBackend, attachSessionBackend, backendFor, TOPIC, DEFAULT_MAX_SESSIONS }
+module.exports = { SessionBackend, attachSessionBackend, backendFor, TOPIC, DEFAULT_MAX_SESSIONS, DEFAULT_MAX_TOTAL_BYTES }

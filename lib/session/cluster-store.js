@@ -11,18 +11,25 @@
 const cluster = require('cluster')
 const { Store } = require('express-session')
 const debug = require('debug')('clusterize:session')
-const { TOPIC, attachSessionBackend } = require('./cluster-backend')
+const { TOPIC, attachSessionBackend, DEFAULT_MAX_TOTAL_BYTES } = require('./cluster-backend')
 const { toUnavailable } = require('./unavailable')
+const { sessionTooLarge } = require('./too-large')
 
 const DEFAULT_TIMEOUT_MS = 2000
 const DEFAULT_TTL_SECONDS = 86400
+/** Well under the bus's 1 MiB message limit, so a session that passes it also fits the bus. */
+const DEFAULT_MAX_SESSION_BYTES = 512 * 1024
 
 class ClusterStore extends Store {
   /**
    * @param {object} [options]
    * @param {number} [options.timeoutMs=2000] how long one operation may take before it fails (-> 503)
+   * @param {string} [options.prefix=''] namespace in the primary: stores with different prefixes share
+   *   nothing (clear/length/all included); stores with the same one (every worker's) share sessions
    * @param {number} [options.ttl=86400] seconds a session lives when its cookie has no expiry
    * @param {number} [options.maxSessions] bound on sessions held by the primary (sent to it once)
+   * @param {number} [options.maxTotalBytes] bound on the bytes of session JSON the primary holds (sent to it once)
+   * @param {number} [options.maxSessionBytes=524288] a bigger session is refused (413), checked here before sending
    * @param {(msg: object) => Promise<*>} [options.transport] internal: replaces the bus (tests)
    */
   constructor (options) {
@@ -30,12 +37,16 @@ class ClusterStore extends Store {
     options = options || {}
     this.timeoutMs = options.timeoutMs || DEFAULT_TIMEOUT_MS
     this.ttlMs = (options.ttl || DEFAULT_TTL_SECONDS) * 1000
+    this.prefix = options.prefix || ''
     this.available = true
     this.lastError = null
-    this.transport = options.transport || busTransport(this.timeoutMs, options.maxSessions)
-    if (options.maxSessions !== undefined) {
-      this.call({ op: 'configure', maxSessions: options.maxSessions }, function configured (err) {
-        if (err) debug('could not send maxSessions to the primary: %s', err.message)
+    this.maxSessionBytes = options.maxSessionBytes || DEFAULT_MAX_SESSION_BYTES
+    this.maxTotalBytes = options.maxTotalBytes || DEFAULT_MAX_TOTAL_BYTES
+    const bounds = { maxSessions: options.maxSessions, maxTotalBytes: options.maxTotalBytes }
+    this.transport = options.transport || busTransport(this.timeoutMs, bounds)
+    if (options.maxSessions !== undefined || options.maxTotalBytes !== undefined) {
+      this.call(Object.assign({ op: 'configure' }, bounds), function configured (err) {
+        if (err) debug('could not send maxSessions/maxTotalBytes to the primary: %s', err.message)
       })
     }
   }
@@ -45,6 +56,7 @@ class ClusterStore extends Store {
    * @param {(err: Error|null, value?: *) => void} cb
    */
   call (msg, cb) {
+    if (this.prefix !== '') msg.prefix = this.prefix
     let pending
     try {
       pending = this.transport(msg)
@@ -58,6 +70,10 @@ class ClusterStore extends Store {
       }
       cb(null, value)
     }, (err) => {
+      // Over the bus message limit (maxSessionBytes raised past it): the session's fault, not an outage.
+      if (err && err.code === 'ERR_CLUSTERIZE_BUS_TOO_LARGE') {
+        return cb(sessionTooLarge(err.size, err.limit, 'bus.maxMessageBytes', 'clusterize() option'))
+      }
       const unavailable = toUnavailable(err, 'cluster')
       this.available = false
       this.lastError = unavailable.message
@@ -92,6 +108,12 @@ class ClusterStore extends Store {
       json = JSON.stringify(sess)
     } catch (err) {
       return done(cb, err)
+    }
+    // Checked here, before it crosses the bus: the primary holds every session in memory.
+    if (json.length * 3 > Math.min(this.maxSessionBytes, this.maxTotalBytes)) {
+      const size = Buffer.byteLength(json)
+      if (size > this.maxSessionBytes) return done(cb, sessionTooLarge(size, this.maxSessionBytes, 'maxSessionBytes'))
+      if (size > this.maxTotalBytes) return done(cb, sessionTooLarge(size, this.maxTotalBytes, 'maxTotalBytes'))
     }
     this.call({ op: 'set', sid, sess: json, expires: this.expiresAt(sess) }, doneWith(cb))
   }
@@ -159,15 +181,15 @@ function done (cb, err) {
  * tests) the backend lives in this process: it is attached to the bus (the
  * same instance the runtime attaches) and called directly, with no encoding.
  */
-function busTransport (timeoutMs, maxSessions) {
+function busTransport (timeoutMs, bounds) {
   let send = null
   return function sendToBackend (msg) {
-    if (send === null) send = connect(timeoutMs, maxSessions)
+    if (send === null) send = connect(timeoutMs, bounds)
     return send(msg)
   }
 }
 
-function connect (timeoutMs, maxSessions) {
+function connect (timeoutMs, bounds) {
   const { internalBus: bus } = require('../bus')
   if (cluster.isWorker) {
     const options = { timeoutMs }
@@ -175,7 +197,7 @@ function connect (timeoutMs, maxSessions) {
       return bus.request(TOPIC, msg, options)
     }
   }
-  const backend = attachSessionBackend(bus, maxSessions !== undefined ? { maxSessions } : undefined)
+  const backend = attachSessionBackend(bus, bounds)
   return function inProcess (msg) {
     return new Promise(function run (resolve) {
       resolve(backend.dispatch(msg))
@@ -183,4 +205,4 @@ function connect (timeoutMs, maxSessions) {
   }
 }
 
-module.exports = { ClusterStore, DEFAULT_TIMEOUT_MS }
+module.exports = { ClusterStore, DEFAULT_TIMEOUT_MS, DEFAULT_MAX_SESSION_BYTES }

@@ -59,7 +59,14 @@ function createStore (opts, env) {
       "session: store 'cluster' keeps sessions in the clusterize primary, but this cluster worker was not started by " +
       "clusterize() (PM2 cluster mode or your own cluster.fork?). Start the app with clusterize(), or use store 'redis'.", 'store')
   }
-  const store = new ClusterStore({ timeoutMs: opts.timeoutMs, ttl: opts.ttl, maxSessions: opts.maxSessions })
+  const store = new ClusterStore({
+    timeoutMs: opts.timeoutMs,
+    ttl: opts.ttl,
+    prefix: opts.prefix,
+    maxSessions: opts.maxSessions,
+    maxTotalBytes: opts.maxTotalBytes,
+    maxSessionBytes: opts.maxSessionBytes
+  })
   return { kind: 'cluster', store, gate: null, availability: () => store.availability(), close: async () => {} }
 }
 

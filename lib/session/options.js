@@ -16,7 +16,7 @@ const MIN_PRODUCTION_SECRET = 32
 /** express-session's own options, passed through untouched after defaults. */
 const EXPRESS_SESSION_KEYS = ['cookie', 'genid', 'name', 'key', 'proxy', 'resave', 'rolling', 'saveUninitialized', 'secret', 'unset']
 /** Ours. */
-const OWN_KEYS = ['store', 'redis', 'prefix', 'ttl', 'timeoutMs', 'maxSessions', 'retryAfter']
+const OWN_KEYS = ['store', 'redis', 'prefix', 'ttl', 'timeoutMs', 'maxSessions', 'maxTotalBytes', 'maxSessionBytes', 'retryAfter']
 const ACCEPTED = EXPRESS_SESSION_KEYS.concat(OWN_KEYS)
 
 let singleProcessSecret = null
@@ -117,7 +117,7 @@ function resolveCookie (cookie, production) {
  * @param {object} [options]
  * @param {NodeJS.ProcessEnv} [env]
  * @returns {{ store: string|object, redis: *, prefix?: string, ttl?: number, timeoutMs: number,
- *   maxSessions?: number, retryAfter: number, workers: number|null, production: boolean, expressSession: object }}
+ *   maxSessions?: number, maxTotalBytes?: number, maxSessionBytes?: number, retryAfter: number, workers: number|null, production: boolean, expressSession: object }}
  */
 function resolveSessionOptions (options, env) {
   env = env || process.env
@@ -141,7 +141,10 @@ function resolveSessionOptions (options, env) {
     throw fail('redis', 'must be a redis:// URL, an ioredis options object or an ioredis client')
   }
   if (options.prefix !== undefined && typeof options.prefix !== 'string') throw fail('prefix', 'must be a string')
-  for (const key of ['ttl', 'timeoutMs', 'maxSessions', 'retryAfter']) checkPositiveInt(options, key)
+  for (const key of ['ttl', 'timeoutMs', 'maxSessions', 'maxTotalBytes', 'maxSessionBytes', 'retryAfter']) checkPositiveInt(options, key)
+  if (options.maxSessionBytes !== undefined && options.maxTotalBytes !== undefined && options.maxSessionBytes > options.maxTotalBytes) {
+    throw fail('maxSessionBytes', `(${options.maxSessionBytes}) is over maxTotalBytes (${options.maxTotalBytes}): a session that size could never be stored`)
+  }
   if (options.timeoutMs > MAX_TIMER_MS) throw fail('timeoutMs', `must be at most ${MAX_TIMER_MS} (ms), got ${options.timeoutMs}`)
 
   const expressSession = {}
@@ -160,6 +163,8 @@ function resolveSessionOptions (options, env) {
     ttl: options.ttl,
     timeoutMs: options.timeoutMs || 2000,
     maxSessions: options.maxSessions,
+    maxTotalBytes: options.maxTotalBytes,
+    maxSessionBytes: options.maxSessionBytes,
     retryAfter: options.retryAfter || 1,
     workers: workerCount(env),
     production,

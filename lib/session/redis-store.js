@@ -103,8 +103,12 @@ class ClusterizeRedisStore extends RedisStore {
 
   /** @returns {{ available: boolean, lastError: string|null }} */
   availability () {
-    const available = this.redis.status === 'ready'
-    return { available, lastError: available ? null : (this.lastError || `connection ${this.redis.status}`) }
+    const status = this.redis.status
+    // Still making its first connection, with no error yet: not an outage (the
+    // gate waits for it), so no "unavailable" alarm at every start.
+    const firstConnect = !this.everReady && this.lastError === null && (status === 'wait' || status === 'connecting' || status === 'connect')
+    const available = status === 'ready' || firstConnect
+    return { available, lastError: available ? null : (this.lastError || `connection ${status}`) }
   }
 
   /**

@@ -77,7 +77,8 @@ function startStandalone (createApp, config) {
       shuttingDown: Boolean(shutdownPromise),
       reloads: 0,
       workers: [{ id: 0, pid: process.pid, generation: 1, state: shutdownPromise ? 'stopping' : 'ready', uptimeMs: Math.round(process.uptime() * 1000), restarts: 0, heartbeat: figures }],
-      bus: busLink.status()
+      bus: busLink.status(),
+      sessions: busLink.sessions()
     }
   }
 

@@ -2,7 +2,8 @@
 import cz = require('clusterize-express')
 
 const handle = cz.clusterize(() => require('express')(), { workers: 0 })
-if ('stats' in handle) console.log(handle.stats().workers.length)
+if ('stats' in handle) console.log(handle.stats().workers.length, handle.stats().sessions?.bytes)
+cz.session({ store: 'cluster', prefix: 'admin:', maxTotalBytes: 64 * 1024 * 1024, maxSessionBytes: 64 * 1024 })
 cz.bus.on('topic', (data: unknown) => console.log(data))
 
 // @ts-expect-error port must be a number or numeric string
