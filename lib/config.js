@@ -18,6 +18,7 @@ const DEFAULTS = {
   host: undefined,
   workers: 'auto',
   spare: 0,
+  defaultSessionStore: 'memory',
   scheduling: 'rr',
   health: {
     heartbeatMs: 1000,
@@ -177,7 +178,7 @@ function checkLogger (value) {
 
 /**
  * Validate options and fill in defaults and environment fallbacks
- * (PORT, WORKERS, REDIS_URL).
+ * (PORT, HOST, WORKERS); an option always wins over the environment.
  *
  * @param {object} [options]
  * @param {NodeJS.ProcessEnv} [env]
@@ -203,13 +204,14 @@ function resolveConfig (options, env) {
 
   const config = {}
   config.port = parsePort('port', pick('port', 'PORT'))
-  const host = pick('host')
+  const host = pick('host', 'HOST')
   if (host !== undefined && (typeof host !== 'string' || host === '')) {
     throw fail('host', 'a non-empty string such as "127.0.0.1" or "::"', host)
   }
   config.host = host
   config.workers = resolveWorkers(pick('workers', 'WORKERS'))
   config.spare = checkInteger('spare', pick('spare'), 0, 64)
+  config.defaultSessionStore = checkOneOf('defaultSessionStore', pick('defaultSessionStore'), ['memory', 'cluster'])
   config.scheduling = checkOneOf('scheduling', pick('scheduling'), SCHEDULING)
 
   const health = group('health', options.health, DEFAULTS.health)

@@ -101,6 +101,11 @@ export interface ClusterizeOptions {
    * worker's slot is served again at once. Each costs one idle worker's memory. Default 0.
    */
   spare?: number
+  /**
+   * 'cluster': the store express-session creates when the app gives none (its MemoryStore) becomes
+   * the cluster store, so an unchanged app's sessions work across workers. Default 'memory'.
+   */
+  defaultSessionStore?: 'memory' | 'cluster'
   /** Default 'rr' (load-aware round robin). */
   scheduling?: Scheduling
   health?: HealthOptions

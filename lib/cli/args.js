@@ -30,6 +30,7 @@ const FLAGS = {
   '--probes-port': { key: 'probesPort', value: 'port', for: ['start', 'status', 'top'] },
   '--probes-host': { key: 'probesHost', value: 'string', for: ['start', 'status', 'top'] },
   '--redis': { key: 'redis', value: 'string', for: ['start'] },
+  '--sessions': { key: 'sessions', value: 'sessions', for: ['start'] },
   '--pid-file': { key: 'pidFile', value: 'string', for: ['start', 'reload', 'stop', 'status', 'top'] },
   '--timeout': { key: 'timeout', value: 'seconds', for: ['reload', 'stop'] },
   '--json': { key: 'json', for: ['start', 'reload', 'stop', 'status'] },
@@ -113,6 +114,9 @@ function convert (name, kind, raw) {
     case 'scheduling':
       if (!SCHEDULING.includes(raw)) throw new CliUsageError(`${name} must be one of ${SCHEDULING.join(', ')}, got ${JSON.stringify(raw)}`)
       return raw
+    case 'sessions':
+      if (raw !== 'cluster' && raw !== 'memory') throw new CliUsageError(`${name} must be "cluster" (express-session's default store becomes the cluster store) or "memory", got ${JSON.stringify(raw)}`)
+      return raw
     case 'seconds':
       if (!/^\d+(\.\d+)?$/.test(raw) || Number(raw) <= 0 || Number(raw) * 1000 > MAX_TIMER_MS) throw new CliUsageError(`${name} must be a number of seconds from 0 to ${Math.floor(MAX_TIMER_MS / 1000)}, got ${JSON.stringify(raw)}`)
       return Number(raw)
@@ -128,6 +132,7 @@ function describeValue (kind) {
     workers: 'a number or "auto"',
     scheduling: SCHEDULING.join('|'),
     seconds: 'seconds',
+    sessions: 'cluster|memory',
     string: 'a value'
   }[kind]
 }
@@ -171,6 +176,7 @@ function buildOptions (flags, env) {
   if (flags.port !== undefined) options.port = flags.port
   if (flags.host !== undefined) options.host = flags.host
   if (flags.scheduling !== undefined) options.scheduling = flags.scheduling
+  if (flags.sessions !== undefined) options.defaultSessionStore = flags.sessions
   const redis = flags.redis !== undefined ? flags.redis : (env.REDIS_URL || undefined)
   if (redis) options.bus = { redis }
   // The CLI always serves probes (loopback, any free port unless given) so

@@ -23,7 +23,7 @@ Start flags
   --workers N          workers to fork, or "auto" (usable CPUs, cgroup-aware)  [env WORKERS, default auto]
                        0 runs everything in one process (development)
   --port P             port to listen on, 0 = any free port                   [env PORT, default 3000]
-  --host H             address to bind, e.g. 127.0.0.1 or ::                   [default: all interfaces]
+  --host H             address to bind, e.g. 127.0.0.1 or ::          [env HOST, default: all interfaces]
   --scheduling MODE    how connections reach workers                           [default rr]
                          rr         round-robin in the primary, least busy first
                          none       the kernel picks (node:cluster SCHED_NONE)
@@ -31,6 +31,8 @@ Start flags
                          sticky     the same client IP always reaches the same worker
   --probes-port P      serve /live /ready /stats /metrics on this port          [default: any free port]
   --probes-host H      address for the probes server                            [default 127.0.0.1]
+  --sessions cluster   express-session's default store (the app gives none) becomes the cluster
+                       store, so logins work across workers with no code change  [default memory]
   --redis URL          bridge the bus to other hosts through Redis, and export
                        REDIS_URL so session() uses the Redis store               [env REDIS_URL]
   --pid-file F         where the primary writes its pid file                    [default ./clusterize.pid]

@@ -92,7 +92,7 @@ async function start (parsed, io) {
   }
 }
 
-const ENV_FALLBACKS = { port: 'PORT', workers: 'WORKERS' }
+const ENV_FALLBACKS = { port: 'PORT', workers: 'WORKERS', host: 'HOST' }
 
 /** Validate every option now, so mistakes exit with code 2 before a fork. */
 function validate (options, flags, env) {

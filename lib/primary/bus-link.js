@@ -20,6 +20,6 @@ module.exports = {
   onWorkerMessage: busModule.busOnWorkerMessage,
   status: busModule.busStatus,
   /** What the cluster session store holds (sessions, bytes, bounds, evictions), for stats(). */
-  sessions: () => backendFor(busModule.bus).stats(),
+  sessions: () => backendFor(busModule.internalBus).stats(),
   close: busModule.busClose
 }

@@ -29,7 +29,7 @@ module.exports = {
   status: busModule.busStatus,
   /** What the cluster session store holds, for stats() (single-process mode). */
   sessions: () => {
-    const backend = require('../session/cluster-backend').backendFor(busModule.bus)
+    const backend = require('../session/cluster-backend').backendFor(busModule.internalBus)
     return backend ? backend.stats() : null
   },
   close: busModule.busClose

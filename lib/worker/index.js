@@ -8,10 +8,12 @@
 
 const cluster = require('cluster')
 const net = require('net')
+const path = require('path')
 const debug = require('debug')('clusterize:worker')
 const ipc = require('../ipc')
 const protocol = require('../protocol')
 const { prepareServer, drainServer } = require('./serve')
+const pitfalls = require('./pitfalls')
 const { createHealthSampler } = require('./heartbeat')
 const { listenServer } = require('./listen')
 const busLink = require('./bus-link')
@@ -84,7 +86,10 @@ function startWorker (createApp, config) {
   return handle
 
   async function boot () {
+    if (config.defaultSessionStore === 'cluster') pitfalls.useClusterStoreByDefault(appDirectory(createApp))
     const built = await prepareServer(createApp, config)
+    if (built.listenedByApp) log.warn(pitfalls.listenWarning(port), { pid: process.pid })
+    pitfalls.warnOnMemoryStore(built.server, log, Number(process.env.CLUSTERIZE_WORKERS))
     handle.app = built.app
     handle.server = built.server
     tracker = built.tracker
@@ -138,6 +143,12 @@ function startWorker (createApp, config) {
     if (!channel.postNow(protocol.drained(timedOut), undefined, () => process.exit(0))) process.exit(0)
     setTimeout(() => process.exit(0), 1000).unref()
   }
+}
+
+/** Where the app's own require() starts: its module's folder, else the main script's. */
+function appDirectory (createApp) {
+  if (typeof createApp === 'string') return path.dirname(path.resolve(createApp))
+  return require.main && require.main.filename ? path.dirname(require.main.filename) : process.cwd()
 }
 
 /**

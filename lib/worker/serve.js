@@ -10,19 +10,21 @@ const { loadApp } = require('./load-app')
 const { trackConnections } = require('./connections')
 const poolRegistry = require('../pool/registry')
 const { runDrainHooks } = require('./drain-hooks')
+const { watchListenCalls } = require('./pitfalls')
 
 /**
  * Build the user's app into a configured, tracked, not yet listening server.
  * @param {Function|string} createApp
  * @param {object} config resolved configuration
- * @returns {Promise<{ app: Function|null, server: import('http').Server, tracker: object }>}
+ * @returns {Promise<{ app: Function|null, server: import('http').Server, tracker: object, listenedByApp: boolean }>}
+ *   `listenedByApp`: the app called listen() itself while it was built
  */
 async function prepareServer (createApp, config) {
-  const { app, server } = await loadApp(createApp)
+  const { value: { app, server }, listened } = await watchListenCalls(() => loadApp(createApp))
   // Load balancers keep idle connections for 60 s; a server that closes first causes 502s.
   server.keepAliveTimeout = config.keepAliveTimeout
   server.headersTimeout = config.headersTimeout
-  return { app, server, tracker: trackConnections(server) }
+  return { app, server, tracker: trackConnections(server), listenedByApp: listened }
 }
 
 /**

@@ -32,6 +32,7 @@ function startStandalone (createApp, config) {
 
   handle.ready = (async () => {
     const built = await prepareServer(createApp, config)
+    if (built.listenedByApp) log.warn(require('./pitfalls').listenWarning(config.port))
     handle.app = built.app
     handle.server = built.server
     tracker = built.tracker

@@ -1,0 +1,72 @@
+'use strict'
+
+/**
+ * Drop-in pitfalls: an app that keeps express-session's default
+ * MemoryStore under several workers (a warning per worker, and a fix with
+ * no code change: defaultSessionStore 'cluster' / --sessions cluster), an
+ * app that calls app.listen() itself (a warning per worker), and HOST read
+ * from the environment like PORT.
+ */
+
+const { test, after } = require('node:test')
+const assert = require('node:assert')
+const path = require('path')
+const { startCluster, stopAll, request } = require('./helpers/cluster')
+const { eventually } = require('./helpers/wait')
+const { resolveConfig } = require('../lib/config')
+const { parseArgs, buildOptions } = require('../lib/cli/args')
+
+const fixture = path.join(__dirname, 'fixtures/plain-session-cluster.js')
+const env = (options, extra) => Object.assign({ CZ_TEST_OPTIONS: JSON.stringify(options) }, extra)
+
+after(stopAll)
+
+/** GET /count on a new connection each time, carrying the session cookie. */
+async function counts (port, times) {
+  let cookie = null
+  const seen = []
+  for (let i = 0; i < times; i++) {
+    const res = await request(port, '/count', { headers: cookie ? { Cookie: cookie } : {} })
+    assert.strictEqual(res.status, 200, res.body)
+    if (res.headers['set-cookie']) cookie = res.headers['set-cookie'][0].split(';')[0]
+    seen.push(res.json)
+  }
+  return seen
+}
+
+test("express-session's default MemoryStore under 2 workers: each worker warns once, with the fix", async () => {
+  const cluster = await startCluster(fixture, { env: env({ workers: 2 }) })
+  const seen = await counts(cluster.port, 12)
+  assert.strictEqual(new Set(seen.map((s) => s.pid)).size, 2, 'both workers served')
+  const warning = /express-session's default MemoryStore keeps sessions in each worker: with 2 workers/g
+  await eventually(() => (cluster.output.match(warning) || []).length === 2, { what: () => 'a warning from each worker:\n' + cluster.output })
+  assert.match(cluster.output, /--sessions cluster/)
+  await counts(cluster.port, 6)
+  assert.strictEqual(cluster.output.match(warning).length, 2, 'once per worker')
+  await cluster.stop()
+})
+
+test("defaultSessionStore 'cluster' makes express-session's default store the cluster store: the count goes on across workers", async () => {
+  const cluster = await startCluster(fixture, { env: env({ workers: 2, defaultSessionStore: 'cluster' }) })
+  const seen = await counts(cluster.port, 10)
+  assert.strictEqual(new Set(seen.map((s) => s.pid)).size, 2, 'both workers served')
+  assert.deepStrictEqual(seen.map((s) => s.n), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+  assert.doesNotMatch(cluster.output, /default MemoryStore keeps sessions/)
+  await cluster.stop()
+  assert.strictEqual(buildOptions(parseArgs(['app.js', '--sessions', 'cluster']).flags, {}).defaultSessionStore, 'cluster')
+  assert.throws(() => parseArgs(['app.js', '--sessions', 'redis']), /--sessions must be "cluster"/)
+})
+
+test('an app that calls app.listen() itself is warned once per worker', async () => {
+  const cluster = await startCluster(fixture, { env: env({ workers: 2 }, { CZ_APP_LISTENS: '1' }) })
+  const warning = /the app called listen\(\) itself while clusterize was building it/g
+  await eventually(() => (cluster.output.match(warning) || []).length === 2, { what: () => 'a warning from each worker:\n' + cluster.output })
+  assert.match(cluster.output, /Remove app\.listen\(\)/)
+  await cluster.stop()
+})
+
+test('HOST is read from the environment like PORT; the option wins', () => {
+  assert.strictEqual(resolveConfig({}, { HOST: '127.0.0.1' }).host, '127.0.0.1')
+  assert.strictEqual(resolveConfig({ host: '::1' }, { HOST: '127.0.0.1' }).host, '::1')
+  assert.strictEqual(resolveConfig({}, {}).host, undefined)
+})
