@@ -23,6 +23,7 @@ const { createJsonLogger } = require('../lib/cli/json-logger')
 const { version } = require('../package.json')
 const { freePort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
+const { isAlive } = require('../lib/process-alive')
 
 const tracked = new Set()
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'clusterize-cli-'))
@@ -36,14 +37,6 @@ after(function cleanUp () {
   fs.rmSync(tmp, { recursive: true, force: true })
 })
 
-function isAlive (pid) {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (err) {
-    return err.code === 'EPERM'
-  }
-}
 
 /** Run the CLI to completion. */
 function run (args, options) {

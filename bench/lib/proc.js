@@ -11,6 +11,7 @@ const http = require('http')
 const net = require('net')
 const path = require('path')
 const readline = require('readline')
+const { isAlive } = require('../../lib/process-alive')
 
 const NODE24_BIN = '/root/.npm/_npx/387698761821791d/node_modules/node/bin/node'
 
@@ -106,15 +107,6 @@ function killAllSync () {
     try { process.kill(-proc.pid, 'SIGKILL') } catch {}
   }
   started.clear()
-}
-
-function isAlive (pid) {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
 }
 
 function groupAlive (pgid) {

@@ -11,6 +11,7 @@ const debug = require('debug')('clusterize:cli')
 const { formatWorkersTable } = require('../primary/banner')
 const { DEFAULT_PID_FILE } = require('./args')
 const pidFile = require('./pid-file')
+const { isAlive } = require('../process-alive')
 
 const POLL_MS = 100
 
@@ -42,7 +43,7 @@ function findPrimary (flags) {
       'Pass the one it was started with: --pid-file F')
   }
   if (!pidFile.isPrimaryAlive(info)) {
-    const why = pidFile.isAlive(info.pid)
+    const why = isAlive(info.pid)
       ? `pid ${info.pid} now belongs to another program`
       : `process ${info.pid} is not running any more (killed, or crashed without cleaning up)`
     pidFile.removePidFile(file, info.pid)
@@ -85,7 +86,7 @@ async function stop (flags, io) {
   const started = Date.now()
   signal(info.pid, 'SIGTERM')
   const timeoutMs = (flags.timeout || 60) * 1000
-  const gone = await poll(() => Promise.resolve(!pidFile.isAlive(info.pid)), timeoutMs)
+  const gone = await poll(() => Promise.resolve(!isAlive(info.pid)), timeoutMs)
   if (!gone) {
     throw new CliRuntimeError(`primary ${info.pid} is still running ${timeoutMs / 1000} s after SIGTERM ` +
       `(draining long requests?). Wait, run \`clusterize stop\` again to force it, or kill -9 ${info.pid}`)

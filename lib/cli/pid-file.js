@@ -9,6 +9,7 @@
 const fs = require('fs')
 const path = require('path')
 const debug = require('debug')('clusterize:cli')
+const { isAlive } = require('../process-alive')
 
 /**
  * Read a pid file.
@@ -88,13 +89,4 @@ function isPrimaryAlive (info) {
  * @param {number} pid
  * @returns {boolean}
  */
-function isAlive (pid) {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (err) {
-    return err.code === 'EPERM'
-  }
-}
-
-module.exports = { readPidFile, writePidFile, removePidFile, isPrimaryAlive, isAlive }
+module.exports = { readPidFile, writePidFile, removePidFile, isPrimaryAlive }

@@ -10,6 +10,7 @@ const { fork } = require('child_process')
 const http = require('http')
 const path = require('path')
 const { eventually } = require('./wait')
+const { isAlive } = require('../../lib/process-alive')
 
 const started = new Set()
 
@@ -138,14 +139,6 @@ async function stopCluster (cluster) {
   return cluster.exit
 }
 
-function isAlive (pid) {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
-}
 
 /** Resolve true once the pid is gone (SIGKILLed children take a moment to be reaped). */
 async function waitDead (pid, timeoutMs) {
