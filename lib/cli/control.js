@@ -5,12 +5,14 @@
  * pid file (or, for status, a probes port) and signal or query it.
  */
 
+const fs = require('fs')
 const http = require('http')
 const path = require('path')
 const debug = require('debug')('clusterize:cli')
 const { formatWorkersTable } = require('../primary/banner')
 const { DEFAULT_PID_FILE } = require('./args')
 const pidFile = require('./pid-file')
+const { sendControl } = require('./control-server')
 const { isAlive } = require('../process-alive')
 
 const POLL_MS = 100
@@ -53,20 +55,29 @@ function findPrimary (flags) {
 }
 
 /**
- * SIGUSR2 the primary; when its probes server is known, wait for the reload
- * to finish and report the new generation.
- * @returns {Promise<number>} exit code
+ * Reload through the control socket and report the reload's own result;
+ * without the socket, send the primary's reload signal and, when its probes
+ * server is known, wait for the reload to finish.
+ * @returns {Promise<number>} exit code: 0 done, 1 rolled back or stopped
  */
 async function reload (flags, io) {
   const { info } = findPrimary(flags)
+  const timeoutMs = (flags.timeout || 120) * 1000
+  if (info.controlSocket && fs.existsSync(info.controlSocket)) {
+    const reply = await sendControl(info.controlSocket, { cmd: 'reload' }, timeoutMs).catch((err) => {
+      debug('control socket %s: %s; falling back to the signal', info.controlSocket, err.message)
+      return null
+    })
+    if (reply && reply.ok) return reportReload(io, flags, info, reply.result)
+  }
+  const reloadSignal = info.reloadSignal || 'SIGUSR2'
   const target = probesTarget(info)
   const before = target ? await fetchStats(target).catch(() => null) : null
-  signal(info.pid, 'SIGUSR2')
+  signal(info.pid, reloadSignal)
   if (!before) {
-    report(io, flags, { requested: true, pid: info.pid }, `reload requested (SIGUSR2 sent to primary ${info.pid}); follow the primary's logs for the result\n`)
+    report(io, flags, { requested: true, pid: info.pid }, `reload requested (${reloadSignal} sent to primary ${info.pid}); follow the primary's logs for the result\n`)
     return 0
   }
-  const timeoutMs = (flags.timeout || 120) * 1000
   const after = await poll(() => fetchStats(target).then((s) => s.reloads > before.reloads ? s : null, () => null), timeoutMs)
   if (!after) throw new CliRuntimeError(`reload still running after ${timeoutMs / 1000} s (primary ${info.pid}); check \`clusterize status\` and its logs`)
   const ok = after.generation > before.generation
@@ -75,6 +86,17 @@ async function reload (flags, io) {
     : `reload failed: generation ${before.generation} keeps serving (rolled back; see the primary's logs)\n\n${formatWorkersTable(after.workers)}`
   report(io, flags, { ok, pid: info.pid, generation: after.generation, previousGeneration: before.generation, workers: after.workers }, text)
   return ok ? 0 : 1
+}
+
+/** Print a reload result from the control socket. */
+async function reportReload (io, flags, info, result) {
+  const stats = await sendControl(info.controlSocket, { cmd: 'status' }, 5000).then((r) => r.result, () => null)
+  const table = stats ? '\n' + formatWorkersTable(stats.workers) : ''
+  const text = result.ok
+    ? `reload done: generation ${result.generation}, ${result.replaced} worker(s) replaced in ${result.durationMs} ms\n${table}`
+    : `reload ${result.rolledBack ? 'rolled back' : 'stopped'}: ${result.reason}; generation ${result.generation} keeps serving\n${table}`
+  report(io, flags, Object.assign({ pid: info.pid }, result), text)
+  return result.ok ? 0 : 1
 }
 
 /**

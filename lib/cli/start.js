@@ -18,6 +18,7 @@ const { formatBanner } = require('../primary/banner')
 const { buildOptions, CliUsageError, DEFAULT_PID_FILE } = require('./args')
 const { createJsonLogger } = require('./json-logger')
 const pidFile = require('./pid-file')
+const { startControlServer } = require('./control-server')
 const { version } = require('./help')
 
 /**
@@ -62,8 +63,15 @@ async function start (parsed, io) {
     debug('shutdown after failed start: %o', result)
     process.exit(1)
   }
+  const control = await startControlServer(file + '.sock', handle).catch((err) => {
+    io.stderr.write(`clusterize: no control socket (${err.message}); clusterize reload falls back to the signal\n`)
+    return null
+  })
+  if (control) process.on('exit', control.close)
   pidFile.writePidFile(file, {
     pid: process.pid,
+    controlSocket: control ? control.path : null,
+    reloadSignal: config.reload.signal || null,
     port: info.port,
     host: config.host || null,
     probesPort: info.probesPort || null,

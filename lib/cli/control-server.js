@@ -1,0 +1,142 @@
+'use strict'
+
+/**
+ * The CLI primary's control socket: a unix socket next to the pid file
+ * (`<pid file>.sock`, mode 0600, so only the user who started the primary
+ * can use it) answering one line of JSON per request:
+ *
+ *   {"cmd":"reload"}  -> {"ok":true,"result":{ ok, rolledBack, reason, replaced, durationMs, generation }}
+ *   {"cmd":"status"}  -> {"ok":true,"result": stats()}
+ *   {"cmd":"stop"}    -> {"ok":true} then a graceful shutdown
+ *
+ * `clusterize reload` uses it to report the reload's own result without a
+ * probes server; without the socket it falls back to the reload signal.
+ */
+
+const fs = require('fs')
+const net = require('net')
+const debug = require('debug')('clusterize:cli')
+
+/** Longest unix socket path Linux and macOS accept. */
+const MAX_SOCKET_PATH = 103
+
+/**
+ * @param {string} socketPath
+ * @param {{ reload: () => Promise<object>, stats: () => object, shutdown: () => Promise<{ code: number }> }} handle
+ * @returns {Promise<{ path: string, close: () => void }|null>} null when the path is too long for a socket
+ */
+async function startControlServer (socketPath, handle) {
+  if (Buffer.byteLength(socketPath) > MAX_SOCKET_PATH) {
+    debug('no control socket: %s is longer than %d bytes', socketPath, MAX_SOCKET_PATH)
+    return null
+  }
+  await removeStaleSocket(socketPath)
+  const server = net.createServer(function onControlConnection (socket) {
+    let buffer = ''
+    socket.setEncoding('utf8')
+    socket.on('error', (err) => debug('control client error: %s', err.message))
+    socket.on('data', (chunk) => {
+      buffer += chunk
+      if (buffer.length > 4096) return socket.destroy()
+      const end = buffer.indexOf('\n')
+      if (end === -1) return
+      const line = buffer.slice(0, end)
+      buffer = ''
+      answer(line).then((reply) => {
+        socket.end(JSON.stringify(reply) + '\n')
+      })
+    })
+  })
+  server.on('error', (err) => debug('control socket error: %s', err.message))
+
+  async function answer (line) {
+    let request
+    try {
+      request = JSON.parse(line)
+    } catch {
+      return { ok: false, error: 'send one line of JSON such as {"cmd":"reload"}' }
+    }
+    try {
+      switch (request && request.cmd) {
+        case 'reload': return { ok: true, result: await handle.reload() }
+        case 'status': return { ok: true, result: handle.stats() }
+        case 'stop':
+          setImmediate(() => handle.shutdown().then((result) => process.exit(result.code)))
+          return { ok: true }
+        default: return { ok: false, error: 'unknown cmd: use reload, status or stop' }
+      }
+    } catch (err) {
+      return { ok: false, error: err.message }
+    }
+  }
+
+  // The socket file is created by listen(): no moment where others could open it.
+  const umask = process.umask(0o177)
+  try {
+    await new Promise((resolve, reject) => {
+      server.once('error', reject)
+      server.listen(socketPath, () => {
+        server.removeListener('error', reject)
+        resolve()
+      })
+    })
+  } finally {
+    process.umask(umask)
+  }
+  fs.chmodSync(socketPath, 0o600)
+  return {
+    path: socketPath,
+    close () {
+      server.close()
+      try { fs.unlinkSync(socketPath) } catch {}
+    }
+  }
+}
+
+/** A socket file left by a primary that died: nothing answers on it, so it goes. */
+function removeStaleSocket (socketPath) {
+  if (!fs.existsSync(socketPath)) return Promise.resolve()
+  return new Promise((resolve, reject) => {
+    const probe = net.connect(socketPath)
+    probe.once('connect', () => {
+      probe.destroy()
+      reject(new Error(`another process answers on ${socketPath}: is clusterize already running with this pid file?`))
+    })
+    probe.once('error', () => {
+      try { fs.unlinkSync(socketPath) } catch {}
+      resolve()
+    })
+  })
+}
+
+/**
+ * Send one command to a control socket.
+ * @param {string} socketPath
+ * @param {object} request
+ * @param {number} timeoutMs
+ * @returns {Promise<object>} the reply
+ */
+function sendControl (socketPath, request, timeoutMs) {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(socketPath)
+    let buffer = ''
+    const timer = setTimeout(() => socket.destroy(new Error(`no answer within ${timeoutMs / 1000} s`)), timeoutMs)
+    socket.setEncoding('utf8')
+    socket.once('connect', () => socket.write(JSON.stringify(request) + '\n'))
+    socket.on('data', (chunk) => { buffer += chunk })
+    socket.once('end', () => {
+      clearTimeout(timer)
+      try {
+        resolve(JSON.parse(buffer))
+      } catch {
+        reject(new Error('the control socket answered something that is not JSON'))
+      }
+    })
+    socket.once('error', (err) => {
+      clearTimeout(timer)
+      reject(err)
+    })
+  })
+}
+
+module.exports = { startControlServer, sendControl }

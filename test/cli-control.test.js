@@ -1,0 +1,89 @@
+'use strict'
+
+/**
+ * The CLI primary's control socket: `clusterize reload` reports the reload's
+ * own result through it (no probes needed), the socket is 0600 and goes away
+ * with the primary, and without it reload falls back to the recorded signal.
+ */
+
+const { test, after } = require('node:test')
+const assert = require('node:assert')
+const { spawn, execFile } = require('child_process')
+const fs = require('fs')
+const os = require('os')
+const path = require('path')
+const { freePort } = require('./helpers/net')
+const { eventually } = require('./helpers/wait')
+const { isAlive } = require('../lib/process-alive')
+const { sendControl } = require('../lib/cli/control-server')
+
+const BIN = path.join(__dirname, '..', 'bin', 'clusterize.js')
+const APP = path.join(__dirname, '..', 'examples', 'hello', 'app.js')
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-ctl-'))
+let primary = null
+
+after(() => {
+  if (primary && isAlive(primary.pid)) primary.kill('SIGKILL')
+  fs.rmSync(tmp, { recursive: true, force: true })
+})
+
+function run (args) {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [BIN, ...args], { cwd: tmp, timeout: 90000, env: Object.assign({}, process.env, { NO_COLOR: '1' }) }, (err, stdout, stderr) => {
+      resolve({ code: err ? (typeof err.code === 'number' ? err.code : -1) : 0, stdout, stderr })
+    })
+  })
+}
+
+test('clusterize reload answers with the result through the 0600 control socket; without it, the recorded signal', async () => {
+  const pidFile = path.join(tmp, 'app.pid')
+  const port = await freePort()
+  primary = spawn(process.execPath, [BIN, APP, '--workers', '2', '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile], {
+    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: 'ignore'
+  })
+  const info = await eventually(() => fs.existsSync(pidFile) && JSON.parse(fs.readFileSync(pidFile, 'utf8')), { timeoutMs: 30000, what: 'the pid file' })
+  assert.strictEqual(info.controlSocket, pidFile + '.sock')
+  assert.strictEqual(info.reloadSignal, 'SIGUSR2')
+  const mode = fs.statSync(info.controlSocket).mode & 0o777
+  assert.strictEqual(mode, 0o600, `socket mode ${mode.toString(8)}`)
+
+  const first = await run(['reload', '--pid-file', pidFile])
+  assert.strictEqual(first.code, 0, first.stderr)
+  assert.match(first.stdout, /reload done: generation 2, 2 worker\(s\) replaced in \d+ ms/)
+  const json = await run(['reload', '--pid-file', pidFile, '--json'])
+  const result = JSON.parse(json.stdout)
+  assert.strictEqual(result.ok, true)
+  assert.strictEqual(result.generation, 3)
+
+  const bad = await sendControl(info.controlSocket, { cmd: 'explode' }, 5000)
+  assert.deepStrictEqual(bad, { ok: false, error: 'unknown cmd: use reload, status or stop' })
+
+  // Without the socket file the CLI sends the recorded signal and follows /stats.
+  fs.unlinkSync(info.controlSocket)
+  const fallback = await run(['reload', '--pid-file', pidFile])
+  assert.strictEqual(fallback.code, 0, fallback.stderr)
+  assert.match(fallback.stdout, /reload done: generation 3 -> 4/)
+
+  const stop = await run(['stop', '--pid-file', pidFile])
+  assert.strictEqual(stop.code, 0, stop.stderr)
+  await eventually(() => !isAlive(primary.pid), { timeoutMs: 30000, what: 'the primary to exit' })
+  assert.ok(!fs.existsSync(pidFile))
+})
+
+test('a stale socket file from a dead primary is replaced, and removed on exit', async () => {
+  const pidFile = path.join(tmp, 'stale.pid')
+  fs.writeFileSync(pidFile + '.sock', 'left behind')
+  const port = await freePort()
+  const child = spawn(process.execPath, [BIN, APP, '--workers', '1', '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile], {
+    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: 'ignore'
+  })
+  primary = child
+  const info = await eventually(() => fs.existsSync(pidFile) && JSON.parse(fs.readFileSync(pidFile, 'utf8')), { timeoutMs: 30000, what: 'the pid file' })
+  assert.strictEqual(info.controlSocket, pidFile + '.sock')
+  const status = await sendControl(info.controlSocket, { cmd: 'status' }, 5000)
+  assert.strictEqual(status.result.workers.length, 1)
+  const stopped = await sendControl(info.controlSocket, { cmd: 'stop' }, 5000)
+  assert.deepStrictEqual(stopped, { ok: true })
+  await new Promise((resolve) => child.once('exit', resolve))
+  assert.ok(!fs.existsSync(pidFile + '.sock'), 'the socket file is gone')
+})
