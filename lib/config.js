@@ -9,6 +9,8 @@
 const os = require('os')
 const fs = require('fs')
 const { ClusterizeOptionError, MAX_TIMER_MS } = require('./errors')
+const { createChecks } = require('./check-options')
+const { DEFAULT_MAX_QUEUED_BYTES } = require('./bus/codec')
 
 const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky']
 const SERIALIZATION = ['json', 'advanced']
@@ -50,7 +52,7 @@ const DEFAULTS = {
     channel: 'clusterize:bus',
     serialization: 'json',
     maxMessageBytes: 1024 * 1024,
-    maxQueuedBytes: 16 * 1024 * 1024
+    maxQueuedBytes: DEFAULT_MAX_QUEUED_BYTES
   },
   logger: undefined,
   banner: true,
@@ -60,54 +62,11 @@ const DEFAULTS = {
 
 const TOP_LEVEL = Object.keys(DEFAULTS)
 
-function fail (option, accepted, value) {
-  const got = typeof value === 'string' ? JSON.stringify(value) : String(value)
-  return new ClusterizeOptionError(`clusterize: option "${option}" must be ${accepted}, got ${got}`, option)
-}
-
-function checkInteger (option, value, min, max) {
-  if (!Number.isInteger(value) || value < min || (max !== undefined && value > max)) {
-    const range = max === undefined ? `an integer >= ${min}` : `an integer from ${min} to ${max}`
-    throw fail(option, range, value)
-  }
-  return value
-}
-
-function checkNumber (option, value, min, max) {
-  if (typeof value !== 'number' || !Number.isFinite(value) || value < min || value > max) {
-    throw fail(option, `a number from ${min} to ${max}`, value)
-  }
-  return value
-}
-
-function checkOneOf (option, value, accepted) {
-  if (!accepted.includes(value)) {
-    throw fail(option, 'one of ' + accepted.map((v) => `'${v}'`).join(', '), value)
-  }
-  return value
-}
-
-/**
- * Merge a nested option group over its defaults, refusing unknown keys.
- */
-function group (name, value, defaults) {
-  if (value === undefined || value === null) return Object.assign({}, defaults)
-  if (typeof value !== 'object' || Array.isArray(value)) {
-    throw fail(name, 'an object', value)
-  }
-  for (const key of Object.keys(value)) {
-    if (!(key in defaults)) {
-      throw new ClusterizeOptionError(
-        `clusterize: unknown option "${name}.${key}" (accepted: ${Object.keys(defaults).join(', ')})`,
-        `${name}.${key}`)
-    }
-  }
-  const merged = Object.assign({}, defaults)
-  for (const key of Object.keys(value)) {
-    if (value[key] !== undefined) merged[key] = value[key]
-  }
-  return merged
-}
+const checks = createChecks('clusterize')
+const { fail, group } = checks
+const checkInteger = checks.integer
+const checkNumber = checks.number
+const checkOneOf = checks.oneOf
 
 /** Addresses only this machine can reach. */
 function isLoopback (host) {

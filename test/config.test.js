@@ -69,3 +69,18 @@ test('every time option is bounded by what a timer can hold (2^31-1 ms): 3e9 fai
   const { parseArgs } = require('../lib/cli/args')
   assert.throws(() => parseArgs(['stop', '--timeout', '3000000']), /--timeout must be a number of seconds from 0 to 2147483/)
 })
+
+test('one validation toolkit: every option error is a ClusterizeOptionError naming the option', () => {
+  const offload = require('../middleware/offload')
+  const session = require('../middleware/session')
+  const cases = [
+    [() => resolveConfig({ reload: { batch: 0 } }, {}), 'reload.batch'],
+    [() => offload.pool({ threads: 0 }), 'threads'],
+    [() => offload({ niceness: 42 }), 'niceness'],
+    [() => session({ secret: 'x'.repeat(32), ttl: -5 }), 'ttl']
+  ]
+  for (const [make, option] of cases) {
+    assert.throws(make, (err) => err instanceof ClusterizeOptionError && err.option === option && err.message.includes(`"${option}"`), option)
+  }
+  assert.throws(() => offload.pool({ threads: 0 }), (err) => err.name === 'OffloadOptionError' && err.code === 'ERR_OFFLOAD_OPTION', 'the offload subclass keeps its name and code')
+})

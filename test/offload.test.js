@@ -216,7 +216,7 @@ describe('options', () => {
   it('bad options throw at creation naming the option', () => {
     assert.throws(() => offload({ threads: 0 }), { message: 'offload: option "threads" must be a positive integer, got 0' })
     assert.throws(() => offload({ cancelOnDisconnect: 'yes' }), /option "cancelOnDisconnect" must be true or false, got "yes"/)
-    assert.throws(() => offload({ taskTimeoutMs: -1 }), /option "taskTimeoutMs" must be an integer >= 0, got -1/)
+    assert.throws(() => offload({ taskTimeoutMs: -1 }), /option "taskTimeoutMs" must be an integer from 0 to 2147483647, got -1/)
     assert.throws(() => offload.route(Math.max), /native or bound function/)
     assert.throws(() => offload.route((a) => a, 'nope'), /mapReq must be a function/)
   })

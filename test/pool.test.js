@@ -291,7 +291,7 @@ describe('options', () => {
     assert.throws(() => createPool({ threads: -1 }), { code: 'ERR_OFFLOAD_OPTION', message: 'offload: option "threads" must be a positive integer, got -1' })
     assert.throws(() => createPool({ threads: 1.5 }), /"threads" must be a positive integer, got 1.5/)
     assert.throws(() => createPool({ maxQueue: -2 }), /"maxQueue" must be an integer >= 0 or Infinity, got -2/)
-    assert.throws(() => createPool({ taskTimeoutMs: 'soon' }), /"taskTimeoutMs" must be an integer >= 0, got "soon"/)
+    assert.throws(() => createPool({ taskTimeoutMs: 'soon' }), /"taskTimeoutMs" must be an integer from 0 to 2147483647, got "soon"/)
     assert.throws(() => createPool({ resourceLimits: { maxOldGenerationSizeMb: 0 } }), /"resourceLimits.maxOldGenerationSizeMb" must be a positive number/)
     assert.throws(() => createPool({ resourceLimits: { heap: 1 } }), /"resourceLimits" must be an object with any of/)
     assert.throws(() => createPool({ setup: './relative.js' }), /"setup" must be an absolute module path/)

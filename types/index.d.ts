@@ -287,7 +287,9 @@ export declare function onDrain(fn: (info: DrainInfo) => void | Promise<void>): 
 
 export declare class ClusterizeOptionError extends TypeError {
   constructor(message: string, option?: string)
-  readonly code: 'ERR_CLUSTERIZE_OPTION'
+  /** 'ERR_CLUSTERIZE_OPTION'; subclasses have their own ('ERR_OFFLOAD_OPTION'). */
+  readonly code: 'ERR_CLUSTERIZE_OPTION' | 'ERR_OFFLOAD_OPTION'
+  /** The option that was wrong, e.g. 'reload.batch'. */
   readonly option: string
 }
 
@@ -524,7 +526,7 @@ export declare class PoolClosedError extends OffloadError {}
 export declare class CloneError extends OffloadError { position?: number }
 export declare class OuterVariableError extends OffloadError { variable: string }
 export declare class InvalidTaskError extends OffloadError {}
-export declare class OffloadOptionError extends TypeError { code: 'ERR_OFFLOAD_OPTION' }
+export declare class OffloadOptionError extends ClusterizeOptionError { readonly code: 'ERR_OFFLOAD_OPTION' }
 
 export interface OffloadFunction {
   /** Express middleware installing req.offload(task, ...args). Its pool starts at once. */

@@ -23,19 +23,14 @@
 const cluster = require('cluster')
 const debug = require('debug')('clusterize:bus')
 const { BusCore, wrapLogger, timeoutOf } = require('./core')
-const { createCodec, checkTopic, checkPublicTopic, DEFAULT_MAX_QUEUED_BYTES } = require('./codec')
+const { createCodec, checkTopic, checkPublicTopic } = require('./codec')
 const { ClusterizeBusError } = require('./errors')
 const { createPrimaryTransport } = require('./primary')
 const { createWorkerTransport } = require('./worker')
 const { createLocalTransport } = require('./local')
 
-const DEFAULT_CONFIG = {
-  redis: null,
-  channel: 'clusterize:bus',
-  serialization: 'json',
-  maxMessageBytes: 1024 * 1024,
-  maxQueuedBytes: DEFAULT_MAX_QUEUED_BYTES
-}
+/** The bus options' defaults live with every other option's, in lib/config.js. */
+const DEFAULT_CONFIG = require('../config').DEFAULTS.bus
 
 const core = new BusCore()
 let config = Object.assign({}, DEFAULT_CONFIG)

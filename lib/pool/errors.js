@@ -1,5 +1,7 @@
 'use strict'
 
+const { ClusterizeOptionError } = require('../errors')
+
 /**
  * Errors raised by the offload pool. Every error carries an HTTP `status`
  * (and the `statusCode` alias Express reads), a stable `code`, and `expose`
@@ -116,11 +118,14 @@ class InvalidTaskError extends OffloadError {
   }
 }
 
-/** A bad option value; thrown synchronously at creation. */
-class OffloadOptionError extends TypeError {
-  /** @param {string} message */
-  constructor (message) {
-    super(message)
+/** A bad option value; thrown synchronously at creation. A ClusterizeOptionError naming the option. */
+class OffloadOptionError extends ClusterizeOptionError {
+  /**
+   * @param {string} message
+   * @param {string} [option]
+   */
+  constructor (message, option) {
+    super(message, option)
     this.name = 'OffloadOptionError'
     this.code = 'ERR_OFFLOAD_OPTION'
   }

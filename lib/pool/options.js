@@ -3,7 +3,7 @@
 const os = require('node:os')
 const path = require('node:path')
 const { OffloadOptionError } = require('./errors')
-const { MAX_TIMER_MS } = require('../errors')
+const { createChecks, describe } = require('../check-options')
 
 const RESOURCE_LIMIT_KEYS = ['maxOldGenerationSizeMb', 'maxYoungGenerationSizeMb', 'codeRangeSizeMb', 'stackSizeMb']
 const POOL_KEYS = ['threads', 'maxQueue', 'taskTimeoutMs', 'resourceLimits', 'setup', 'maxStartupFailures', 'niceness']
@@ -31,17 +31,8 @@ function defaultThreads () {
   return Math.max(1, Math.floor(cores / workers))
 }
 
-function describe (value) {
-  if (typeof value === 'string') return JSON.stringify(value)
-  if (typeof value === 'function') return 'a function'
-  if (Array.isArray(value)) return 'an array'
-  if (value === null) return 'null'
-  if (typeof value === 'object') return 'an object'
-  return String(value)
-}
-
 function fail (prefix, name, accepted, value) {
-  throw new OffloadOptionError(`${prefix}: option "${name}" must be ${accepted}, got ${describe(value)}`)
+  throw createChecks(prefix, OffloadOptionError).fail(name, accepted, value)
 }
 
 function positiveInt (prefix, name, value, fallback) {
@@ -60,8 +51,7 @@ function nonNegativeInt (prefix, name, value, fallback, allowInfinity) {
 /** A delay in ms a timer can hold (0 = none). */
 function timerMs (prefix, name, value, fallback) {
   if (value === undefined) return fallback
-  if (!Number.isInteger(value) || value < 0 || value > MAX_TIMER_MS) fail(prefix, name, `an integer from 0 to ${MAX_TIMER_MS} (ms)`, value)
-  return value
+  return createChecks(prefix, OffloadOptionError).timerMs(name, value, 0)
 }
 
 function bool (prefix, name, value, fallback) {

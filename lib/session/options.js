@@ -8,7 +8,8 @@
 
 const cluster = require('cluster')
 const crypto = require('crypto')
-const { ClusterizeOptionError, MAX_TIMER_MS } = require('../errors')
+const { ClusterizeOptionError } = require('../errors')
+const { createChecks } = require('../check-options')
 
 const STORES = ['auto', 'redis', 'cluster', 'memory']
 const MIN_PRODUCTION_SECRET = 32
@@ -51,10 +52,10 @@ function workerCount (env) {
   return cluster.isWorker ? null : 0
 }
 
+const checks = createChecks('session')
+
 function checkPositiveInt (options, key) {
-  const value = options[key]
-  if (value === undefined) return
-  if (!Number.isInteger(value) || value < 1) throw fail(key, `must be an integer >= 1, got ${JSON.stringify(value)}`)
+  if (options[key] !== undefined) checks.integer(key, options[key], 1)
 }
 
 /**
@@ -145,7 +146,7 @@ function resolveSessionOptions (options, env) {
   if (options.maxSessionBytes !== undefined && options.maxTotalBytes !== undefined && options.maxSessionBytes > options.maxTotalBytes) {
     throw fail('maxSessionBytes', `(${options.maxSessionBytes}) is over maxTotalBytes (${options.maxTotalBytes}): a session that size could never be stored`)
   }
-  if (options.timeoutMs > MAX_TIMER_MS) throw fail('timeoutMs', `must be at most ${MAX_TIMER_MS} (ms), got ${options.timeoutMs}`)
+  if (options.timeoutMs !== undefined) checks.timerMs('timeoutMs', options.timeoutMs, 1)
 
   const expressSession = {}
   for (const key of EXPRESS_SESSION_KEYS) {
