@@ -42,9 +42,9 @@ function runWorker () {
     const ipc = require('../lib/ipc')
     const busHooks = require('../lib/bus')
     const channel = new ipc.Channel(process)
-    busHooks.configureBus({ serialization: 'json' }, { role: 'worker' })
-    busHooks.busAttachToPrimary({ channel, id, generation: 1 })
-    ipc.listen(process, (message) => { if (message.kind === 'bus') busHooks.busOnPrimaryMessage(message) })
+    busHooks.busRuntime.configure({ serialization: 'json' }, { role: 'worker' })
+    busHooks.busRuntime.attachToPrimary({ channel, id, generation: 1 })
+    ipc.listen(process, (message) => { if (message.kind === 'bus') busHooks.busRuntime.onPrimaryMessage(message) })
     busHooks.bus.on(TOPIC, (data) => onTick(data))
     send = (data) => busHooks.bus.broadcast(TOPIC, data)
   } else {
@@ -172,14 +172,14 @@ async function startSet (mode, workerCount) {
   if (mode === 'ours') {
     const ipc = require('../lib/ipc')
     const busHooks = require('../lib/bus')
-    if (busHooks.bus.role !== 'primary') busHooks.configureBus({ serialization: 'json' }, { role: 'primary' })
+    if (busHooks.bus.role !== 'primary') busHooks.busRuntime.configure({ serialization: 'json' }, { role: 'primary' })
     const records = forked.map((worker, id) => {
       const record = { id, pid: worker.process.pid, generation: 1, state: 'ready', channel: new ipc.Channel(worker) }
-      busHooks.busAddWorker(record)
-      ipc.listen(worker, (message) => { if (message.kind === 'bus') busHooks.busOnWorkerMessage(record, message) })
+      busHooks.busRuntime.addWorker(record)
+      ipc.listen(worker, (message) => { if (message.kind === 'bus') busHooks.busRuntime.onWorkerMessage(record, message) })
       return record
     })
-    teardown = () => records.forEach((record) => busHooks.busRemoveWorker(record))
+    teardown = () => records.forEach((record) => busHooks.busRuntime.removeWorker(record))
   } else {
     // The textbook relay: every message, to every other worker, one send() each.
     for (const from of forked) {

@@ -11,7 +11,11 @@ const { execFile } = require('child_process')
 const { createCodec, checkTopic } = require('../lib/bus/codec')
 const busModule = require('../lib/bus')
 
-const { bus, configureBus, busUseLocal, busStatus, busClose } = busModule
+const { bus, busRuntime } = busModule
+const configureBus = (config, options) => busRuntime.configure(config, options)
+const busUseLocal = () => busRuntime.useLocal()
+const busStatus = () => busRuntime.status()
+const busClose = () => busRuntime.close()
 const ROOT = path.join(__dirname, '..')
 
 function runNode (code) {

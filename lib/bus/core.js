@@ -289,4 +289,9 @@ function withTimeout (promise, timeoutMs, makeError) {
   })
 }
 
-module.exports = { BusCore, wrapLogger, isTopic, timeoutOf, withTimeout, DEFAULT_TIMEOUT_MS, NULL_LOG }
+/** Deliver on a later tick (process.nextTick(deliverLater, core, ...)): a sender's own listeners never run inside its call. */
+function deliverLater (core, topic, payload, meta) {
+  core.deliver(topic, payload, meta)
+}
+
+module.exports = { BusCore, wrapLogger, isTopic, timeoutOf, withTimeout, deliverLater, DEFAULT_TIMEOUT_MS, NULL_LOG }

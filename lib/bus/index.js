@@ -1,41 +1,19 @@
 'use strict'
 
 /**
- * The process-wide bus: one `bus` object with the same API in the primary, in
- * workers and in single-process mode, plus the hooks the clusterize runtime
- * calls to wire it up.
- *
- * Call order (done by lib/primary and lib/worker; users never call these):
- *   primary:        configureBus(config.bus, { logger })
- *                   busAddWorker(record)            for each forked worker
- *                   busOnWorkerMessage(record, env) for each envelope of kind 'bus'
- *                   busRemoveWorker(record)         when that worker exits
- *                   busClose()                      at shutdown (closes Redis)
- *   worker:         configureBus(config.bus, { logger })
- *                   busAttachToPrimary({ channel, id, generation })
- *                   busOnPrimaryMessage(env)        for each envelope of kind 'bus'
- *   workers: 0:     configureBus(config.bus, { logger }); busUseLocal()
- *
- * Until one of those runs, listeners and handlers can be registered but
- * broadcast/send/request/gather throw ERR_CLUSTERIZE_BUS_NOT_STARTED.
+ * The public bus: one `bus` object with the same API in the primary, in
+ * workers and in single-process mode, a facade over this process's bus
+ * runtime (./runtime.js), which the clusterize runtime wires up.
+ * `internalBus` is the same API for library code, which may use the
+ * reserved `$cz:` topics.
  */
 
-const cluster = require('cluster')
-const debug = require('debug')('clusterize:bus')
-const { BusCore, wrapLogger, timeoutOf } = require('./core')
-const { createCodec, checkTopic, checkPublicTopic } = require('./codec')
+const { timeoutOf } = require('./core')
+const { checkTopic, checkPublicTopic } = require('./codec')
 const { ClusterizeBusError } = require('./errors')
-const { createPrimaryTransport } = require('./primary')
-const { createWorkerTransport } = require('./worker')
-const { createLocalTransport } = require('./local')
+const { busRuntime } = require('./runtime')
 
-/** The bus options' defaults live with every other option's, in lib/config.js. */
-const DEFAULT_CONFIG = require('../config').DEFAULTS.bus
-
-const core = new BusCore()
-let config = Object.assign({}, DEFAULT_CONFIG)
-let hostId
-let disconnectListener = null
+const core = busRuntime.core
 
 function transportFor (method) {
   const transport = core.transport
@@ -194,184 +172,4 @@ Object.defineProperty(bus, 'role', {
   get () { return core.transport === null ? 'none' : core.transport.role }
 })
 
-// ---- runtime hooks ---------------------------------------------------------
-
-/**
- * Apply the bus options (already validated by lib/config.js). In the primary
- * (and with workers: 0) this starts the Redis bridge when `busConfig.redis` is set.
- * `role` defaults to 'worker' in a cluster worker, else 'primary'; 'local' is
- * the same as calling busUseLocal() afterwards.
- * @param {{ redis?: *, channel?: string, serialization?: 'json'|'advanced', maxMessageBytes?: number, maxQueuedBytes?: number }} busConfig
- * @param {{ logger?: object, log?: object, role?: 'primary'|'worker'|'local', hostId?: string }} [options]
- */
-function configureBus (busConfig, options) {
-  options = options || {}
-  config = Object.assign({}, DEFAULT_CONFIG, busConfig)
-  core.codec = createCodec(config)
-  core.log = wrapLogger(options.logger || options.log)
-  core.warned.clear()
-  if (options.hostId !== undefined) hostId = String(options.hostId)
-  const role = options.role || (cluster.isWorker ? 'worker' : 'primary')
-  if (role === 'primary') {
-    if (core.transport === null || core.transport.role !== 'primary') core.transport = createPrimaryTransport(core)
-    startBridge()
-  } else if (role === 'local') {
-    core.transport = createLocalTransport(core)
-    startBridge()
-  }
-}
-
-function startBridge () {
-  if (core.bridge !== null) {
-    const old = core.bridge
-    core.bridge = null
-    old.close().catch(() => {})
-  }
-  if (!config.redis) return
-  const { createRedisBridge } = require('./redis-bridge')
-  core.bridge = createRedisBridge({
-    redis: config.redis,
-    channel: config.channel,
-    codec: core.codec,
-    log: core.log,
-    hostId,
-    onMessage: function fromOtherHost (topic, payload, from, generation, host) {
-      if (core.transport !== null && typeof core.transport.fromBridge === 'function') {
-        core.transport.fromBridge(topic, payload, from, generation, host)
-      }
-    }
-  })
-}
-
-function primaryTransport () {
-  if (core.transport === null) core.transport = createPrimaryTransport(core)
-  return core.transport.role === 'primary' ? core.transport : null
-}
-
-/**
- * Primary: a worker was forked. `record` = { id (slot), pid, generation, channel: ipc.Channel, state? }.
- * The same slot id may have several records at once (reload); routing is by record.
- * @param {object} record
- */
-function busAddWorker (record) {
-  const transport = primaryTransport()
-  if (transport) transport.addWorker(record)
-}
-
-/**
- * Primary: a worker exited. Gathers waiting on it count it as failed at once;
- * answers to its own pending requests are dropped.
- * @param {object} record
- */
-function busRemoveWorker (record) {
-  const transport = core.transport
-  if (transport && transport.role === 'primary') transport.removeWorker(record)
-}
-
-/**
- * Primary: an envelope of kind 'bus' from a worker. Never throws.
- * @param {object} record
- * @param {object} envelope
- */
-function busOnWorkerMessage (record, envelope) {
-  const transport = core.transport
-  if (!transport || transport.role !== 'primary') return
-  try {
-    transport.onWorkerMessage(record, envelope)
-  } catch (err) {
-    debug('bus envelope from worker %s failed: %s', record && record.id, err && err.stack)
-  }
-}
-
-/**
- * Worker: connect the bus to the primary.
- * @param {{ channel: import('../ipc').Channel, id: number, generation?: number }} options
- */
-function busAttachToPrimary (options) {
-  if (!options || !options.channel || typeof options.channel.post !== 'function') {
-    throw new TypeError('busAttachToPrimary({ channel, id, generation }): channel must be an ipc.Channel')
-  }
-  if (core.transport && core.transport.role === 'worker') core.transport.close()
-  const transport = createWorkerTransport(core, options)
-  core.transport = transport
-  const peer = options.channel.peer
-  if (disconnectListener) process.removeListener('disconnect', disconnectListener)
-  disconnectListener = null
-  if (peer === process) {
-    disconnectListener = function primaryGone () {
-      transport.failAll('the IPC channel to the primary closed')
-    }
-    process.once('disconnect', disconnectListener)
-  }
-}
-
-/**
- * Worker: an envelope of kind 'bus' from the primary. Never throws.
- * @param {object} envelope
- */
-function busOnPrimaryMessage (envelope) {
-  const transport = core.transport
-  if (!transport || transport.role !== 'worker') return
-  try {
-    transport.onPrimaryMessage(envelope)
-  } catch (err) {
-    debug('bus envelope from the primary failed: %s', err && err.stack)
-  }
-}
-
-/**
- * Single-process mode (workers: 0): everything is answered in this process.
- * Starts the Redis bridge if configured and not yet running.
- */
-function busUseLocal () {
-  core.transport = createLocalTransport(core)
-  if (config.redis && core.bridge === null) startBridge()
-}
-
-/**
- * For /ready and /stats.
- * @returns {{ role: string, serialization: string, maxMessageBytes: number, bridge: object|null }}
- */
-function busStatus () {
-  const transport = core.transport
-  const status = {
-    role: transport === null ? 'none' : transport.role,
-    serialization: core.codec.name,
-    maxMessageBytes: core.codec.maxMessageBytes,
-    maxQueuedBytes: core.codec.maxQueuedBytes
-  }
-  if (transport !== null) Object.assign(status, transport.status())
-  status.bridge = core.bridge === null ? null : core.bridge.status()
-  return status
-}
-
-/**
- * Shutdown: settle pending requests/gathers and close the Redis connections.
- * Listeners and handlers stay registered.
- * @returns {Promise<void>}
- */
-function busClose () {
-  const transport = core.transport
-  core.transport = null
-  if (transport) transport.close()
-  if (disconnectListener) process.removeListener('disconnect', disconnectListener)
-  disconnectListener = null
-  const bridge = core.bridge
-  core.bridge = null
-  return bridge ? bridge.close() : Promise.resolve()
-}
-
-module.exports = {
-  bus,
-  internalBus,
-  configureBus,
-  busAddWorker,
-  busRemoveWorker,
-  busOnWorkerMessage,
-  busAttachToPrimary,
-  busOnPrimaryMessage,
-  busUseLocal,
-  busStatus,
-  busClose,
-  ClusterizeBusError
-}
+module.exports = { bus, internalBus, busRuntime, ClusterizeBusError }

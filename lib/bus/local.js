@@ -14,8 +14,7 @@
  * - Broadcasts still go over the Redis bridge when `bus.redis` is set.
  */
 
-const { deliverLater } = require('./primary')
-const { withTimeout } = require('./core')
+const { deliverLater, withTimeout } = require('./core')
 
 const LOCAL_ID = 0
 const LOCAL_GENERATION = 1

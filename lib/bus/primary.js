@@ -12,7 +12,7 @@
 
 const debug = require('debug')('clusterize:bus')
 const { MARK } = require('../ipc')
-const { isTopic } = require('./core')
+const { isTopic, deliverLater } = require('./core')
 const { queuedSize } = require('./codec')
 
 const KIND = 'bus'
@@ -329,8 +329,4 @@ function createPrimaryTransport (core) {
   }
 }
 
-function deliverLater (core, topic, payload, meta) {
-  core.deliver(topic, payload, meta)
-}
-
-module.exports = { createPrimaryTransport, deliverLater }
+module.exports = { createPrimaryTransport }

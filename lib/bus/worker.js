@@ -9,9 +9,8 @@ const debug = require('debug')('clusterize:bus')
 const { MARK } = require('../ipc')
 const { ClusterizeTimeoutError } = require('../errors')
 const { ClusterizeBusError, errorFromWire } = require('./errors')
-const { isTopic } = require('./core')
+const { isTopic, deliverLater } = require('./core')
 const { queuedSize } = require('./codec')
-const { deliverLater } = require('./primary')
 
 const KIND = 'bus'
 /** How long past its own timeout a gather waits for the primary's summary. */

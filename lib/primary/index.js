@@ -21,7 +21,8 @@ const { createReloader } = require('./reload')
 const { createMetrics } = require('./metrics')
 const { watchSessionStores } = require('./session-watch')
 const { buildStats } = require('./stats')
-const busLink = require('./bus-link')
+const { busRuntime, internalBus } = require('../bus')
+const { attachSessionBackend, backendFor } = require('../session/cluster-backend')
 const { handleSignals } = require('../signals')
 const { createLogger } = require('../logger')
 const { explainListenError } = require('../errors')
@@ -49,7 +50,7 @@ function startPrimary (createApp, config) {
   const parts = { dispatcher: null, probes: null, health: null }
   const runtime = { listenMode, port: config.port, route: null }
   const supervisor = new Supervisor(config, log, runtime)
-  const metrics = createMetrics(supervisor, () => busLink.status())
+  const metrics = createMetrics(supervisor, () => busRuntime.status())
   const reloader = createReloader(config, supervisor, log)
   const sessions = watchSessionStores(supervisor, log, (name, info) => handle.emit(name, info))
   const reloads = createReloadQueue()
@@ -57,7 +58,9 @@ function startPrimary (createApp, config) {
 
   runtime.route = createRoutes()
   cluster.setupPrimary({ serialization: config.bus.serialization })
-  busLink.attachPrimary(config, log)
+  busRuntime.configure(config.bus, { logger: log, role: 'primary' })
+  // The cluster session store's sessions live here; cheap until a worker uses it (an empty Map).
+  attachSessionBackend(internalBus)
   forwardEvents()
 
   Object.defineProperty(handle, 'bus', { enumerable: true, get: () => require('../bus').bus })
@@ -85,7 +88,7 @@ function startPrimary (createApp, config) {
       [protocol.KIND.BOOT_ERROR]: (record, message) => supervisor.onBootError(record, message),
       [protocol.KIND.DRAINED]: (record, message) => supervisor.onDrained(record, message),
       [protocol.KIND.ACCEPTED]: (record) => { if (parts.dispatcher) parts.dispatcher.onAccepted(record) },
-      [protocol.KIND.BUS]: (record, message) => busLink.onWorkerMessage(record, message)
+      [protocol.KIND.BUS]: (record, message) => busRuntime.onWorkerMessage(record, message)
     }, (record, message) => debug('ignoring %s from worker %d', message.kind, record.id))
   }
 
@@ -95,8 +98,8 @@ function startPrimary (createApp, config) {
       metrics.onExit(event)
       handle.emit('worker:exit', event)
     })
-    supervisor.on('worker:fork', (record) => busLink.addWorker(record))
-    supervisor.on('record:exit', (record) => busLink.removeWorker(record))
+    supervisor.on('worker:fork', (record) => busRuntime.addWorker(record))
+    supervisor.on('record:exit', (record) => busRuntime.removeWorker(record))
     supervisor.on('crashloop', onCrashLoop)
     supervisor.on('record:gone', exitIfNothingServes)
     supervisor.once('boot-fatal', onBootFatal)
@@ -245,7 +248,7 @@ function startPrimary (createApp, config) {
       const forced = retiring.some((record) => record.forced || record.drainTimedOut)
       if (parts.health) parts.health.stop()
       if (parts.probes) await parts.probes.close()
-      await busLink.close()
+      await busRuntime.close()
       const code = forced || exitCode === 1 ? 1 : 0
       log.info(forced ? 'shutdown forced: some workers were killed at the deadline' : 'shutdown complete', { code })
       return { code, forced }
@@ -254,7 +257,7 @@ function startPrimary (createApp, config) {
   }
 
   function stats () {
-    return buildStats({ supervisor, dispatcher: parts.dispatcher, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busLink.status(), sessions: busLink.sessions() })
+    return buildStats({ supervisor, dispatcher: parts.dispatcher, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: backendFor(internalBus).stats() })
   }
 }
 

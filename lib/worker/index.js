@@ -16,7 +16,9 @@ const { prepareServer, drainServer } = require('./serve')
 const pitfalls = require('./pitfalls')
 const { createHealthSampler } = require('./heartbeat')
 const { listenServer } = require('./listen')
-const busLink = require('./bus-link')
+const { busRuntime } = require('../bus')
+const { sessionStatus } = require('../session/status')
+const { setSessionLogger } = require('../session/log')
 const { createLogger } = require('../logger')
 
 /**
@@ -40,7 +42,9 @@ function startWorker (createApp, config) {
   let heartbeatTimer = null
   let shuttingDown = false
 
-  busLink.attachWorker(config, log, channel, id, generation)
+  busRuntime.configure(config.bus, { logger: log, role: 'worker' })
+  busRuntime.attachToPrimary({ channel, id, generation })
+  setSessionLogger(log)
 
   const route = protocol.createRouter({
     [protocol.KIND.CONN]: function onConnection (_, message, socketHandle) {
@@ -51,7 +55,7 @@ function startWorker (createApp, config) {
     },
     [protocol.KIND.DRAIN]: (_, message) => shutdown(message.timeoutMs, message.reason),
     [protocol.KIND.PROMOTE]: (_, message) => promote(message.slot),
-    [protocol.KIND.BUS]: (_, message) => busLink.onPrimaryMessage(message)
+    [protocol.KIND.BUS]: (_, message) => busRuntime.onPrimaryMessage(message)
   }, (_, message) => debug('ignoring %s from primary', message.kind))
   ipc.listen(process, (message, socketHandle) => route(null, message, socketHandle))
 
@@ -130,7 +134,7 @@ function startWorker (createApp, config) {
     if (!sampler) return
     const figures = sampler.sample()
     figures.generation = generation
-    channel.post(protocol.heartbeat(figures, busLink.sessionStatus()))
+    channel.post(protocol.heartbeat(figures, sessionStatus()))
   }
 
   async function shutdown (timeoutMs, reason) {

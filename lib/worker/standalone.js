@@ -9,7 +9,9 @@ const EventEmitter = require('events')
 const { createHealthSampler } = require('./heartbeat')
 const { listenServer } = require('./listen')
 const { prepareServer, drainServer } = require('./serve')
-const busLink = require('./bus-link')
+const { busRuntime, internalBus } = require('../bus')
+const { attachSessionBackend, backendFor } = require('../session/cluster-backend')
+const { setSessionLogger } = require('../session/log')
 const { handleSignals } = require('../signals')
 const { createLogger } = require('../logger')
 
@@ -27,7 +29,10 @@ function startStandalone (createApp, config) {
   handle.generation = 1
   handle.app = null
   handle.server = null
-  busLink.useLocal(config, log)
+  // The bus and the cluster session store live in this process.
+  busRuntime.configure(config.bus, { logger: log, role: 'local' })
+  setSessionLogger(log)
+  attachSessionBackend(internalBus)
   Object.defineProperty(handle, 'bus', { enumerable: true, get: () => require('../bus').bus })
 
   handle.ready = (async () => {
@@ -58,7 +63,7 @@ function startStandalone (createApp, config) {
     shutdownPromise = (async () => {
       const forced = await drainServer({ server: handle.server, tracker, listening: true, log }, config.shutdown.timeoutMs, 'shutdown')
       if (sampler) sampler.stop()
-      await busLink.close()
+      await busRuntime.close()
       log.info(forced ? 'shutdown forced at the deadline' : 'shutdown complete')
       return { code: forced ? 1 : 0, forced }
     })()
@@ -78,8 +83,8 @@ function startStandalone (createApp, config) {
       shuttingDown: Boolean(shutdownPromise),
       reloads: 0,
       workers: [{ id: 0, pid: process.pid, generation: 1, state: shutdownPromise ? 'stopping' : 'ready', uptimeMs: Math.round(process.uptime() * 1000), restarts: 0, heartbeat: figures }],
-      bus: busLink.status(),
-      sessions: busLink.sessions()
+      bus: busRuntime.status(),
+      sessions: backendFor(internalBus) ? backendFor(internalBus).stats() : null
     }
   }
 
