@@ -180,9 +180,10 @@ class BusCore {
    * @param {*} payload encoded request data
    * @param {object} meta
    * @param {string} where 'the primary' or 'worker N', for the no-handler message
+   * @param {boolean} [raw] library traffic: the data and the answer travel as they are (no codec)
    * @returns {Promise<{ ok: boolean, d?: *, e?: object }>}
    */
-  invoke (topic, payload, meta, where) {
+  invoke (topic, payload, meta, where, raw) {
     const fn = this.handlers.get(topic)
     if (fn === undefined) {
       return Promise.resolve({
@@ -192,8 +193,9 @@ class BusCore {
     }
     const codec = this.codec
     return new Promise(function runHandler (resolve) {
-      resolve(fn(codec.decode(payload), meta))
+      resolve(fn(raw ? payload : codec.decode(payload), meta))
     }).then(function encodeAnswer (result) {
+      if (raw) return { ok: true, d: result }
       try {
         return { ok: true, d: codec.encode(topic, result, 'reply') }
       } catch (err) {
@@ -208,13 +210,13 @@ class BusCore {
    * Invoke the local handler with a timeout and decode its answer: request()
    * in the primary and in single-process mode.
    */
-  invokeLocally (topic, payload, meta, where, timeoutMs, method) {
+  invokeLocally (topic, payload, meta, where, timeoutMs, method, raw) {
     const codec = this.codec
-    return withTimeout(this.invoke(topic, payload, meta, where), timeoutMs,
+    return withTimeout(this.invoke(topic, payload, meta, where, raw), timeoutMs,
       () => new ClusterizeTimeoutError(`${method}("${topic}"): the handler in ${where} did not answer within ${timeoutMs} ms (options.timeoutMs)`))
       .then(function settle (answer) {
         if (!answer.ok) throw errorFromWire(answer.e, `the handler for "${topic}" failed`)
-        return codec.decode(answer.d)
+        return raw ? answer.d : codec.decode(answer.d)
       })
   }
 

@@ -41,8 +41,8 @@ function createLocalTransport (core) {
       return true
     },
 
-    request (topic, payload, timeoutMs) {
-      return core.invokeLocally(topic, payload, meta(topic), 'this process', timeoutMs, 'bus.request')
+    request (topic, payload, timeoutMs, raw) {
+      return core.invokeLocally(topic, payload, meta(topic), 'this process', timeoutMs, 'bus.request', raw)
     },
 
     gather (topic, payload, timeoutMs) {

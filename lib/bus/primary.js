@@ -13,7 +13,7 @@
 const debug = require('debug')('clusterize:bus')
 const { MARK } = require('../ipc')
 const { isTopic, deliverLater } = require('./core')
-const { queuedSize } = require('./codec')
+const { queuedSize, RESERVED_PREFIX } = require('./codec')
 
 const KIND = 'bus'
 
@@ -206,7 +206,9 @@ function createPrimaryTransport (core) {
     }
     const topic = message.t
     const payload = message.d
-    if (!isTopic(topic) || !core.acceptsPayload(payload)) {
+    // A raw request carries plain data for a library handler on a reserved topic; the codec does not apply.
+    const rawRequest = message.op === 'rq' && message.r === 1 && typeof topic === 'string' && topic.startsWith(RESERVED_PREFIX)
+    if (!isTopic(topic) || (!rawRequest && !core.acceptsPayload(payload))) {
       debug('ignoring malformed bus envelope (op %s) from worker %s', message.op, record.id)
       return
     }
@@ -233,10 +235,13 @@ function createPrimaryTransport (core) {
       case 'rq': {
         const id = message.id
         if (typeof id !== 'number') return
-        core.invoke(topic, payload, localMeta(topic, record.id, record.generation), 'the primary').then(function reply (answer) {
+        const raw = rawRequest
+        core.invoke(topic, payload, localMeta(topic, record.id, record.generation), 'the primary', raw).then(function reply (answer) {
           // A worker that exited meanwhile gets nothing: its request died with it.
           if (!records.has(record)) return
-          post(record, { [MARK]: 1, kind: KIND, op: 'rs', id, ok: answer.ok, d: answer.d, e: answer.e })
+          const response = { [MARK]: 1, kind: KIND, op: 'rs', id, ok: answer.ok, d: answer.d, e: answer.e }
+          if (raw) response.r = 1
+          post(record, response)
         })
         return
       }
@@ -297,8 +302,8 @@ function createPrimaryTransport (core) {
       return true
     },
 
-    request (topic, payload, timeoutMs) {
-      return core.invokeLocally(topic, payload, localMeta(topic, 'primary'), 'the primary', timeoutMs, 'bus.request')
+    request (topic, payload, timeoutMs, raw) {
+      return core.invokeLocally(topic, payload, localMeta(topic, 'primary'), 'the primary', timeoutMs, 'bus.request', raw)
     },
 
     gather (topic, payload, timeoutMs) {

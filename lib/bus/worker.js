@@ -40,8 +40,8 @@ function createWorkerTransport (core, options) {
    * bus.maxQueuedBytes, refuse it: the primary or the channel cannot keep up,
    * and queueing more would only grow memory in both processes.
    */
-  function reserve (method, topic, payload) {
-    const bytes = queuedSize(topic, payload)
+  function reserve (method, topic, payload, extraBytes) {
+    const bytes = queuedSize(topic, payload) + (extraBytes || 0)
     const queued = channel.queuedBytes
     if (queued + bytes > core.codec.maxQueuedBytes) {
       backpressure.refused++
@@ -118,6 +118,7 @@ function createWorkerTransport (core, options) {
         const entry = settle(message.id, 'request')
         if (entry === undefined) return
         if (message.ok === true) {
+          if (message.r === 1) return entry.resolve(message.d)
           let value
           try {
             value = core.codec.decode(message.d)
@@ -175,12 +176,18 @@ function createWorkerTransport (core, options) {
       return true
     },
 
-    request (topic, payload, timeoutMs) {
-      reserve('bus.request', topic, payload)
+    /**
+     * @param {boolean} [raw] library traffic: `payload` is plain data the IPC
+     *   channel serialises itself (no second encoding); `rawBytes` sizes it
+     */
+    request (topic, payload, timeoutMs, raw, rawBytes) {
+      reserve('bus.request', topic, raw ? undefined : payload, rawBytes)
       const { id, promise } = track('request', topic, timeoutMs, function requestTimedOut (resolve, reject) {
         reject(new ClusterizeTimeoutError(`bus.request("${topic}"): the primary did not answer within ${timeoutMs} ms (options.timeoutMs)`))
       })
-      post({ [MARK]: 1, kind: KIND, op: 'rq', id, t: topic, d: payload })
+      const message = { [MARK]: 1, kind: KIND, op: 'rq', id, t: topic, d: payload }
+      if (raw) message.r = 1
+      post(message)
       return promise
     },
 

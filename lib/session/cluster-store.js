@@ -3,7 +3,9 @@
 /**
  * The cluster session store: an express-session Store whose sessions live in
  * the primary (lib/session/cluster-backend.js). Every operation is exactly one
- * bus request: `bus.request('$cz:session', { op, ... }, { timeoutMs })`.
+ * bus request: `internalBus.request('$cz:session', { op, ... }, { timeoutMs, raw: true })`:
+ * the session is JSON-encoded once, by this store; the bus carries the message
+ * as plain data (no second encoding) and the IPC channel frames it.
  * Sessions travel as JSON strings; expiry is computed here, from the cookie,
  * so the primary never parses a session.
  */
@@ -192,9 +194,11 @@ function busTransport (timeoutMs, bounds) {
 function connect (timeoutMs, bounds) {
   const { internalBus: bus } = require('../bus')
   if (cluster.isWorker) {
-    const options = { timeoutMs }
     return function overBus (msg) {
-      return bus.request(TOPIC, msg, options)
+      // The session is JSON-encoded once, here; raw: the bus does not encode the message again,
+      // the IPC channel carries it as it is (it used to be JSON in JSON in JSON).
+      const bytes = typeof msg.sess === 'string' ? msg.sess.length : 0
+      return bus.request(TOPIC, msg, { timeoutMs, raw: true, bytes })
     }
   }
   const backend = attachSessionBackend(bus, bounds)
