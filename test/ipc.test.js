@@ -88,3 +88,22 @@ test('protocol: every kind has one name, builders make envelopes, the router has
   assert.deepStrictEqual(seen, [['w1', 'ready']])
   assert.deepStrictEqual(unknown, ['constructor', 'toString'])
 })
+
+test('a raw library request crosses the channel as plain data: the session string is not wrapped in a second JSON encoding', async () => {
+  const { BusCore } = require('../lib/bus/core')
+  const { createCodec } = require('../lib/bus/codec')
+  const { createWorkerTransport } = require('../lib/bus/worker')
+  const { child, raw } = startChild()
+  const core = new BusCore()
+  core.codec = createCodec({})
+  const transport = createWorkerTransport(core, { channel: new ipc.Channel(child), id: 0 })
+  const sess = JSON.stringify({ cookie: { expires: null }, user: 'ada' })
+  transport.request('$cz:session', { op: 'set', sid: 's1', sess }, 1000, true, sess.length).catch(() => {})
+  transport.request('app:topic', core.codec.encode('app:topic', { sess }), 1000).catch(() => {})
+  await eventually(() => raw.length >= 1)
+  const items = raw[0].raw.kind === 'batch' ? raw[0].raw.items : [raw[0].raw]
+  assert.strictEqual(items[0].r, 1)
+  assert.deepStrictEqual(items[0].d, { op: 'set', sid: 's1', sess }, 'plain data, encoded only by the channel')
+  assert.strictEqual(typeof items[1].d, 'string', 'ordinary requests are encoded by the codec')
+  transport.close()
+})
