@@ -1,0 +1,76 @@
+'use strict'
+
+/**
+ * express-session's Store contract, written for our stores and run on both:
+ * the cluster store (its backend in this process, reached as over IPC) and
+ * the Redis store on the real Redis at REDIS_URL (a unique key prefix per
+ * run, deleted afterwards). Each store callback runs exactly once; an
+ * exception the app throws inside one surfaces as itself.
+ */
+
+const { describe, it, before, after } = require('node:test')
+const assert = require('node:assert/strict')
+const path = require('path')
+const { execFile } = require('child_process')
+const { promisify } = require('util')
+const { ClusterStore } = require('../lib/session/cluster-store')
+const { ClusterizeRedisStore } = require('../lib/session/redis-store')
+const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix } = require('./helpers/redis')
+
+const execFileP = promisify(execFile)
+const THROWS_FIXTURE = path.join(__dirname, 'fixtures', 'store-callback-throws.js')
+const OPS = ['get', 'set', 'touch', 'destroy', 'length', 'all', 'clear']
+
+/**
+ * Run one store operation in a child process with a callback that throws.
+ * @returns {Promise<{ calls: object[], uncaught: object[], rejections: object[] }>}
+ */
+async function callbackThrows (kind, op, prefix) {
+  const args = [THROWS_FIXTURE, kind, op]
+  if (kind === 'redis') args.push(REDIS_URL, prefix)
+  const { stdout } = await execFileP(process.execPath, args, { timeout: 20000 })
+  return JSON.parse(stdout.trim().split('\n').pop())
+}
+
+/**
+ * The contract suite for one store.
+ * @param {string} name
+ * @param {{ kind: 'cluster'|'redis', open: () => Promise<{ store: object, close: () => Promise<void> }>, prefix?: string }} target
+ * @param {object} [options] node:test suite options (skip)
+ */
+function contract (name, target, options) {
+  describe(`session store contract: ${name}`, options || {}, () => {
+    let opened
+    before(async () => { opened = await target.open() })
+    after(async () => { if (opened) await opened.close() })
+
+    for (const op of OPS) {
+      it(`${op}: a callback that throws runs once, and the exception surfaces as itself`, async () => {
+        const report = await callbackThrows(target.kind, op, target.prefix)
+        assert.equal(report.setupError, undefined, JSON.stringify(report))
+        assert.equal(report.calls.length, 1, `callback ran ${report.calls.length} times: ${JSON.stringify(report.calls)}`)
+        assert.equal(report.calls[0].err, null)
+        assert.deepEqual(report.rejections, [], 'no unhandledRejection')
+        assert.deepEqual(report.uncaught, [{ name: 'Error', message: 'app boom' }])
+      })
+    }
+  })
+}
+
+contract('cluster store', {
+  kind: 'cluster',
+  open: async () => ({ store: new ClusterStore(), close: async () => {} })
+})
+
+describe('redis', async () => {
+  const options = await redisTestOptions()
+  const prefix = uniquePrefix('contract')
+  contract('redis store', {
+    kind: 'redis',
+    prefix,
+    open: async () => {
+      const store = new ClusterizeRedisStore({ redis: REDIS_URL, prefix })
+      return { store, close: async () => { await store.close(); await deletePrefix(prefix) } }
+    }
+  }, options)
+})
