@@ -16,6 +16,7 @@ const { promisify } = require('util')
 const { ClusterStore } = require('../lib/session/cluster-store')
 const { ClusterizeRedisStore } = require('../lib/session/redis-store')
 const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix } = require('./helpers/redis')
+const request = require('supertest')
 
 const execFileP = promisify(execFile)
 const THROWS_FIXTURE = path.join(__dirname, 'fixtures', 'store-callback-throws.js')
@@ -73,4 +74,47 @@ describe('redis', async () => {
       return { store, close: async () => { await store.close(); await deletePrefix(prefix) } }
     }
   }, options)
+})
+
+describe('redis store used directly, before its first connection', async () => {
+  const options = await redisTestOptions()
+  const prefix = uniquePrefix('direct')
+  after(() => deletePrefix(prefix))
+
+  it('get and set right after creation wait for the connection instead of failing', options, async () => {
+    const store = new ClusterizeRedisStore({ redis: REDIS_URL, prefix, timeoutMs: 5000 })
+    try {
+      assert.notEqual(store.redis.status, 'ready')
+      const sess = { cookie: { originalMaxAge: 60000, expires: new Date(Date.now() + 60000).toISOString() }, n: 3 }
+      const [missing] = await Promise.all([
+        promisify(store.get).call(store, 'direct-missing'),
+        promisify(store.set).call(store, 'direct-1', sess)
+      ])
+      assert.equal(missing, null)
+      assert.equal((await promisify(store.get).call(store, 'direct-1')).n, 3)
+    } finally {
+      await store.close()
+    }
+  })
+
+  it('given to plain express-session, the first request gets a session', options, async () => {
+    const express = require('express')
+    const expressSession = require('express-session')
+    const store = new ClusterizeRedisStore({ redis: REDIS_URL, prefix, timeoutMs: 5000 })
+    const app = express()
+    app.use(expressSession({ store, secret: 'contract-test-secret', resave: false, saveUninitialized: false }))
+    app.get('/', (req, res) => {
+      req.session.n = (req.session.n || 0) + 1
+      res.json({ n: req.session.n })
+    })
+    try {
+      const first = await request(app).get('/')
+      assert.equal(first.status, 200, first.text)
+      assert.deepEqual(first.body, { n: 1 })
+      const again = await request(app).get('/').set('Cookie', first.headers['set-cookie'][0].split(';')[0])
+      assert.deepEqual(again.body, { n: 2 })
+    } finally {
+      await store.close()
+    }
+  })
 })

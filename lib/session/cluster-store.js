@@ -13,6 +13,7 @@ const { Store } = require('express-session')
 const debug = require('debug')('clusterize:session')
 const { TOPIC, attachSessionBackend } = require('./cluster-backend')
 const { toUnavailable } = require('./unavailable')
+const { callOnce } = require('./callback')
 
 const DEFAULT_TIMEOUT_MS = 2000
 const DEFAULT_TTL_SECONDS = 86400
@@ -45,6 +46,7 @@ class ClusterStore extends Store {
    * @param {(err: Error|null, value?: *) => void} cb
    */
   call (msg, cb) {
+    cb = callOnce(cb, msg.op)
     let pending
     try {
       pending = this.transport(msg)

@@ -15,6 +15,7 @@ const { RedisStore } = require('connect-redis')
 const Redis = require('ioredis')
 const debug = require('debug')('clusterize:session')
 const { toUnavailable, SessionStoreUnavailableError } = require('./unavailable')
+const { callOnce } = require('./callback')
 
 const DEFAULT_PREFIX = 'sess:'
 const MAX_RECONNECT_DELAY_MS = 1000
@@ -143,13 +144,64 @@ class ClusterizeRedisStore extends RedisStore {
     }
   }
 
-  get (sid, cb) { return super.get(sid, tagErrors(cb)) }
-  set (sid, sess, cb) { return super.set(sid, sess, tagErrors(cb)) }
-  touch (sid, sess, cb) { return super.touch(sid, sess, tagErrors(cb)) }
-  destroy (sid, cb) { return super.destroy(sid, tagErrors(cb)) }
-  clear (cb) { return super.clear(tagErrors(cb)) }
-  length (cb) { return super.length(tagErrors(cb)) }
-  all (cb) { return super.all(tagErrors(cb)) }
+  /**
+   * Run `run` once Redis has connected for the first time: a store used
+   * directly (plain express-session, or a call right after creation) waits
+   * up to timeoutMs for that, as our middleware's gate does, instead of
+   * failing at once on the offline queue. After the first connection it runs
+   * at once, and a disconnected Redis fails fast.
+   * @param {(err: Error) => void} answer the tagged callback
+   * @param {() => *} run
+   */
+  afterFirstConnection (answer, run) {
+    if (this.everReady || this.redis.status === 'ready') return run()
+    this.checkAvailable(function firstConnection (err) {
+      if (err) return answer(err)
+      run()
+    })
+  }
+
+  get (sid, cb) {
+    if (typeof cb !== 'function') return super.get(sid)
+    const answer = tagErrors(cb, 'get')
+    this.afterFirstConnection(answer, () => super.get(sid, answer))
+  }
+
+  set (sid, sess, cb) {
+    if (typeof cb !== 'function') return super.set(sid, sess)
+    const answer = tagErrors(cb, 'set')
+    this.afterFirstConnection(answer, () => super.set(sid, sess, answer))
+  }
+
+  touch (sid, sess, cb) {
+    if (typeof cb !== 'function') return super.touch(sid, sess)
+    const answer = tagErrors(cb, 'touch')
+    this.afterFirstConnection(answer, () => super.touch(sid, sess, answer))
+  }
+
+  destroy (sid, cb) {
+    if (typeof cb !== 'function') return super.destroy(sid)
+    const answer = tagErrors(cb, 'destroy')
+    this.afterFirstConnection(answer, () => super.destroy(sid, answer))
+  }
+
+  clear (cb) {
+    if (typeof cb !== 'function') return super.clear()
+    const answer = tagErrors(cb, 'clear')
+    this.afterFirstConnection(answer, () => super.clear(answer))
+  }
+
+  length (cb) {
+    if (typeof cb !== 'function') return super.length()
+    const answer = tagErrors(cb, 'length')
+    this.afterFirstConnection(answer, () => super.length(answer))
+  }
+
+  all (cb) {
+    if (typeof cb !== 'function') return super.all()
+    const answer = tagErrors(cb, 'all')
+    this.afterFirstConnection(answer, () => super.all(answer))
+  }
 
   /**
    * Stop using the client: quit it if we built it, else just stop listening.
@@ -169,11 +221,15 @@ class ClusterizeRedisStore extends RedisStore {
   }
 }
 
-function tagErrors (cb) {
+/**
+ * connect-redis calls back inside its own try/catch and calls again with
+ * whatever the callback threw: answer once, and let the app's exception escape.
+ */
+function tagErrors (cb, op) {
   if (typeof cb !== 'function') return cb
+  const answer = callOnce(cb, op)
   return function redisAnswered (err, value) {
-    if (err) return cb(toUnavailable(err, 'redis'))
-    cb(null, value)
+    answer(err ? toUnavailable(err, 'redis') : null, value)
   }
 }
 
