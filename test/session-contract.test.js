@@ -33,6 +33,32 @@ async function callbackThrows (kind, op, prefix) {
   return JSON.parse(stdout.trim().split('\n').pop())
 }
 
+const sleep = promisify(setTimeout)
+
+/** A session as express-session stores it (cookie.toJSON output), expiring in `ms`. */
+function sessionExpiringIn (ms, extra) {
+  return Object.assign({
+    cookie: {
+      originalMaxAge: ms,
+      expires: ms === null ? null : new Date(Date.now() + ms).toISOString(),
+      httpOnly: true,
+      path: '/'
+    }
+  }, extra)
+}
+
+/** Wait until the wall clock is past `iso` (plus a few ms for the store's own clock). */
+async function untilPast (iso) {
+  const at = new Date(iso).getTime() + 5
+  while (Date.now() <= at) await sleep(at - Date.now() + 1)
+}
+
+function promised (store) {
+  const out = {}
+  for (const op of OPS) out[op] = promisify(store[op]).bind(store)
+  return out
+}
+
 /**
  * The contract suite for one store.
  * @param {string} name
@@ -44,6 +70,37 @@ function contract (name, target, options) {
     let opened
     before(async () => { opened = await target.open() })
     after(async () => { if (opened) await opened.close() })
+
+    let s
+    before(() => { s = promised(opened.store) })
+    const sid = (label) => `${label}-${Math.random().toString(36).slice(2)}`
+
+    it('touch refreshes the stored cookie.expires, and only the cookie', async () => {
+      const id = sid('touch-cookie')
+      await s.set(id, sessionExpiringIn(60000, { n: 1 }))
+      const later = sessionExpiringIn(120000, { n: 999 })
+      await s.touch(id, later)
+      const back = await s.get(id)
+      assert.equal(back.cookie.expires, later.cookie.expires)
+      assert.equal(back.n, 1, 'touch must not overwrite the session data')
+    })
+
+    it('a session is gone once its cookie expired (millisecond precision)', async () => {
+      const id = sid('ms-expiry')
+      const sess = sessionExpiringIn(5, { n: 1 })
+      await s.set(id, sess)
+      await untilPast(sess.cookie.expires)
+      assert.equal(await s.get(id), null)
+    })
+
+    it('touch to a near expiry expires it at that millisecond', async () => {
+      const id = sid('ms-touch')
+      await s.set(id, sessionExpiringIn(60000, { n: 1 }))
+      const soon = sessionExpiringIn(5, { n: 1 })
+      await s.touch(id, soon)
+      await untilPast(soon.cookie.expires)
+      assert.equal(await s.get(id), null)
+    })
 
     for (const op of OPS) {
       it(`${op}: a callback that throws runs once, and the exception surfaces as itself`, async () => {

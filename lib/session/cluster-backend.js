@@ -4,8 +4,8 @@
  * The cluster session store's data structure, held by the primary (or by the
  * only process in single-process mode) and reached by workers over the bus.
  *
- * Sessions are kept as the JSON strings the workers send: the primary never
- * parses or clones them. Each entry carries its absolute expiry (ms since the
+ * Sessions are kept as the JSON strings the workers send: the primary only
+ * parses one to replace its cookie on touch. Each entry carries its absolute expiry (ms since the
  * epoch), computed by the worker from the session cookie. A min-heap on the
  * expiry gives the periodic sweep and the `maxSessions` bound (the
  * oldest-expiring session is evicted first) O(log n) per operation; heap
@@ -85,18 +85,21 @@ class SessionBackend {
   }
 
   /**
-   * Extend a session's expiry without rewriting it.
+   * Extend a session's expiry and replace its stored cookie (so a later read
+   * sees the new `cookie.expires`), keeping the rest of the session as stored.
    * @param {string} sid
    * @param {number} expires
+   * @param {string} [cookie] the cookie's JSON
    * @returns {boolean} whether the session existed
    */
-  touch (sid, expires) {
+  touch (sid, expires, cookie) {
     const entry = this.sessions.get(sid)
     if (entry === undefined) return false
     if (!(expires > this.now())) {
       this.sessions.delete(sid)
       return false
     }
+    if (cookie !== undefined) entry.sess = withCookie(entry.sess, cookie, sid)
     if (entry.expires !== expires) {
       entry.expires = expires
       this.push(expires, sid)
@@ -164,7 +167,7 @@ class SessionBackend {
     switch (msg && msg.op) {
       case 'get': return this.get(msg.sid)
       case 'set': this.set(msg.sid, msg.sess, msg.expires); return true
-      case 'touch': return this.touch(msg.sid, msg.expires)
+      case 'touch': return this.touch(msg.sid, msg.expires, msg.cookie)
       case 'destroy': this.destroy(msg.sid); return true
       case 'all': return this.all()
       case 'length': return this.length()
@@ -246,6 +249,27 @@ class SessionBackend {
     this.heapExp = exp
     this.heapSid = ids
     for (let i = (exp.length >> 1) - 1; i >= 0; i--) this.siftDown(i, exp[i], ids[i])
+  }
+}
+
+/**
+ * The session JSON with its cookie replaced. The one place the primary parses
+ * a session: touch must refresh the stored cookie in one round trip, atomically
+ * with respect to concurrent saves. An unreadable record is left as it is.
+ * @param {string} json
+ * @param {string} cookie JSON
+ * @param {string} sid
+ * @returns {string}
+ */
+function withCookie (json, cookie, sid) {
+  try {
+    const sess = JSON.parse(json)
+    if (sess === null || typeof sess !== 'object' || Array.isArray(sess)) return json
+    sess.cookie = JSON.parse(cookie)
+    return JSON.stringify(sess)
+  } catch (err) {
+    debug('touch %s: stored cookie not refreshed: %s', sid, err.message)
+    return json
   }
 }
 

@@ -98,8 +98,15 @@ class ClusterStore extends Store {
     this.call({ op: 'set', sid, sess: json, expires: this.expiresAt(sess) }, doneWith(cb))
   }
 
+  /** Extend the expiry and refresh the stored cookie (as MemoryStore does); the data stays as stored. */
   touch (sid, sess, cb) {
-    this.call({ op: 'touch', sid, expires: this.expiresAt(sess) }, doneWith(cb))
+    let cookie
+    try {
+      cookie = sess && sess.cookie ? JSON.stringify(sess.cookie) : undefined
+    } catch (err) {
+      return done(cb, err)
+    }
+    this.call({ op: 'touch', sid, expires: this.expiresAt(sess), cookie }, doneWith(cb))
   }
 
   destroy (sid, cb) {

@@ -18,6 +18,13 @@ const { toUnavailable, SessionStoreUnavailableError } = require('./unavailable')
 const { callOnce } = require('./callback')
 
 const DEFAULT_PREFIX = 'sess:'
+
+/**
+ * touch: replace the stored record only if it is still the one we read (a
+ * concurrent save wins, a deleted or expired session stays gone).
+ */
+const TOUCH_SCRIPT = "if redis.call('GET', KEYS[1]) == ARGV[1] then " +
+  "redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1 end return 0"
 const MAX_RECONNECT_DELAY_MS = 1000
 
 /** JSON, except that an unreadable stored session reads as "no session". */
@@ -78,6 +85,14 @@ class ClusterizeRedisStore extends RedisStore {
     const client = ownsClient ? createClient(options.redis, timeoutMs) : options.redis
     super({ client, prefix: options.prefix === undefined ? DEFAULT_PREFIX : options.prefix, ttl: options.ttl, serializer })
     this.redis = client
+    // Millisecond expiry: connect-redis computes whole seconds (rounded up) and
+    // sends EX/EXPIRE; we give it milliseconds and send PX/PEXPIRE instead.
+    this.client.set = function setPx (key, val, ms) {
+      return ms ? client.set(key, val, 'PX', ms) : client.set(key, val)
+    }
+    this.client.expire = function pexpire (key, ms) {
+      return client.pexpire(key, ms)
+    }
     this.ownsClient = ownsClient
     this.timeoutMs = timeoutMs
     this.lastError = null
@@ -173,10 +188,46 @@ class ClusterizeRedisStore extends RedisStore {
     this.afterFirstConnection(answer, () => super.set(sid, sess, answer))
   }
 
+  /**
+   * Milliseconds the session has left (connect-redis calls this its TTL).
+   * @param {object} sess
+   * @returns {number}
+   */
+  _getTTL (sess) {
+    if (typeof this.ttl === 'function') return this.ttl(sess) * 1000
+    const expires = sess && sess.cookie && sess.cookie.expires
+    if (expires) return Number(new Date(expires)) - Date.now()
+    return this.ttl * 1000
+  }
+
+  /**
+   * Extend the session's expiry and refresh its stored cookie (as MemoryStore
+   * does), leaving its data as stored. A session that is gone stays gone.
+   */
   touch (sid, sess, cb) {
-    if (typeof cb !== 'function') return super.touch(sid, sess)
+    if (typeof cb !== 'function') {
+      return new Promise((resolve, reject) => this.touch(sid, sess, (err) => err ? reject(err) : resolve()))
+    }
     const answer = tagErrors(cb, 'touch')
-    this.afterFirstConnection(answer, () => super.touch(sid, sess, answer))
+    this.afterFirstConnection(answer, () => {
+      this.refresh(sid, sess).then(() => answer(null), answer)
+    })
+  }
+
+  async refresh (sid, sess) {
+    const key = this.prefix + sid
+    const ms = this._getTTL(sess)
+    if (!(ms > 0)) return this.redis.del(key)
+    const stored = await this.redis.get(key)
+    if (stored === null) return
+    const current = this.serializer.parse(stored)
+    if (current === null || typeof current !== 'object' || !sess || !sess.cookie) {
+      await this.redis.pexpire(key, ms)
+      return
+    }
+    current.cookie = sess.cookie
+    const replaced = await this.redis.eval(TOUCH_SCRIPT, 1, key, stored, this.serializer.stringify(current), Math.ceil(ms))
+    if (replaced === 0) debug('touch %s: session saved or removed meanwhile, left as is', sid)
   }
 
   destroy (sid, cb) {
