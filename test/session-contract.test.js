@@ -102,6 +102,21 @@ function contract (name, target, options) {
       assert.equal(await s.get(id), null)
     })
 
+    it('touch does not revive an expired session', async () => {
+      const id = sid('no-revive')
+      const sess = sessionExpiringIn(5, { n: 1 })
+      await s.set(id, sess)
+      await untilPast(sess.cookie.expires)
+      await s.touch(id, sessionExpiringIn(60000, { n: 1 }))
+      assert.equal(await s.get(id), null)
+    })
+
+    it('touch of an unknown session does not create it', async () => {
+      const id = sid('touch-unknown')
+      await s.touch(id, sessionExpiringIn(60000, { n: 1 }))
+      assert.equal(await s.get(id), null)
+    })
+
     for (const op of OPS) {
       it(`${op}: a callback that throws runs once, and the exception surfaces as itself`, async () => {
         const report = await callbackThrows(target.kind, op, target.prefix)

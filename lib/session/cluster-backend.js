@@ -95,7 +95,8 @@ class SessionBackend {
   touch (sid, expires, cookie) {
     const entry = this.sessions.get(sid)
     if (entry === undefined) return false
-    if (!(expires > this.now())) {
+    // An expired session stays dead, even before the sweep removes it.
+    if (entry.expires <= this.now() || !(expires > this.now())) {
       this.sessions.delete(sid)
       return false
     }
