@@ -17,6 +17,9 @@ const { ClusterStore } = require('../lib/session/cluster-store')
 const { ClusterizeRedisStore } = require('../lib/session/redis-store')
 const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix } = require('./helpers/redis')
 const request = require('supertest')
+const session = require('../middleware/session')
+const { sessionLogger, useSessionLogger } = require('../lib/session/log')
+const { createSessionApp } = require('./fixtures/session-app')
 
 const execFileP = promisify(execFile)
 const THROWS_FIXTURE = path.join(__dirname, 'fixtures', 'store-callback-throws.js')
@@ -51,6 +54,16 @@ function sessionExpiringIn (ms, extra) {
 async function untilPast (iso) {
   const at = new Date(iso).getTime() + 5
   while (Date.now() <= at) await sleep(at - Date.now() + 1)
+}
+
+/** Capture what the session stores log; restore() puts the previous logger back. */
+function captureSessionLog () {
+  const lines = []
+  const previous = sessionLogger()
+  const record = (level) => (msg, fields) => lines.push({ level, msg, fields })
+  useSessionLogger({ debug () {}, info: record('info'), warn: record('warn'), error: record('error') })
+  lines.restore = () => useSessionLogger(previous)
+  return lines
 }
 
 function promised (store) {
@@ -117,6 +130,62 @@ function contract (name, target, options) {
       assert.equal(await s.get(id), null)
     })
 
+    it('a stored record express-session cannot inflate reads as no session, with one log line', async () => {
+      const lines = captureSessionLog()
+      try {
+        const records = [{ n: 1 }, { cookie: null, n: 1 }, { cookie: { expires: 'not a date' } }, [1, 2], 'text']
+        for (const [i, record] of records.entries()) {
+          const id = sid(`uninflatable-${i}`)
+          await target.plant(opened.store, id, JSON.stringify(record))
+          assert.equal(await s.get(id), null, `record ${JSON.stringify(record)}`)
+          assert.equal(await s.get(id), null)
+        }
+        assert.equal(lines.length, records.length, JSON.stringify(lines))
+        for (const line of lines) {
+          assert.equal(line.level, 'warn')
+          assert.match(line.msg, new RegExp(`session store ${target.kind}: a stored session could not be read \\(.+\\); removed it, that visitor gets a new session`))
+        }
+      } finally {
+        lines.restore()
+      }
+    })
+
+    it('all() lists the readable sessions and skips a record express-session cannot inflate', async () => {
+      await s.clear()
+      const good = sid('all-good')
+      await s.set(good, sessionExpiringIn(60000, { n: 1 }))
+      await target.plant(opened.store, sid('all-bad'), JSON.stringify('text'))
+      await target.plant(opened.store, sid('all-bad'), JSON.stringify({ n: 2 }))
+      const all = await s.all()
+      assert.deepEqual(all.map((sess) => [sess.id, sess.n]), [[good, 1]])
+      await s.clear()
+    })
+
+    it('through session(): a visitor whose stored record cannot be inflated gets a fresh session, not 503', async () => {
+      const lines = captureSessionLog()
+      const mw = session(Object.assign({ secret: 'contract-test-secret-0123456789abcdef' }, target.sessionOptions))
+      try {
+        const app = createSessionApp(mw)
+        const login = await request(app).post('/login?user=zoe').expect(200)
+        const cookie = login.headers['set-cookie'][0].split(';')[0]
+        const id = decodeURIComponent(cookie.split('=')[1]).slice(2).split('.')[0]
+        assert.equal((await request(app).get('/me').set('Cookie', cookie).expect(200)).body.user, 'zoe')
+        await target.plant(mw.store, id, JSON.stringify({ user: { name: 'zoe' } }))
+        for (let i = 0; i < 2; i++) {
+          const res = await request(app).get('/me').set('Cookie', cookie)
+          assert.equal(res.status, 401, `a fresh, logged-out session, not ${res.status} ${res.text}`)
+        }
+        const fresh = await request(app).post('/login?user=yann').set('Cookie', cookie).expect(200)
+        const next = fresh.headers['set-cookie'][0].split(';')[0]
+        assert.notEqual(next, cookie)
+        assert.equal((await request(app).get('/me').set('Cookie', next).expect(200)).body.user, 'yann')
+        assert.equal(lines.length, 1, JSON.stringify(lines))
+      } finally {
+        lines.restore()
+        await mw.close()
+      }
+    })
+
     for (const op of OPS) {
       it(`${op}: a callback that throws runs once, and the exception surfaces as itself`, async () => {
         const report = await callbackThrows(target.kind, op, target.prefix)
@@ -132,7 +201,9 @@ function contract (name, target, options) {
 
 contract('cluster store', {
   kind: 'cluster',
-  open: async () => ({ store: new ClusterStore(), close: async () => {} })
+  sessionOptions: { store: 'cluster' },
+  open: async () => ({ store: new ClusterStore(), close: async () => {} }),
+  plant: (store, sid, json) => promisify(store.call).call(store, { op: 'set', sid, sess: json, expires: Date.now() + 60000 })
 })
 
 describe('redis', async () => {
@@ -141,6 +212,8 @@ describe('redis', async () => {
   contract('redis store', {
     kind: 'redis',
     prefix,
+    sessionOptions: { store: 'redis', redis: REDIS_URL, prefix },
+    plant: (store, sid, json) => store.redis.set(prefix + sid, json, 'PX', 60000),
     open: async () => {
       const store = new ClusterizeRedisStore({ redis: REDIS_URL, prefix })
       return { store, close: async () => { await store.close(); await deletePrefix(prefix) } }

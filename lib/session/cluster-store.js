@@ -14,6 +14,7 @@ const debug = require('debug')('clusterize:session')
 const { TOPIC, attachSessionBackend } = require('./cluster-backend')
 const { toUnavailable } = require('./unavailable')
 const { callOnce } = require('./callback')
+const { inflatableOrNull, whyNotInflatable } = require('./inflatable')
 
 const DEFAULT_TIMEOUT_MS = 2000
 const DEFAULT_TTL_SECONDS = 86400
@@ -74,6 +75,7 @@ class ClusterStore extends Store {
   }
 
   get (sid, cb) {
+    const remove = (removed) => this.destroy(sid, removed)
     this.call({ op: 'get', sid }, function onGet (err, json) {
       if (err) return cb(err)
       if (json === null || json === undefined) return cb(null, null)
@@ -84,7 +86,7 @@ class ClusterStore extends Store {
         debug('unreadable session %s dropped: %s', sid, parseError.message)
         return cb(null, null)
       }
-      cb(null, sess)
+      cb(null, inflatableOrNull(sess, 'cluster', remove))
     })
   }
 
@@ -121,6 +123,7 @@ class ClusterStore extends Store {
       for (const [sid, json] of pairs || []) {
         try {
           const sess = JSON.parse(json)
+          if (whyNotInflatable(sess) !== null) continue
           sess.id = sid
           out.push(sess)
         } catch {}

@@ -16,6 +16,7 @@ const Redis = require('ioredis')
 const debug = require('debug')('clusterize:session')
 const { toUnavailable, SessionStoreUnavailableError } = require('./unavailable')
 const { callOnce } = require('./callback')
+const { inflatableOrNull, whyNotInflatable } = require('./inflatable')
 
 const DEFAULT_PREFIX = 'sess:'
 
@@ -179,7 +180,10 @@ class ClusterizeRedisStore extends RedisStore {
   get (sid, cb) {
     if (typeof cb !== 'function') return super.get(sid)
     const answer = tagErrors(cb, 'get')
-    this.afterFirstConnection(answer, () => super.get(sid, answer))
+    const remove = (removed) => this.destroy(sid, removed)
+    this.afterFirstConnection(answer, () => super.get(sid, function gotSession (err, sess) {
+      answer(err, err ? sess : inflatableOrNull(sess, 'redis', remove))
+    }))
   }
 
   set (sid, sess, cb) {
@@ -248,10 +252,29 @@ class ClusterizeRedisStore extends RedisStore {
     this.afterFirstConnection(answer, () => super.length(answer))
   }
 
+  /** Every session express-session can read, with its `id` (an unreadable record is skipped, not an error). */
   all (cb) {
-    if (typeof cb !== 'function') return super.all()
+    if (typeof cb !== 'function') {
+      return new Promise((resolve, reject) => this.all((err, all) => err ? reject(err) : resolve(all)))
+    }
     const answer = tagErrors(cb, 'all')
-    this.afterFirstConnection(answer, () => super.all(answer))
+    this.afterFirstConnection(answer, () => {
+      this.readAll().then((all) => answer(null, all), answer)
+    })
+  }
+
+  async readAll () {
+    const keys = await this._getAllKeys()
+    if (keys.length === 0) return []
+    const values = await this.redis.mget(keys)
+    const out = []
+    values.forEach((raw, i) => {
+      const sess = raw === null ? null : this.serializer.parse(raw)
+      if (whyNotInflatable(sess) !== null) return
+      sess.id = keys[i].slice(this.prefix.length)
+      out.push(sess)
+    })
+    return out
   }
 
   /**

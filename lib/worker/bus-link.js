@@ -6,14 +6,17 @@
 
 const busModule = require('../bus')
 const { sessionStatus } = require('../session/status')
+const { useSessionLogger } = require('../session/log')
 
 function attachWorker (config, log, channel, id, generation) {
+  useSessionLogger(log)
   busModule.configureBus(config.bus, { logger: log, role: 'worker' })
   busModule.busAttachToPrimary({ channel, id, generation })
 }
 
 /** Single-process mode: the bus and the cluster session store live in this process. */
 function useLocal (config, log) {
+  useSessionLogger(log)
   busModule.configureBus(config.bus, { logger: log, role: 'local' })
   require('../session/cluster-backend').attachSessionBackend(busModule.bus)
 }
