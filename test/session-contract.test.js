@@ -15,6 +15,8 @@ const { execFile } = require('child_process')
 const { promisify } = require('util')
 const { ClusterStore } = require('../lib/session/cluster-store')
 const { ClusterizeRedisStore } = require('../lib/session/redis-store')
+const { SessionStoreUnavailableError } = require('../lib/session/unavailable')
+const { freePort } = require('./helpers/net')
 const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix } = require('./helpers/redis')
 const request = require('supertest')
 const session = require('../middleware/session')
@@ -66,6 +68,25 @@ function captureSessionLog () {
   return lines
 }
 
+/**
+ * Call store[op](...args, cb) and collect every callback call until a while
+ * after the first one (a second call would come right after it).
+ * @returns {Promise<{ sync: boolean, list: any[][] }>}
+ */
+function callsOf (store, op, args) {
+  return new Promise((resolve) => {
+    const list = []
+    let returned = false
+    let sync = false
+    store[op](...args, function callback (...answer) {
+      if (!returned) sync = true
+      list.push(answer)
+      if (list.length === 1) setTimeout(() => resolve({ sync, list }), 100)
+    })
+    returned = true
+  })
+}
+
 function promised (store) {
   const out = {}
   for (const op of OPS) out[op] = promisify(store[op]).bind(store)
@@ -87,6 +108,60 @@ function contract (name, target, options) {
     let s
     before(() => { s = promised(opened.store) })
     const sid = (label) => `${label}-${Math.random().toString(36).slice(2)}`
+
+    it('get of an unknown id answers null; destroy of an unknown id succeeds', async () => {
+      assert.equal(await s.get(sid('unknown')), null)
+      await s.destroy(sid('unknown'))
+    })
+
+    it('a set with an expired cookie removes the stored session', async () => {
+      const id = sid('set-expired')
+      await s.set(id, sessionExpiringIn(60000, { n: 1 }))
+      await s.set(id, sessionExpiringIn(-1, { n: 2 }))
+      assert.equal(await s.get(id), null)
+    })
+
+    it('length and all leave out expired sessions', async () => {
+      await s.clear()
+      const live = sid('live')
+      const dying = sessionExpiringIn(5, { n: 2 })
+      await s.set(live, sessionExpiringIn(60000, { n: 1 }))
+      await s.set(sid('dying'), dying)
+      await untilPast(dying.cookie.expires)
+      assert.equal(await s.length(), 1)
+      assert.deepEqual((await s.all()).map((sess) => sess.id), [live])
+      await s.clear()
+      assert.equal(await s.length(), 0)
+    })
+
+    it('every operation calls back exactly once on success, asynchronously', async () => {
+      const id = sid('once')
+      const sess = sessionExpiringIn(60000, { n: 1 })
+      for (const [op, args] of [['set', [id, sess]], ['get', [id]], ['touch', [id, sess]], ['length', []], ['all', []], ['destroy', [id]], ['clear', []]]) {
+        const calls = await callsOf(opened.store, op, args)
+        assert.equal(calls.sync, false, `${op} called back synchronously`)
+        assert.equal(calls.list.length, 1, `${op} called back ${calls.list.length} times`)
+        assert.equal(calls.list[0][0], null, `${op}: ${calls.list[0][0]}`)
+      }
+    })
+
+    it('when the store cannot answer, every operation calls back once with a 503 SessionStoreUnavailableError', async () => {
+      const down = await target.openUnavailable()
+      try {
+        const sess = sessionExpiringIn(60000, { n: 1 })
+        for (const [op, args] of [['get', ['x']], ['set', ['x', sess]], ['touch', ['x', sess]], ['destroy', ['x']], ['length', []], ['all', []], ['clear', []]]) {
+          const calls = await callsOf(down.store, op, args)
+          assert.equal(calls.list.length, 1, `${op} called back ${calls.list.length} times`)
+          const err = calls.list[0][0]
+          assert.ok(err instanceof SessionStoreUnavailableError, `${op}: ${err}`)
+          assert.equal(err.status, 503)
+          assert.equal(err.code, 'ERR_SESSION_STORE_UNAVAILABLE')
+          assert.match(err.message, new RegExp(`^session store unavailable: ${target.kind}`))
+        }
+      } finally {
+        await down.close()
+      }
+    })
 
     it('touch refreshes the stored cookie.expires, and only the cookie', async () => {
       const id = sid('touch-cookie')
@@ -203,6 +278,11 @@ contract('cluster store', {
   kind: 'cluster',
   sessionOptions: { store: 'cluster' },
   open: async () => ({ store: new ClusterStore(), close: async () => {} }),
+  // The primary is gone: the bus rejects every request.
+  openUnavailable: async () => ({
+    store: new ClusterStore({ transport: () => Promise.reject(new Error('no primary')) }),
+    close: async () => {}
+  }),
   plant: (store, sid, json) => promisify(store.call).call(store, { op: 'set', sid, sess: json, expires: Date.now() + 60000 })
 })
 
@@ -214,6 +294,11 @@ describe('redis', async () => {
     prefix,
     sessionOptions: { store: 'redis', redis: REDIS_URL, prefix },
     plant: (store, sid, json) => store.redis.set(prefix + sid, json, 'PX', 60000),
+    // Nothing listens on the port: every operation waits for the first connection, then fails.
+    openUnavailable: async () => {
+      const store = new ClusterizeRedisStore({ redis: `redis://127.0.0.1:${await freePort()}`, prefix, timeoutMs: 300 })
+      return { store, close: () => store.close() }
+    },
     open: async () => {
       const store = new ClusterizeRedisStore({ redis: REDIS_URL, prefix })
       return { store, close: async () => { await store.close(); await deletePrefix(prefix) } }
