@@ -199,6 +199,19 @@ function contract (name, target, options) {
       assert.equal(await s.get(id), null)
     })
 
+    it('touch leaves an unreadable record unreadable (it never becomes a session)', async () => {
+      const id = sid('touch-unreadable')
+      await target.plant(opened.store, id, '{"n":')
+      await s.touch(id, sessionExpiringIn(60000, { n: 1 }))
+      const lines = captureSessionLog()
+      try {
+        assert.equal(await s.get(id), null)
+        assert.equal(lines.length, 1)
+      } finally {
+        lines.restore()
+      }
+    })
+
     it('touch of an unknown session does not create it', async () => {
       const id = sid('touch-unknown')
       await s.touch(id, sessionExpiringIn(60000, { n: 1 }))
@@ -209,9 +222,11 @@ function contract (name, target, options) {
       const lines = captureSessionLog()
       try {
         const records = [{ n: 1 }, { cookie: null, n: 1 }, { cookie: { expires: 'not a date' } }, [1, 2], 'text']
+          .map((record) => JSON.stringify(record))
+          .concat(['{"cookie":{"expires":"2030-01-01T00:00:00.000Z"},"n":'])
         for (const [i, record] of records.entries()) {
           const id = sid(`uninflatable-${i}`)
-          await target.plant(opened.store, id, JSON.stringify(record))
+          await target.plant(opened.store, id, record)
           assert.equal(await s.get(id), null, `record ${JSON.stringify(record)}`)
           assert.equal(await s.get(id), null)
         }

@@ -14,7 +14,7 @@ const debug = require('debug')('clusterize:session')
 const { TOPIC, attachSessionBackend } = require('./cluster-backend')
 const { toUnavailable } = require('./unavailable')
 const { callOnce } = require('./callback')
-const { inflatableOrNull, whyNotInflatable } = require('./inflatable')
+const { inflatableOrNull, whyNotInflatable, Unreadable } = require('./inflatable')
 
 const DEFAULT_TIMEOUT_MS = 2000
 const DEFAULT_TTL_SECONDS = 86400
@@ -83,8 +83,7 @@ class ClusterStore extends Store {
       try {
         sess = JSON.parse(json)
       } catch (parseError) {
-        debug('unreadable session %s dropped: %s', sid, parseError.message)
-        return cb(null, null)
+        sess = new Unreadable(parseError.message)
       }
       cb(null, inflatableOrNull(sess, 'cluster', remove))
     })

@@ -1,7 +1,8 @@
 'use strict'
 
 /**
- * Can express-session turn a stored record back into req.session? It calls
+ * Can express-session turn a stored record back into req.session? A record
+ * that is not JSON cannot be; for one that is, express-session calls
  * `new Cookie(sess.cookie)` and later serialises that cookie; a record that
  * fails either (no cookie, a cookie that is not an object, an invalid
  * expires / maxAge / sameSite ...) would make every request with that cookie
@@ -13,11 +14,20 @@ const { Cookie } = require('express-session')
 const debug = require('debug')('clusterize:session')
 const { sessionLogger } = require('./log')
 
+/** What a store's parser returns for a stored record that is not JSON. */
+class Unreadable {
+  /** @param {string} reason the parser's message */
+  constructor (reason) {
+    this.reason = reason
+  }
+}
+
 /**
  * @param {*} sess a parsed stored record
  * @returns {string|null} why express-session cannot inflate it, or null when it can
  */
 function whyNotInflatable (sess) {
+  if (sess instanceof Unreadable) return `it is not JSON: ${sess.reason}`
   if (sess === null || typeof sess !== 'object' || Array.isArray(sess)) return `the record is ${describe(sess)}, not an object`
   const stored = sess.cookie
   if (stored === null || typeof stored !== 'object' || Array.isArray(stored)) return `its cookie is ${describe(stored)}, not an object`
@@ -60,4 +70,4 @@ function inflatableOrNull (sess, store, remove) {
   return null
 }
 
-module.exports = { whyNotInflatable, inflatableOrNull }
+module.exports = { whyNotInflatable, inflatableOrNull, Unreadable }

@@ -16,7 +16,7 @@ const Redis = require('ioredis')
 const debug = require('debug')('clusterize:session')
 const { toUnavailable, SessionStoreUnavailableError } = require('./unavailable')
 const { callOnce } = require('./callback')
-const { inflatableOrNull, whyNotInflatable } = require('./inflatable')
+const { inflatableOrNull, whyNotInflatable, Unreadable } = require('./inflatable')
 
 const DEFAULT_PREFIX = 'sess:'
 
@@ -28,15 +28,14 @@ const TOUCH_SCRIPT = "if redis.call('GET', KEYS[1]) == ARGV[1] then " +
   "redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1 end return 0"
 const MAX_RECONNECT_DELAY_MS = 1000
 
-/** JSON, except that an unreadable stored session reads as "no session". */
+/** JSON, except that an unreadable stored session reads as "no session" (see inflatable.js). */
 const serializer = {
   stringify: JSON.stringify,
   parse: function parseSession (text) {
     try {
       return JSON.parse(text)
     } catch (err) {
-      debug('unreadable session dropped: %s', err.message)
-      return null
+      return new Unreadable(err.message)
     }
   }
 }
@@ -87,12 +86,9 @@ class ClusterizeRedisStore extends RedisStore {
     super({ client, prefix: options.prefix === undefined ? DEFAULT_PREFIX : options.prefix, ttl: options.ttl, serializer })
     this.redis = client
     // Millisecond expiry: connect-redis computes whole seconds (rounded up) and
-    // sends EX/EXPIRE; we give it milliseconds and send PX/PEXPIRE instead.
+    // sends EX; _getTTL below gives it milliseconds and we send PX instead.
     this.client.set = function setPx (key, val, ms) {
       return ms ? client.set(key, val, 'PX', ms) : client.set(key, val)
-    }
-    this.client.expire = function pexpire (key, ms) {
-      return client.pexpire(key, ms)
     }
     this.ownsClient = ownsClient
     this.timeoutMs = timeoutMs
@@ -198,7 +194,7 @@ class ClusterizeRedisStore extends RedisStore {
    * @returns {number}
    */
   _getTTL (sess) {
-    if (typeof this.ttl === 'function') return this.ttl(sess) * 1000
+    if (typeof this.ttl === 'function') return Math.ceil(this.ttl(sess) * 1000)
     const expires = sess && sess.cookie && sess.cookie.expires
     if (expires) return Number(new Date(expires)) - Date.now()
     return this.ttl * 1000
@@ -225,7 +221,7 @@ class ClusterizeRedisStore extends RedisStore {
     const stored = await this.redis.get(key)
     if (stored === null) return
     const current = this.serializer.parse(stored)
-    if (current === null || typeof current !== 'object' || !sess || !sess.cookie) {
+    if (whyNotInflatable(current) !== null || !sess || !sess.cookie) {
       await this.redis.pexpire(key, ms)
       return
     }
