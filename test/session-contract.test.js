@@ -17,6 +17,7 @@ const { ClusterStore } = require('../lib/session/cluster-store')
 const { ClusterizeRedisStore } = require('../lib/session/redis-store')
 const { SessionStoreUnavailableError } = require('../lib/session/unavailable')
 const { freePort } = require('./helpers/net')
+const { eventually } = require('./helpers/wait')
 const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix } = require('./helpers/redis')
 const request = require('supertest')
 const session = require('../middleware/session')
@@ -249,6 +250,30 @@ function contract (name, target, options) {
       const all = await s.all()
       assert.deepEqual(all.map((sess) => [sess.id, sess.n]), [[good, 1]])
       await s.clear()
+    })
+
+    it('through session(): a request that only reads the session refreshes the stored cookie.expires', async () => {
+      const express = require('express')
+      const mw = session(Object.assign({ secret: 'contract-test-secret-0123456789abcdef', cookie: { maxAge: 60000 } }, target.sessionOptions))
+      try {
+        const app = express()
+        app.use(mw)
+        app.post('/login', (req, res) => { req.session.user = 'zoe'; res.end() })
+        app.get('/read', (req, res) => res.json({ user: req.session.user }))
+        const login = await request(app).post('/login').expect(200)
+        const cookie = login.headers['set-cookie'][0].split(';')[0]
+        const id = decodeURIComponent(cookie.split('=')[1]).slice(2).split('.')[0]
+        const get = promisify(mw.store.get).bind(mw.store)
+        const before = (await get(id)).cookie.expires
+        await untilPast(new Date(new Date(before).getTime() - 60000 + 10).toISOString())
+        assert.deepEqual((await request(app).get('/read').set('Cookie', cookie).expect(200)).body, { user: 'zoe' })
+        await eventually(async () => {
+          const stored = await get(id)
+          return stored.user === 'zoe' && new Date(stored.cookie.expires) > new Date(before)
+        }, { timeoutMs: 5000, what: 'the stored cookie.expires to move past ' + before })
+      } finally {
+        await mw.close()
+      }
     })
 
     it('through session(): a visitor whose stored record cannot be inflated gets a fresh session, not 503', async () => {
