@@ -19,6 +19,7 @@ const { SessionStoreUnavailableError } = require('../lib/session/unavailable')
 const { freePort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
 const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix } = require('./helpers/redis')
+const { sessionExpiringIn } = require('./helpers/session')
 const request = require('supertest')
 const session = require('../middleware/session')
 const { sessionLogger, useSessionLogger } = require('../lib/session/log')
@@ -41,17 +42,6 @@ async function callbackThrows (kind, op, prefix) {
 
 const sleep = promisify(setTimeout)
 
-/** A session as express-session stores it (cookie.toJSON output), expiring in `ms`. */
-function sessionExpiringIn (ms, extra) {
-  return Object.assign({
-    cookie: {
-      originalMaxAge: ms,
-      expires: ms === null ? null : new Date(Date.now() + ms).toISOString(),
-      httpOnly: true,
-      path: '/'
-    }
-  }, extra)
-}
 
 /** Wait until the wall clock is past `iso` (plus a few ms for the store's own clock). */
 async function untilPast (iso) {
