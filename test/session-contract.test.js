@@ -357,6 +357,26 @@ describe('redis store used directly, before its first connection', async () => {
     }
   })
 
+  it('without a callback, operations return promises with the same semantics', options, async () => {
+    const own = prefix + 'promise:'
+    const store = new ClusterizeRedisStore({ redis: REDIS_URL, prefix: own, timeoutMs: 5000 })
+    const lines = captureSessionLog()
+    try {
+      await store.set('promise-1', sessionExpiringIn(60000, { n: 1 }))
+      assert.equal((await store.get('promise-1')).n, 1)
+      await store.redis.set(own + 'promise-bad', '{"n":', 'PX', 60000)
+      assert.equal(await store.get('promise-bad'), null)
+      assert.equal(lines.length, 1)
+      assert.deepEqual((await store.all()).map((sess) => sess.id).sort(), ['promise-1'])
+      assert.equal(await store.length(), 1)
+      await store.destroy('promise-1')
+      assert.equal(await store.get('promise-1'), null)
+    } finally {
+      lines.restore()
+      await store.close()
+    }
+  })
+
   it('given to plain express-session, the first request gets a session', options, async () => {
     const express = require('express')
     const expressSession = require('express-session')

@@ -19,6 +19,7 @@ const { callOnce } = require('./callback')
 const { inflatableOrNull, whyNotInflatable, Unreadable } = require('./inflatable')
 
 const DEFAULT_PREFIX = 'sess:'
+const MAX_RECONNECT_DELAY_MS = 1000
 
 /**
  * touch: replace the stored record only if it is still the one we read (a
@@ -26,7 +27,6 @@ const DEFAULT_PREFIX = 'sess:'
  */
 const TOUCH_SCRIPT = "if redis.call('GET', KEYS[1]) == ARGV[1] then " +
   "redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1 end return 0"
-const MAX_RECONNECT_DELAY_MS = 1000
 
 /** JSON, except that an unreadable stored session reads as "no session" (see inflatable.js). */
 const serializer = {
@@ -174,7 +174,7 @@ class ClusterizeRedisStore extends RedisStore {
   }
 
   get (sid, cb) {
-    if (typeof cb !== 'function') return super.get(sid)
+    if (typeof cb !== 'function') return asPromise(this, 'get', [sid])
     const answer = tagErrors(cb, 'get')
     const remove = (removed) => this.destroy(sid, removed)
     this.afterFirstConnection(answer, () => super.get(sid, function gotSession (err, sess) {
@@ -183,7 +183,7 @@ class ClusterizeRedisStore extends RedisStore {
   }
 
   set (sid, sess, cb) {
-    if (typeof cb !== 'function') return super.set(sid, sess)
+    if (typeof cb !== 'function') return asPromise(this, 'set', [sid, sess])
     const answer = tagErrors(cb, 'set')
     this.afterFirstConnection(answer, () => super.set(sid, sess, answer))
   }
@@ -205,9 +205,7 @@ class ClusterizeRedisStore extends RedisStore {
    * does), leaving its data as stored. A session that is gone stays gone.
    */
   touch (sid, sess, cb) {
-    if (typeof cb !== 'function') {
-      return new Promise((resolve, reject) => this.touch(sid, sess, (err) => err ? reject(err) : resolve()))
-    }
+    if (typeof cb !== 'function') return asPromise(this, 'touch', [sid, sess])
     const answer = tagErrors(cb, 'touch')
     this.afterFirstConnection(answer, () => {
       this.refresh(sid, sess).then(() => answer(null), answer)
@@ -231,28 +229,26 @@ class ClusterizeRedisStore extends RedisStore {
   }
 
   destroy (sid, cb) {
-    if (typeof cb !== 'function') return super.destroy(sid)
+    if (typeof cb !== 'function') return asPromise(this, 'destroy', [sid])
     const answer = tagErrors(cb, 'destroy')
     this.afterFirstConnection(answer, () => super.destroy(sid, answer))
   }
 
   clear (cb) {
-    if (typeof cb !== 'function') return super.clear()
+    if (typeof cb !== 'function') return asPromise(this, 'clear', [])
     const answer = tagErrors(cb, 'clear')
     this.afterFirstConnection(answer, () => super.clear(answer))
   }
 
   length (cb) {
-    if (typeof cb !== 'function') return super.length()
+    if (typeof cb !== 'function') return asPromise(this, 'length', [])
     const answer = tagErrors(cb, 'length')
     this.afterFirstConnection(answer, () => super.length(answer))
   }
 
   /** Every session express-session can read, with its `id` (an unreadable record is skipped, not an error). */
   all (cb) {
-    if (typeof cb !== 'function') {
-      return new Promise((resolve, reject) => this.all((err, all) => err ? reject(err) : resolve(all)))
-    }
+    if (typeof cb !== 'function') return asPromise(this, 'all', [])
     const answer = tagErrors(cb, 'all')
     this.afterFirstConnection(answer, () => {
       this.readAll().then((all) => answer(null, all), answer)
@@ -289,6 +285,16 @@ class ClusterizeRedisStore extends RedisStore {
       this.redis.disconnect()
     }
   }
+}
+
+/** Without a callback, an operation returns a promise (as connect-redis does). */
+function asPromise (store, op, args) {
+  return new Promise(function run (resolve, reject) {
+    store[op](...args, function answered (err, value) {
+      if (err) reject(err)
+      else resolve(value)
+    })
+  })
 }
 
 /**
