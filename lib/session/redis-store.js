@@ -178,7 +178,9 @@ class ClusterizeRedisStore extends RedisStore {
     const answer = tagErrors(cb, 'get')
     const remove = (removed) => this.destroy(sid, removed)
     this.afterFirstConnection(answer, () => super.get(sid, function gotSession (err, sess) {
-      answer(err, err ? sess : inflatableOrNull(sess, 'redis', remove))
+      if (err) return answer(err)
+      const readable = inflatableOrNull(sess, 'redis', remove)
+      answer(null, readable !== null && cookieExpired(readable) ? null : readable)
     }))
   }
 
@@ -223,8 +225,12 @@ class ClusterizeRedisStore extends RedisStore {
       await this.redis.pexpire(key, ms)
       return
     }
+    if (cookieExpired(current)) return
     current.cookie = sess.cookie
-    const replaced = await this.redis.eval(TOUCH_SCRIPT, 1, key, stored, this.serializer.stringify(current), Math.ceil(ms))
+    // Measured again after the read, so the round trip does not lengthen the session.
+    const left = this._getTTL(sess)
+    if (!(left > 0)) return this.redis.del(key)
+    const replaced = await this.redis.eval(TOUCH_SCRIPT, 1, key, stored, this.serializer.stringify(current), Math.ceil(left))
     if (replaced === 0) debug('touch %s: session saved or removed meanwhile, left as is', sid)
   }
 
@@ -262,7 +268,7 @@ class ClusterizeRedisStore extends RedisStore {
     const out = []
     values.forEach((raw, i) => {
       const sess = raw === null ? null : this.serializer.parse(raw)
-      if (whyNotInflatable(sess) !== null) return
+      if (whyNotInflatable(sess) !== null || cookieExpired(sess)) return
       sess.id = keys[i].slice(this.prefix.length)
       out.push(sess)
     })
@@ -285,6 +291,18 @@ class ClusterizeRedisStore extends RedisStore {
       this.redis.disconnect()
     }
   }
+}
+
+/**
+ * Has the session's cookie expired? Redis drops the key a command's transit
+ * after that (PX is relative); the cookie decides to the millisecond, as in
+ * MemoryStore and the cluster store.
+ * @param {object} sess an inflatable session
+ * @returns {boolean}
+ */
+function cookieExpired (sess) {
+  const expires = sess.cookie.expires
+  return typeof expires === 'string' && new Date(expires).getTime() <= Date.now()
 }
 
 /** Without a callback, an operation returns a promise (as connect-redis does). */
