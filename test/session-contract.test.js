@@ -42,7 +42,6 @@ async function callbackThrows (kind, op, prefix) {
 
 const sleep = promisify(setTimeout)
 
-
 /** Wait until the wall clock is past `iso` plus `marginMs` (default a few ms, for the store's own clock). */
 async function untilPast (iso, marginMs = 5) {
   const at = new Date(iso).getTime() + marginMs
@@ -87,17 +86,22 @@ function promised (store) {
 /**
  * The contract suite for one store.
  * @param {string} name
- * @param {{ kind: 'cluster'|'redis', open: () => Promise<{ store: object, close: () => Promise<void> }>, prefix?: string }} target
+ * @param {{ kind: 'cluster'|'redis', prefix?: string, sessionOptions: object,
+ *   open: () => Promise<{ store: object, close: () => Promise<void> }>,
+ *   openUnavailable: () => Promise<{ store: object, close: () => Promise<void> }>,
+ *   plant: (store: object, sid: string, raw: string) => Promise<*> }} target
+ *   sessionOptions: what session() needs to use this store; plant writes a raw record
  * @param {object} [options] node:test suite options (skip)
  */
 function contract (name, target, options) {
   describe(`session store contract: ${name}`, options || {}, () => {
     let opened
-    before(async () => { opened = await target.open() })
-    after(async () => { if (opened) await opened.close() })
-
     let s
-    before(() => { s = promised(opened.store) })
+    before(async () => {
+      opened = await target.open()
+      s = promised(opened.store)
+    })
+    after(async () => { if (opened) await opened.close() })
     const sid = (label) => `${label}-${Math.random().toString(36).slice(2)}`
 
     it('get of an unknown id answers null; destroy of an unknown id succeeds', async () => {
