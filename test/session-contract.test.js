@@ -24,6 +24,7 @@ const request = require('supertest')
 const session = require('../middleware/session')
 const { sessionLogger, useSessionLogger } = require('../lib/session/log')
 const { createSessionApp } = require('./fixtures/session-app')
+const { startCluster } = require('./helpers/cluster')
 
 const execFileP = promisify(execFile)
 const THROWS_FIXTURE = path.join(__dirname, 'fixtures', 'store-callback-throws.js')
@@ -320,6 +321,46 @@ contract('cluster store', {
     close: async () => {}
   }),
   plant: (store, sid, json) => promisify(store.call).call(store, { op: 'set', sid, sess: json, expires: Date.now() + 60000 })
+})
+
+describe('cluster store over IPC, in a real 2-worker cluster', () => {
+  let cluster
+  let cookie
+  before(async () => {
+    const sessionOptions = { store: 'cluster', cookie: { maxAge: 60000 } }
+    cluster = await startCluster(path.join(__dirname, 'fixtures', 'session-cluster.js'), { env: { CZ_SESSION_OPTIONS: JSON.stringify(sessionOptions) } })
+    const login = await cluster.get('/login?user=ines', { method: 'POST' })
+    assert.equal(login.status, 200, login.body)
+    cookie = login.headers['set-cookie'].find((c) => c.startsWith('connect.sid=')).split(';')[0]
+  })
+  after(async () => {
+    if (cluster) await cluster.stop()
+  })
+
+  it('a read-only request refreshes the stored cookie.expires in the primary', async () => {
+    const first = await cluster.get('/stored', { headers: { cookie } })
+    assert.equal(first.status, 200, first.body)
+    const before = first.json.cookie.expires
+    await eventually(async () => {
+      const res = await cluster.get('/stored', { headers: { cookie } })
+      assert.equal(res.status, 200, res.body)
+      return new Date(res.json.cookie.expires) > new Date(before)
+    }, { timeoutMs: 5000, what: 'the stored cookie.expires to move past ' + before })
+  })
+
+  it('a record express-session cannot inflate gives that visitor a fresh session, never 503, and a log line', async () => {
+    const corrupt = await cluster.get('/corrupt', { method: 'POST', headers: { cookie } })
+    assert.equal(corrupt.status, 200, corrupt.body)
+    const statuses = []
+    await eventually(async () => {
+      const res = await cluster.get('/me', { headers: { cookie } })
+      statuses.push(res.status)
+      assert.ok(res.status === 200 || res.status === 401, `status ${res.status}: ${res.body}`)
+      return res.status === 401
+    }, { timeoutMs: 5000, what: () => 'a fresh (logged-out) session, statuses ' + statuses.join(',') })
+    await eventually(() => /WARN session store cluster: a stored session could not be read \(its cookie is undefined, not an object\)/.test(cluster.output),
+      { timeoutMs: 5000, what: 'the warn line in the worker log' })
+  })
 })
 
 describe('redis', async () => {
