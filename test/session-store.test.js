@@ -15,22 +15,10 @@ const { SessionBackend } = require('../lib/session/cluster-backend')
 const { ClusterStore } = require('../lib/session/cluster-store')
 const { ClusterizeRedisStore } = require('../lib/session/redis-store')
 const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix } = require('./helpers/redis')
+const { sessionExpiringIn } = require('./helpers/session')
 
 const sleep = promisify(setTimeout)
 
-/** A session as express-session stores it (cookie.toJSON output). */
-function sessionExpiringIn (ms, extra) {
-  return Object.assign({
-    cookie: {
-      originalMaxAge: ms,
-      expires: ms === null ? null : new Date(Date.now() + ms).toISOString(),
-      secure: false,
-      httpOnly: true,
-      path: '/',
-      sameSite: 'lax'
-    }
-  }, extra)
-}
 
 function promised (store) {
   return {

@@ -4,8 +4,8 @@
  * The cluster session store's data structure, held by the primary (or by the
  * only process in single-process mode) and reached by workers over the bus.
  *
- * Sessions are kept as the JSON strings the workers send: the primary never
- * parses or clones them. Each entry carries its absolute expiry (ms since the
+ * Sessions are kept as the JSON strings the workers send: the primary only
+ * parses one to replace its cookie on touch. Each entry carries its absolute expiry (ms since the
  * epoch), computed by the worker from the session cookie. A min-heap on the
  * expiry gives the periodic sweep and the `maxSessions` bound (the
  * oldest-expiring session is evicted first) O(log n) per operation; heap
@@ -114,17 +114,26 @@ class SessionBackend {
   }
 
   /**
-   * Extend a session's expiry without rewriting it.
+   * Extend a session's expiry and replace its stored cookie (so a later read
+   * sees the new `cookie.expires`), keeping the rest of the session as stored.
    * @param {string} sid
    * @param {number} expires
+   * @param {string} [cookie] the cookie's JSON
    * @returns {boolean} whether the session existed
    */
-  touch (sid, expires) {
+  touch (sid, expires, cookie) {
     const entry = this.sessions.get(sid)
     if (entry === undefined) return false
-    if (!(expires > this.now())) {
+    // An expired session stays dead, even before the sweep removes it.
+    if (entry.expires <= this.now() || !(expires > this.now())) {
       this.remove(sid, entry)
       return false
+    }
+    if (cookie !== undefined) {
+      entry.sess = withCookie(entry.sess, cookie, sid)
+      const size = Buffer.byteLength(entry.sess)
+      this.bytes += size - entry.size
+      entry.size = size
     }
     if (entry.expires !== expires) {
       entry.expires = expires
@@ -232,7 +241,7 @@ class SessionBackend {
     switch (msg && msg.op) {
       case 'get': return this.get(keyOf(prefix, msg.sid))
       case 'set': this.set(keyOf(prefix, msg.sid), msg.sess, msg.expires, prefix); return true
-      case 'touch': return this.touch(keyOf(prefix, msg.sid), msg.expires)
+      case 'touch': return this.touch(keyOf(prefix, msg.sid), msg.expires, msg.cookie)
       case 'destroy': this.destroy(keyOf(prefix, msg.sid)); return true
       case 'all': return this.all(prefix)
       case 'length': return this.length(prefix)
@@ -333,6 +342,27 @@ function keyOf (prefix, sid) {
 
 function sidOf (prefix, key) {
   return prefix === '' ? key : key.slice(prefix.length + 1)
+}
+
+/**
+ * The session JSON with its cookie replaced. The one place the primary parses
+ * a session: touch must refresh the stored cookie in one round trip, atomically
+ * with respect to concurrent saves. An unreadable record is left as it is.
+ * @param {string} json
+ * @param {string} cookie JSON
+ * @param {string} sid
+ * @returns {string}
+ */
+function withCookie (json, cookie, sid) {
+  try {
+    const sess = JSON.parse(json)
+    if (sess === null || typeof sess !== 'object' || Array.isArray(sess)) return json
+    sess.cookie = JSON.parse(cookie)
+    return JSON.stringify(sess)
+  } catch (err) {
+    debug('touch %s: stored cookie not refreshed: %s', sid, err.message)
+    return json
+  }
 }
 
 function positiveInt (value, fallback, name) {

@@ -16,6 +16,8 @@ const debug = require('debug')('clusterize:session')
 const { TOPIC, attachSessionBackend, DEFAULT_MAX_TOTAL_BYTES } = require('./cluster-backend')
 const { toUnavailable } = require('./unavailable')
 const { sessionTooLarge } = require('./too-large')
+const { callOnce } = require('./callback')
+const { inflatableOrNull, whyNotInflatable, Unreadable } = require('./inflatable')
 
 const DEFAULT_TIMEOUT_MS = 2000
 const DEFAULT_TTL_SECONDS = 86400
@@ -59,6 +61,7 @@ class ClusterStore extends Store {
    */
   call (msg, cb) {
     if (this.prefix !== '') msg.prefix = this.prefix
+    cb = callOnce(cb, msg.op)
     let pending
     try {
       pending = this.transport(msg)
@@ -90,6 +93,7 @@ class ClusterStore extends Store {
   }
 
   get (sid, cb) {
+    const remove = (removed) => this.destroy(sid, removed)
     this.call({ op: 'get', sid }, function onGet (err, json) {
       if (err) return cb(err)
       if (json === null || json === undefined) return cb(null, null)
@@ -97,10 +101,9 @@ class ClusterStore extends Store {
       try {
         sess = JSON.parse(json)
       } catch (parseError) {
-        debug('unreadable session %s dropped: %s', sid, parseError.message)
-        return cb(null, null)
+        sess = new Unreadable(parseError.message)
       }
-      cb(null, sess)
+      cb(null, inflatableOrNull(sess, 'cluster', remove))
     })
   }
 
@@ -120,8 +123,15 @@ class ClusterStore extends Store {
     this.call({ op: 'set', sid, sess: json, expires: this.expiresAt(sess) }, doneWith(cb))
   }
 
+  /** Extend the expiry and refresh the stored cookie (as MemoryStore does); the data stays as stored. */
   touch (sid, sess, cb) {
-    this.call({ op: 'touch', sid, expires: this.expiresAt(sess) }, doneWith(cb))
+    let cookie
+    try {
+      cookie = sess && sess.cookie ? JSON.stringify(sess.cookie) : undefined
+    } catch (err) {
+      return done(cb, err)
+    }
+    this.call({ op: 'touch', sid, expires: this.expiresAt(sess), cookie }, doneWith(cb))
   }
 
   destroy (sid, cb) {
@@ -136,6 +146,7 @@ class ClusterStore extends Store {
       for (const [sid, json] of pairs || []) {
         try {
           const sess = JSON.parse(json)
+          if (whyNotInflatable(sess) !== null) continue
           sess.id = sid
           out.push(sess)
         } catch {}

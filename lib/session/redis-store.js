@@ -15,19 +15,27 @@ const { RedisStore } = require('connect-redis')
 const Redis = require('ioredis')
 const debug = require('debug')('clusterize:session')
 const { toUnavailable, SessionStoreUnavailableError } = require('./unavailable')
+const { callOnce } = require('./callback')
+const { inflatableOrNull, whyNotInflatable, Unreadable } = require('./inflatable')
 
 const DEFAULT_PREFIX = 'sess:'
 const MAX_RECONNECT_DELAY_MS = 1000
 
-/** JSON, except that an unreadable stored session reads as "no session". */
+/**
+ * touch: replace the stored record only if it is still the one we read (a
+ * concurrent save wins, a deleted or expired session stays gone).
+ */
+const TOUCH_SCRIPT = "if redis.call('GET', KEYS[1]) == ARGV[1] then " +
+  "redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1 end return 0"
+
+/** JSON, except that an unreadable stored session reads as "no session" (see inflatable.js). */
 const serializer = {
   stringify: JSON.stringify,
   parse: function parseSession (text) {
     try {
       return JSON.parse(text)
     } catch (err) {
-      debug('unreadable session dropped: %s', err.message)
-      return null
+      return new Unreadable(err.message)
     }
   }
 }
@@ -77,6 +85,11 @@ class ClusterizeRedisStore extends RedisStore {
     const client = ownsClient ? createClient(options.redis, timeoutMs) : options.redis
     super({ client, prefix: options.prefix === undefined ? DEFAULT_PREFIX : options.prefix, ttl: options.ttl, serializer })
     this.redis = client
+    // Millisecond expiry: connect-redis computes whole seconds (rounded up) and
+    // sends EX; _getTTL below gives it milliseconds and we send PX instead.
+    this.client.set = function setPx (key, val, ms) {
+      return ms ? client.set(key, val, 'PX', ms) : client.set(key, val)
+    }
     this.ownsClient = ownsClient
     this.timeoutMs = timeoutMs
     this.lastError = null
@@ -147,13 +160,124 @@ class ClusterizeRedisStore extends RedisStore {
     }
   }
 
-  get (sid, cb) { return super.get(sid, tagErrors(cb)) }
-  set (sid, sess, cb) { return super.set(sid, sess, tagErrors(cb)) }
-  touch (sid, sess, cb) { return super.touch(sid, sess, tagErrors(cb)) }
-  destroy (sid, cb) { return super.destroy(sid, tagErrors(cb)) }
-  clear (cb) { return super.clear(tagErrors(cb)) }
-  length (cb) { return super.length(tagErrors(cb)) }
-  all (cb) { return super.all(tagErrors(cb)) }
+  /**
+   * Run `run` once Redis has connected for the first time: a store used
+   * directly (plain express-session, or a call right after creation) waits
+   * up to timeoutMs for that, as our middleware's gate does, instead of
+   * failing at once on the offline queue. After the first connection it runs
+   * at once, and a disconnected Redis fails fast.
+   * @param {(err: Error) => void} answer the tagged callback
+   * @param {() => *} run
+   */
+  afterFirstConnection (answer, run) {
+    if (this.everReady || this.redis.status === 'ready') return run()
+    this.checkAvailable(function firstConnection (err) {
+      if (err) return answer(err)
+      run()
+    })
+  }
+
+  get (sid, cb) {
+    if (typeof cb !== 'function') return asPromise(this, 'get', [sid])
+    const answer = tagErrors(cb, 'get')
+    const remove = (removed) => this.destroy(sid, removed)
+    this.afterFirstConnection(answer, () => super.get(sid, function gotSession (err, sess) {
+      if (err) return answer(err)
+      const readable = inflatableOrNull(sess, 'redis', remove)
+      answer(null, readable !== null && cookieExpired(readable) ? null : readable)
+    }))
+  }
+
+  set (sid, sess, cb) {
+    if (typeof cb !== 'function') return asPromise(this, 'set', [sid, sess])
+    const answer = tagErrors(cb, 'set')
+    this.afterFirstConnection(answer, () => super.set(sid, sess, answer))
+  }
+
+  /**
+   * Milliseconds the session has left (connect-redis calls this its TTL).
+   * @param {object} sess
+   * @returns {number}
+   */
+  _getTTL (sess) {
+    if (typeof this.ttl === 'function') return Math.ceil(this.ttl(sess) * 1000)
+    const expires = sess && sess.cookie && sess.cookie.expires
+    if (expires) return Number(new Date(expires)) - Date.now()
+    return this.ttl * 1000
+  }
+
+  /**
+   * Extend the session's expiry and refresh its stored cookie (as MemoryStore
+   * does), leaving its data as stored. A session that is gone stays gone.
+   */
+  touch (sid, sess, cb) {
+    if (typeof cb !== 'function') return asPromise(this, 'touch', [sid, sess])
+    const answer = tagErrors(cb, 'touch')
+    this.afterFirstConnection(answer, () => {
+      this.refresh(sid, sess).then(() => answer(null), answer)
+    })
+  }
+
+  async refresh (sid, sess) {
+    const key = this.prefix + sid
+    const ms = this._getTTL(sess)
+    if (!(ms > 0)) return this.redis.del(key)
+    const stored = await this.redis.get(key)
+    if (stored === null) return
+    const current = this.serializer.parse(stored)
+    if (whyNotInflatable(current) !== null || !sess || !sess.cookie) {
+      await this.redis.pexpire(key, ms)
+      return
+    }
+    if (cookieExpired(current)) return
+    current.cookie = sess.cookie
+    // Measured again after the read, so the round trip does not lengthen the session.
+    const left = this._getTTL(sess)
+    if (!(left > 0)) return this.redis.del(key)
+    const replaced = await this.redis.eval(TOUCH_SCRIPT, 1, key, stored, this.serializer.stringify(current), Math.ceil(left))
+    if (replaced === 0) debug('touch %s: session saved or removed meanwhile, left as is', sid)
+  }
+
+  destroy (sid, cb) {
+    if (typeof cb !== 'function') return asPromise(this, 'destroy', [sid])
+    const answer = tagErrors(cb, 'destroy')
+    this.afterFirstConnection(answer, () => super.destroy(sid, answer))
+  }
+
+  clear (cb) {
+    if (typeof cb !== 'function') return asPromise(this, 'clear', [])
+    const answer = tagErrors(cb, 'clear')
+    this.afterFirstConnection(answer, () => super.clear(answer))
+  }
+
+  length (cb) {
+    if (typeof cb !== 'function') return asPromise(this, 'length', [])
+    const answer = tagErrors(cb, 'length')
+    this.afterFirstConnection(answer, () => super.length(answer))
+  }
+
+  /** Every session express-session can read, with its `id` (an unreadable record is skipped, not an error). */
+  all (cb) {
+    if (typeof cb !== 'function') return asPromise(this, 'all', [])
+    const answer = tagErrors(cb, 'all')
+    this.afterFirstConnection(answer, () => {
+      this.readAll().then((all) => answer(null, all), answer)
+    })
+  }
+
+  async readAll () {
+    const keys = await this._getAllKeys()
+    if (keys.length === 0) return []
+    const values = await this.redis.mget(keys)
+    const out = []
+    values.forEach((raw, i) => {
+      const sess = raw === null ? null : this.serializer.parse(raw)
+      if (whyNotInflatable(sess) !== null || cookieExpired(sess)) return
+      sess.id = keys[i].slice(this.prefix.length)
+      out.push(sess)
+    })
+    return out
+  }
 
   /**
    * Stop using the client: quit it if we built it, else just stop listening.
@@ -173,11 +297,37 @@ class ClusterizeRedisStore extends RedisStore {
   }
 }
 
-function tagErrors (cb) {
+/**
+ * Has the session's cookie expired? Redis drops the key a command's transit
+ * after that (PX is relative); the cookie decides to the millisecond, as in
+ * MemoryStore and the cluster store.
+ * @param {object} sess an inflatable session
+ * @returns {boolean}
+ */
+function cookieExpired (sess) {
+  const expires = sess.cookie.expires
+  return typeof expires === 'string' && new Date(expires).getTime() <= Date.now()
+}
+
+/** Without a callback, an operation returns a promise (as connect-redis does). */
+function asPromise (store, op, args) {
+  return new Promise(function run (resolve, reject) {
+    store[op](...args, function answered (err, value) {
+      if (err) reject(err)
+      else resolve(value)
+    })
+  })
+}
+
+/**
+ * connect-redis calls back inside its own try/catch and calls again with
+ * whatever the callback threw: answer once, and let the app's exception escape.
+ */
+function tagErrors (cb, op) {
   if (typeof cb !== 'function') return cb
+  const answer = callOnce(cb, op)
   return function redisAnswered (err, value) {
-    if (err) return cb(toUnavailable(err, 'redis'))
-    cb(null, value)
+    answer(err ? toUnavailable(err, 'redis') : null, value)
   }
 }
 
