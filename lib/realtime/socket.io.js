@@ -1,0 +1,78 @@
+'use strict'
+
+/**
+ * socket.io across workers and hosts: `io.adapter(createAdapter())`.
+ *
+ *   const { createAdapter } = require('clusterize-express/socket.io')
+ *   io.adapter(createAdapter())
+ *
+ * io.emit, rooms, to(room).emit, fetchSockets(), socketsJoin/Leave,
+ * disconnectSockets() and serverSideEmit() (with acks) reach every worker,
+ * carried by the clusterize bus (no second IPC protocol); with `bus.redis`
+ * they reach every host. The cluster logic is socket.io-adapter's own
+ * ClusterAdapterWithHeartbeat (the base of @socket.io/cluster-adapter); this
+ * file only moves its messages. socket.io stays an optional peer dependency:
+ * nothing here is loaded unless this entry point is required.
+ */
+
+const debug = require('debug')('clusterize:socket.io')
+const { internalBus } = require('../bus')
+
+const TOPIC_PREFIX = '$cz:sio:'
+
+function loadBase () {
+  try {
+    return require('socket.io-adapter').ClusterAdapterWithHeartbeat
+  } catch (err) {
+    throw new Error('clusterize-express/socket.io needs socket.io (>= 4.7, which brings socket.io-adapter >= 2.5): npm install socket.io' +
+      (err && err.code === 'MODULE_NOT_FOUND' ? '' : ` (${err.message})`))
+  }
+}
+
+/**
+ * @param {{ heartbeatInterval?: number, heartbeatTimeout?: number }} [options] passed to socket.io-adapter
+ * @returns {(nsp: object) => object} what io.adapter() takes
+ */
+function createAdapter (options) {
+  const ClusterAdapterWithHeartbeat = loadBase()
+
+  class ClusterizeAdapter extends ClusterAdapterWithHeartbeat {
+    constructor (nsp) {
+      super(nsp, options || {})
+      this.topic = TOPIC_PREFIX + nsp.name
+      this.onBusMessage = (data) => {
+        if (!data || typeof data !== 'object') return
+        if (data.t === 'm' && data.m && data.m.uid !== this.uid) {
+          this.onMessage(data.m)
+        } else if (data.t === 'r' && data.to === this.uid) {
+          this.onResponse(data.r)
+        }
+      }
+      internalBus.on(this.topic, this.onBusMessage)
+      debug('adapter for namespace %s (uid %s)', nsp.name, this.uid)
+      this.init()
+    }
+
+    doPublish (message) {
+      internalBus.broadcast(this.topic, { t: 'm', m: message })
+      return Promise.resolve('')
+    }
+
+    doPublishResponse (requesterUid, response) {
+      // Every server sees it; only the requester (by uid) takes it.
+      internalBus.broadcast(this.topic, { t: 'r', to: requesterUid, r: response })
+      return Promise.resolve()
+    }
+
+    close () {
+      internalBus.off(this.topic, this.onBusMessage)
+      return super.close()
+    }
+  }
+
+  return function clusterizeAdapter (nsp) {
+    return new ClusterizeAdapter(nsp)
+  }
+}
+
+module.exports = { createAdapter }

@@ -1,0 +1,95 @@
+'use strict'
+
+/**
+ * socket.io across real workers with `io.adapter(createAdapter())` from
+ * clusterize-express/socket.io: emit to all, rooms, fetchSockets,
+ * socketsJoin, serverSideEmit with acks and disconnectSockets reach every
+ * worker, over the clusterize bus.
+ */
+
+const { test, after } = require('node:test')
+const assert = require('node:assert')
+const path = require('path')
+const { io: connectClient } = require('socket.io-client')
+const { startCluster, stopAll } = require('./helpers/cluster')
+const { eventually } = require('./helpers/wait')
+
+const fixture = path.join(__dirname, 'fixtures/socketio-cluster.js')
+const clients = []
+
+after(async () => {
+  for (const client of clients) client.disconnect()
+  await stopAll()
+})
+
+function connect (port, room) {
+  const socket = connectClient(`http://127.0.0.1:${port}`, { transports: ['websocket'], reconnection: false, query: room ? { room } : {}, forceNew: true })
+  clients.push(socket)
+  const client = { socket, got: [] }
+  for (const event of ['all', 'room']) socket.on(event, (data) => client.got.push({ event, data }))
+  client.hello = new Promise((resolve, reject) => {
+    socket.once('hello', resolve)
+    socket.once('connect_error', reject)
+  })
+  return client
+}
+
+/** Emit with an acknowledgement; rejects if the server does not answer within 10 s. */
+const ask = (client, event, ...args) => new Promise((resolve, reject) => {
+  client.socket.timeout(10000).emit(event, ...args, (err, value) => err ? reject(new Error(`${event}: ${err.message}`)) : resolve(value))
+})
+
+test('io.emit, rooms, fetchSockets, socketsJoin, serverSideEmit and disconnectSockets reach every worker', async () => {
+  const cluster = await startCluster(fixture, { env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 2 }) } })
+  // Connect until both workers hold clients (round robin spreads new connections).
+  const connected = []
+  for (let i = 0; i < 8 && new Set(connected.map((c) => c.worker)).size < 2; i++) {
+    const client = connect(cluster.port, i % 2 === 0 ? 'even' : 'odd')
+    client.worker = (await client.hello).worker
+    connected.push(client)
+  }
+  assert.strictEqual(new Set(connected.map((c) => c.worker)).size, 2, 'clients on both workers')
+  const first = connected[0]
+  const other = connected.find((c) => c.worker !== first.worker)
+
+  await ask(first, 'emit-all', 'hi-everyone')
+  await eventually(() => connected.every((c) => c.got.some((g) => g.event === 'all' && g.data.tag === 'hi-everyone')), { what: 'io.emit on every client of both workers' })
+
+  const evens = connected.filter((c, i) => i % 2 === 0)
+  await ask(other, 'emit-room', 'even', 'evens-only')
+  await eventually(() => evens.every((c) => c.got.some((g) => g.event === 'room' && g.data.tag === 'evens-only')), { what: 'to(room).emit across workers' })
+  for (const c of connected.filter((c, i) => i % 2 === 1)) assert.ok(!c.got.some((g) => g.data.tag === 'evens-only'), 'odd clients got nothing')
+
+  const ids = await ask(first, 'fetch')
+  assert.deepStrictEqual(ids, connected.map((c) => c.socket.id).sort(), 'fetchSockets() sees the sockets of both workers')
+
+  await ask(first, 'join-all', 'everyone')
+  // socketsJoin() is applied by each worker when its message arrives: emit until every client is in.
+  await eventually(async () => {
+    await ask(other, 'emit-room', 'everyone', 'joined')
+    return connected.every((c) => c.got.some((g) => g.event === 'room' && g.data.tag === 'joined'))
+  }, { what: 'socketsJoin() on both workers', intervalMs: 100 })
+
+  const sse = await ask(first, 'server-side')
+  assert.strictEqual(sse.err, null)
+  assert.deepStrictEqual(sse.answers.map((a) => a.worker), [other.worker], 'serverSideEmit reaches the other worker and its ack comes back')
+
+  const closed = connected.map((c) => new Promise((resolve) => c.socket.once('disconnect', resolve)))
+  await ask(first, 'disconnect-all')
+  await Promise.all(closed)
+  await cluster.stop()
+})
+
+test('requiring clusterize-express/socket.io loads nothing of socket.io until createAdapter() is called', () => {
+  const { execFileSync } = require('child_process')
+  const out = execFileSync(process.execPath, ['-e', `
+    require(${JSON.stringify(path.join(__dirname, '..'))})
+    const loaded = () => Object.keys(require.cache).some((k) => /node_modules[\\\\/]socket\\.io/.test(k))
+    const before = loaded()
+    const { createAdapter } = require('clusterize-express/socket.io')
+    const afterRequire = loaded()
+    createAdapter()
+    console.log(JSON.stringify({ before, afterRequire, afterCreate: loaded() }))
+  `], { encoding: 'utf8' })
+  assert.deepStrictEqual(JSON.parse(out), { before: false, afterRequire: false, afterCreate: true })
+})
