@@ -22,7 +22,7 @@ const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix } = require('./h
 const { sessionExpiringIn } = require('./helpers/session')
 const request = require('supertest')
 const session = require('../middleware/session')
-const { sessionLogger, useSessionLogger } = require('../lib/session/log')
+const { sessionLog, setSessionLogger } = require('../lib/session/log')
 const { createSessionApp } = require('./fixtures/session-app')
 const { startCluster } = require('./helpers/cluster')
 
@@ -52,10 +52,10 @@ async function untilPast (iso, marginMs = 5) {
 /** Capture what the session stores log; restore() puts the previous logger back. */
 function captureSessionLog () {
   const lines = []
-  const previous = sessionLogger()
+  const previous = sessionLog()
   const record = (level) => (msg, fields) => lines.push({ level, msg, fields })
-  useSessionLogger({ debug () {}, info: record('info'), warn: record('warn'), error: record('error') })
-  lines.restore = () => useSessionLogger(previous)
+  setSessionLogger({ debug () {}, info: record('info'), warn: record('warn'), error: record('error') })
+  lines.restore = () => setSessionLogger(previous)
   return lines
 }
 
