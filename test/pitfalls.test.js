@@ -13,6 +13,7 @@ const assert = require('node:assert')
 const path = require('path')
 const { startCluster, stopAll, request } = require('./helpers/cluster')
 const { eventually } = require('./helpers/wait')
+const { freePort } = require('./helpers/net')
 const { resolveConfig } = require('../lib/config')
 const { parseArgs, buildOptions } = require('../lib/cli/args')
 
@@ -62,6 +63,19 @@ test('an app that calls app.listen() itself is warned once per worker', async ()
   const warning = /the app called listen\(\) itself while clusterize was building it/g
   await eventually(() => (cluster.output.match(warning) || []).length === 2, { what: () => 'a warning from each worker:\n' + cluster.output })
   assert.match(cluster.output, /Remove app\.listen\(\)/)
+  await cluster.stop()
+})
+
+test('app.listen(process.env.PORT) does not crash the workers: clusterize already serves that port', async () => {
+  const port = await freePort()
+  const cluster = await startCluster(fixture, { env: env({ workers: 2, port }, { CZ_APP_LISTENS: 'port', PORT: String(port) }) })
+  const ignored = /the app's own listen\(\) on port \d+ failed \(EADDRINUSE\) and was ignored/g
+  await eventually(() => (cluster.output.match(ignored) || []).length === 2, { what: () => 'both workers to outlive their own listen():\n' + cluster.output })
+  const seen = await counts(cluster.port, 8)
+  assert.strictEqual(new Set(seen.map((s) => s.pid)).size, 2, 'both workers served')
+  const stats = await cluster.stats()
+  assert.deepStrictEqual(stats.workers.map((w) => w.restarts), [0, 0])
+  assert.deepStrictEqual(cluster.events.filter((e) => e.event === 'worker:exit'), [], 'no worker crashed')
   await cluster.stop()
 })
 

@@ -91,7 +91,10 @@ function startWorker (createApp, config) {
 
   async function boot () {
     if (config.defaultSessionStore === 'cluster') pitfalls.useClusterStoreByDefault(appDirectory(createApp))
-    const built = await prepareServer(createApp, config)
+    const built = await prepareServer(createApp, config, {
+      port,
+      onPortClash: (clash) => log.info(pitfalls.portClashNote(clash), { pid: process.pid })
+    })
     if (built.listenedByApp) log.warn(pitfalls.listenWarning(port), { pid: process.pid })
     pitfalls.warnOnMemoryStore(built.server, log, Number(process.env.CLUSTERIZE_WORKERS))
     handle.app = built.app

@@ -19,15 +19,24 @@ const SESSION_CHECKS = 1000
 
 /**
  * Record listen() calls on any server while `fn` builds the app.
+ *
+ * A listen on clusterize's own port (`app.listen(process.env.PORT)`, the
+ * textbook app.js) fails with EADDRINUSE in a worker; with no 'error'
+ * listener that would crash every worker right after it became ready, in a
+ * loop. The app is served on that port anyway, so that one failure is
+ * reported to `onPortClash` and otherwise ignored.
  * @template T
  * @param {() => Promise<T>} fn
+ * @param {{ port?: number, onPortClash?: (port: number) => void }} [own] clusterize's port
  * @returns {Promise<{ value: T, listened: boolean }>}
  */
-async function watchListenCalls (fn) {
+async function watchListenCalls (fn, own) {
   const original = net.Server.prototype.listen
+  const ownPort = own && own.port ? own.port : 0
   let listened = false
   net.Server.prototype.listen = function listenDuringBuild () {
     listened = true
+    if (ownPort !== 0 && portOf(arguments[0]) === ownPort) survivePortClash(this, ownPort, own.onPortClash)
     return original.apply(this, arguments)
   }
   try {
@@ -35,6 +44,30 @@ async function watchListenCalls (fn) {
   } finally {
     net.Server.prototype.listen = original
   }
+}
+
+function survivePortClash (server, port, onPortClash) {
+  server.on('error', function onOwnListenError (err) {
+    if (err && err.code === 'EADDRINUSE') {
+      server.removeListener('error', onOwnListenError)
+      if (onPortClash) onPortClash(port)
+      return
+    }
+    // Any other error keeps its usual effect when nobody else listens for it.
+    if (server.listenerCount('error') === 1) throw err
+  })
+}
+
+/** The port a listen() call asks for: `listen(port)`, `listen('3000')`, `listen({ port })`. */
+function portOf (first) {
+  const port = first !== null && typeof first === 'object' ? first.port : first
+  if (typeof port === 'number') return port
+  return typeof port === 'string' && /^\d+$/.test(port) ? Number(port) : undefined
+}
+
+/** The log line when the app's own listen on clusterize's port failed and was ignored. */
+function portClashNote (port) {
+  return `the app's own listen() on port ${port} failed (EADDRINUSE) and was ignored: clusterize serves the app on that port`
 }
 
 /** The warning for an app that listened by itself. */
@@ -102,4 +135,4 @@ function useClusterStoreByDefault (appDir) {
   return true
 }
 
-module.exports = { watchListenCalls, listenWarning, warnOnMemoryStore, useClusterStoreByDefault }
+module.exports = { watchListenCalls, listenWarning, portClashNote, warnOnMemoryStore, useClusterStoreByDefault }
