@@ -18,6 +18,7 @@ const { resolveConfig } = require('../lib/config')
 const { parseArgs, buildOptions } = require('../lib/cli/args')
 
 const fixture = path.join(__dirname, 'fixtures/plain-session-cluster.js')
+const preloaded = path.join(__dirname, 'fixtures/plain-session-preloaded.js')
 const env = (options, extra) => Object.assign({ CZ_TEST_OPTIONS: JSON.stringify(options) }, extra)
 
 after(stopAll)
@@ -56,6 +57,27 @@ test("defaultSessionStore 'cluster' makes express-session's default store the cl
   await cluster.stop()
   assert.strictEqual(buildOptions(parseArgs(['app.js', '--sessions', 'cluster']).flags, {}).defaultSessionStore, 'cluster')
   assert.throws(() => parseArgs(['app.js', '--sessions', 'redis']), /--sessions must be "cluster"/)
+})
+
+test('the MemoryStore is noticed when the app builds it, before any request: the warning, and the banner and /stats name it', async () => {
+  for (const script of [fixture, preloaded]) {
+    const cluster = await startCluster(script, { env: env({ workers: 2 }) })
+    const warning = /express-session's default MemoryStore keeps sessions in each worker: with 2 workers/g
+    await eventually(() => (cluster.output.match(warning) || []).length === 2, { what: () => 'a warning from each worker, with no request made:\n' + cluster.output })
+    await eventually(async () => (await cluster.stats()).workers.every((w) => w.session && /MemoryStore/.test(w.session.store)),
+      { what: 'both workers to report the MemoryStore in their heartbeat' })
+    await counts(cluster.port, 6)
+    assert.strictEqual(cluster.output.match(warning).length, 2, 'still once per worker')
+    await cluster.stop()
+  }
+})
+
+test("defaultSessionStore 'cluster' when the app loaded express-session first: each worker says at boot that its MemoryStore stays", async () => {
+  const cluster = await startCluster(preloaded, { env: env({ workers: 2, defaultSessionStore: 'cluster' }) })
+  const warning = /defaultSessionStore 'cluster' \(--sessions cluster\) cannot replace the default store of express-session at .+: it was loaded before clusterize\(\) ran/g
+  await eventually(() => (cluster.output.match(warning) || []).length === 2, { what: () => 'a boot warning from each worker:\n' + cluster.output })
+  assert.match(cluster.output, /require\('express-session'\) inside createApp/)
+  await cluster.stop()
 })
 
 test('an app that calls app.listen() itself is warned once per worker', async () => {

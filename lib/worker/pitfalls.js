@@ -13,6 +13,7 @@
 
 const net = require('net')
 const path = require('path')
+const { registerStatus } = require('../session/status')
 
 /** Requests inspected for a MemoryStore before giving up (apps without sessions pay nothing after). */
 const SESSION_CHECKS = 1000
@@ -77,15 +78,62 @@ function listenWarning (port) {
     'otherwise every worker also binds a port of its own'
 }
 
+/** How a per-worker MemoryStore shows in the heartbeat, the banner and /stats. */
+const MEMORY_STORE_STATUS = "express-session's MemoryStore (one per worker: logins do not carry across workers)"
+const kWatched = Symbol.for('clusterize.memoryStoreWatched')
+const kClusterDefault = Symbol.for('clusterize.clusterDefaultStore')
+// A worker warns about its MemoryStore once, whichever check sees it first.
+let memoryStoreReported = false
+
+function reportMemoryStore (log, workers) {
+  if (memoryStoreReported) return
+  memoryStoreReported = true
+  registerStatus(MEMORY_STORE_STATUS, () => ({ available: true, lastError: null }))
+  log.warn(`express-session's default MemoryStore keeps sessions in each worker: with ${workers} workers a user logged in on one is a stranger on the next. ` +
+    "Use clusterize's session() (require('clusterize-express').session({ secret })), give express-session a shared store, " +
+    "or start with `clusterize app.js --sessions cluster` (option defaultSessionStore: 'cluster') to make the default store the cluster store", { pid: process.pid })
+}
+
+/**
+ * Warn (once) as soon as the app builds an express-session MemoryStore while
+ * several workers serve, so the warning and the banner come at startup, not
+ * at the first request. MemoryStore's constructor assigns `this.sessions`: a
+ * setter on its prototype sees every construction, even when the app loaded
+ * express-session before clusterize() ran, and turns it back into an
+ * ordinary own property.
+ * @param {object} log
+ * @param {number} workers
+ * @param {string} appDir where the app's own require() starts looking
+ */
+function watchMemoryStores (log, workers, appDir) {
+  if (!(workers > 1)) return
+  for (const memoryPath of expressSessionCopies(appDir)) {
+    const MemoryStore = require(memoryPath)
+    if (typeof MemoryStore !== 'function' || MemoryStore[kClusterDefault]) continue
+    const proto = MemoryStore.prototype
+    if (proto[kWatched]) continue
+    proto[kWatched] = true
+    Object.defineProperty(proto, 'sessions', {
+      configurable: true,
+      get () { return undefined },
+      set: function sessionsOfNewMemoryStore (value) {
+        Object.defineProperty(this, 'sessions', { value, writable: true, enumerable: true, configurable: true })
+        reportMemoryStore(log, workers)
+      }
+    })
+  }
+}
+
 /**
  * Warn once if requests go through express-session with its default
- * MemoryStore while several workers serve.
+ * MemoryStore while several workers serve (for a copy of express-session
+ * watchMemoryStores could not reach).
  * @param {import('http').Server} server
  * @param {object} log
  * @param {number} workers
  */
 function warnOnMemoryStore (server, log, workers) {
-  if (!(workers > 1)) return
+  if (!(workers > 1) || memoryStoreReported) return
   let checks = 0
   function onRequest (req, res) {
     res.once('finish', function checkSessionStore () {
@@ -94,10 +142,9 @@ function warnOnMemoryStore (server, log, workers) {
       if (store && store.constructor && store.constructor.name === 'MemoryStore' && typeof store.sessions === 'object') {
         checks = -1
         server.removeListener('request', onRequest)
-        log.warn(`express-session's default MemoryStore keeps sessions in each worker: with ${workers} workers a user logged in on one is a stranger on the next. ` +
-          "Use clusterize's session() (require('clusterize-express').session({ secret })), give express-session a shared store, " +
-          "or start with `clusterize app.js --sessions cluster` (option defaultSessionStore: 'cluster') to make the default store the cluster store", { pid: process.pid })
-      } else if (++checks >= SESSION_CHECKS) {
+        reportMemoryStore(log, workers)
+      } else if (memoryStoreReported || ++checks >= SESSION_CHECKS) {
+        checks = -1
         server.removeListener('request', onRequest)
       }
     })
@@ -106,33 +153,71 @@ function warnOnMemoryStore (server, log, workers) {
 }
 
 /**
+ * The express-session MemoryStore modules the app can reach: from its own
+ * folder, the working directory and ours (deduplicated).
+ * @param {string} appDir
+ * @returns {string[]}
+ */
+function expressSessionCopies (appDir) {
+  const found = new Set()
+  for (const dir of [appDir, process.cwd(), __dirname]) {
+    try {
+      found.add(require.resolve('express-session/session/memory', { paths: [dir] }))
+    } catch {}
+  }
+  return [...found]
+}
+
+/**
  * Make express-session's default store (`new MemoryStore()` when no store is
  * given) the cluster store, for the copy of express-session the app will
  * load. Must run before the app first requires express-session.
  * @param {string} appDir where the app's own require() starts looking
- * @returns {boolean} whether an express-session was found and patched
+ * @returns {{ replaced: boolean, loadedAt: string|null }} `loadedAt`: the
+ *   express-session folder that was already loaded, so could not be changed
  */
 function useClusterStoreByDefault (appDir) {
   let memoryPath
   try {
     memoryPath = require.resolve('express-session/session/memory', { paths: [appDir, process.cwd()] })
   } catch {
-    return false
+    return { replaced: false, loadedAt: null }
   }
   const index = require.resolve(path.join(path.dirname(memoryPath), '..'))
-  if (require.cache[index]) return false // already loaded with its own MemoryStore
+  // Already loaded with its own MemoryStore.
+  if (require.cache[index]) return { replaced: false, loadedAt: path.dirname(index) }
   // express-session reads `require('./session/memory')` once, when it loads.
   function ClusterDefaultStore (options) {
     const { ClusterStore } = require('../session/cluster-store')
-    return new ClusterStore(options)
+    const store = new ClusterStore(options)
+    registerStatus('cluster', () => store.availability())
+    return store
   }
+  ClusterDefaultStore[kClusterDefault] = true
   const Module = require('module')
   const entry = new Module(memoryPath, module)
   entry.filename = memoryPath
   entry.loaded = true
   entry.exports = ClusterDefaultStore
   require.cache[memoryPath] = entry
-  return true
+  return { replaced: true, loadedAt: null }
 }
 
-module.exports = { watchListenCalls, listenWarning, portClashNote, warnOnMemoryStore, useClusterStoreByDefault }
+/** The warning when defaultSessionStore 'cluster' came too late for the app's express-session. */
+function clusterDefaultTooLate (dir) {
+  return `defaultSessionStore 'cluster' (--sessions cluster) cannot replace the default store of express-session at ${dir}: ` +
+    'it was loaded before clusterize() ran in this worker, so it keeps a MemoryStore per worker. ' +
+    "Call require('express-session') inside createApp, start the app file with the CLI (clusterize app.js --sessions cluster), " +
+    "or use clusterize's session()"
+}
+
+module.exports = {
+  watchListenCalls,
+  listenWarning,
+  portClashNote,
+  watchMemoryStores,
+  warnOnMemoryStore,
+  useClusterStoreByDefault,
+  clusterDefaultTooLate,
+  MEMORY_STORE_STATUS
+}
