@@ -18,7 +18,6 @@ const { resolveConfig } = require('../lib/config')
 const { parseArgs, buildOptions } = require('../lib/cli/args')
 
 const fixture = path.join(__dirname, 'fixtures/plain-session-cluster.js')
-const preloaded = path.join(__dirname, 'fixtures/plain-session-preloaded.js')
 const env = (options, extra) => Object.assign({ CZ_TEST_OPTIONS: JSON.stringify(options) }, extra)
 
 after(stopAll)
@@ -60,8 +59,8 @@ test("defaultSessionStore 'cluster' makes express-session's default store the cl
 })
 
 test('the MemoryStore is noticed when the app builds it, before any request: the warning, and the banner and /stats name it', async () => {
-  for (const script of [fixture, preloaded]) {
-    const cluster = await startCluster(script, { env: env({ workers: 2 }) })
+  for (const preload of ['0', '1']) {
+    const cluster = await startCluster(fixture, { env: env({ workers: 2 }, { CZ_PRELOAD_SESSION: preload }) })
     const warning = /express-session's default MemoryStore keeps sessions in each worker: with 2 workers/g
     await eventually(() => (cluster.output.match(warning) || []).length === 2, { what: () => 'a warning from each worker, with no request made:\n' + cluster.output })
     await eventually(async () => (await cluster.stats()).workers.every((w) => w.session && /MemoryStore/.test(w.session.store)),
@@ -73,7 +72,7 @@ test('the MemoryStore is noticed when the app builds it, before any request: the
 })
 
 test("defaultSessionStore 'cluster' when the app loaded express-session first: each worker says at boot that its MemoryStore stays", async () => {
-  const cluster = await startCluster(preloaded, { env: env({ workers: 2, defaultSessionStore: 'cluster' }) })
+  const cluster = await startCluster(fixture, { env: env({ workers: 2, defaultSessionStore: 'cluster' }, { CZ_PRELOAD_SESSION: '1' }) })
   const warning = /defaultSessionStore 'cluster' \(--sessions cluster\) cannot replace the default store of express-session at .+: it was loaded before clusterize\(\) ran/g
   await eventually(() => (cluster.output.match(warning) || []).length === 2, { what: () => 'a boot warning from each worker:\n' + cluster.output })
   assert.match(cluster.output, /require\('express-session'\) inside createApp/)
