@@ -66,6 +66,12 @@ test('every time option is bounded by what a timer can hold (2^31-1 ms): 3e9 fai
   assert.throws(() => offload.pool({ taskTimeoutMs: tooLong }), /taskTimeoutMs.*2147483647/)
   const { resolveSessionOptions } = require('../lib/session/options')
   assert.throws(() => resolveSessionOptions({ timeoutMs: tooLong, secret: 'x'.repeat(32) }, {}), /timeoutMs.*2147483647/)
+  // Durations in seconds: the same figure, 2^31-1 s, as a sanity bound (a Redis EXPIRE, a Retry-After).
+  for (const key of ['ttl', 'retryAfter']) {
+    assert.throws(() => resolveSessionOptions({ [key]: 2147483648, secret: 'x'.repeat(32) }, {}),
+      (err) => err instanceof ClusterizeOptionError && err.option === key && /from 1 to 2147483647 \(seconds\)/.test(err.message), key)
+    assert.strictEqual(resolveSessionOptions({ [key]: 2147483647, secret: 'x'.repeat(32) }, {})[key], 2147483647)
+  }
   const { parseArgs } = require('../lib/cli/args')
   assert.throws(() => parseArgs(['stop', '--timeout', '3000000']), /--timeout must be a number of seconds from 0 to 2147483/)
 })

@@ -13,6 +13,7 @@ const assert = require('node:assert')
 const path = require('path')
 const { startCluster, stopAll, request } = require('./helpers/cluster')
 const { eventually } = require('./helpers/wait')
+const { freePort } = require('./helpers/net')
 const { resolveConfig } = require('../lib/config')
 const { parseArgs, buildOptions } = require('../lib/cli/args')
 
@@ -57,11 +58,45 @@ test("defaultSessionStore 'cluster' makes express-session's default store the cl
   assert.throws(() => parseArgs(['app.js', '--sessions', 'redis']), /--sessions must be "cluster"/)
 })
 
+test('the MemoryStore is noticed when the app builds it, before any request: the warning, and the banner and /stats name it', async () => {
+  for (const preload of ['0', '1']) {
+    const cluster = await startCluster(fixture, { env: env({ workers: 2 }, { CZ_PRELOAD_SESSION: preload }) })
+    const warning = /express-session's default MemoryStore keeps sessions in each worker: with 2 workers/g
+    await eventually(() => (cluster.output.match(warning) || []).length === 2, { what: () => 'a warning from each worker, with no request made:\n' + cluster.output })
+    await eventually(async () => (await cluster.stats()).workers.every((w) => w.session && /MemoryStore/.test(w.session.store)),
+      { what: 'both workers to report the MemoryStore in their heartbeat' })
+    await counts(cluster.port, 6)
+    assert.strictEqual(cluster.output.match(warning).length, 2, 'still once per worker')
+    await cluster.stop()
+  }
+})
+
+test("defaultSessionStore 'cluster' when the app loaded express-session first: each worker says at boot that its MemoryStore stays", async () => {
+  const cluster = await startCluster(fixture, { env: env({ workers: 2, defaultSessionStore: 'cluster' }, { CZ_PRELOAD_SESSION: '1' }) })
+  const warning = /defaultSessionStore 'cluster' \(--sessions cluster\) cannot replace the default store of express-session at .+: it was loaded before clusterize\(\) ran/g
+  await eventually(() => (cluster.output.match(warning) || []).length === 2, { what: () => 'a boot warning from each worker:\n' + cluster.output })
+  assert.match(cluster.output, /require\('express-session'\) inside createApp/)
+  await cluster.stop()
+})
+
 test('an app that calls app.listen() itself is warned once per worker', async () => {
   const cluster = await startCluster(fixture, { env: env({ workers: 2 }, { CZ_APP_LISTENS: '1' }) })
   const warning = /the app called listen\(\) itself while clusterize was building it/g
   await eventually(() => (cluster.output.match(warning) || []).length === 2, { what: () => 'a warning from each worker:\n' + cluster.output })
   assert.match(cluster.output, /Remove app\.listen\(\)/)
+  await cluster.stop()
+})
+
+test('app.listen(process.env.PORT) does not crash the workers: clusterize already serves that port', async () => {
+  const port = await freePort()
+  const cluster = await startCluster(fixture, { env: env({ workers: 2, port }, { CZ_APP_LISTENS: 'port', PORT: String(port) }) })
+  const ignored = /the app's own listen\(\) on port \d+ failed \(EADDRINUSE\) and was ignored/g
+  await eventually(() => (cluster.output.match(ignored) || []).length === 2, { what: () => 'both workers to outlive their own listen():\n' + cluster.output })
+  const seen = await counts(cluster.port, 8)
+  assert.strictEqual(new Set(seen.map((s) => s.pid)).size, 2, 'both workers served')
+  const stats = await cluster.stats()
+  assert.deepStrictEqual(stats.workers.map((w) => w.restarts), [0, 0])
+  assert.deepStrictEqual(cluster.events.filter((e) => e.event === 'worker:exit'), [], 'no worker crashed')
   await cluster.stop()
 })
 

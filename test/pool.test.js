@@ -269,6 +269,14 @@ describe('close', () => {
     assert.deepEqual(await p.close({ timeoutMs: 100 }), { drained: false })
     await rejected
   })
+
+  it('close({ timeoutMs }) past what a timer can wait (2^31-1 ms) still waits for running tasks', async () => {
+    const p = pool({ threads: 1 })
+    const running = p.run(ops('sleep'), 300, 'done')
+    await until(p, (s) => s.busy === 1)
+    assert.deepEqual(await p.close({ timeoutMs: 3e9 }), { drained: true })
+    assert.equal(await running, 'done')
+  })
 })
 
 describe('registry', () => {

@@ -8,12 +8,11 @@
  */
 
 const debug = require('debug')('clusterize:bus')
-const { ClusterizeTimeoutError } = require('../errors')
+const { ClusterizeTimeoutError, MAX_TIMER_MS: MAX_TIMEOUT_MS } = require('../errors')
 const { ClusterizeBusError, errorFromWire, errorToWire } = require('./errors')
 const { createCodec, checkTopic, MAX_TOPIC_LENGTH } = require('./codec')
 
 const DEFAULT_TIMEOUT_MS = 5000
-const MAX_TIMEOUT_MS = 2147483647
 
 const NULL_LOG = { info () {}, warn () {}, error () {}, debug () {} }
 

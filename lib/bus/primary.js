@@ -14,6 +14,7 @@ const debug = require('debug')('clusterize:bus')
 const { MARK } = require('../ipc')
 const { isTopic, deliverLater } = require('./core')
 const { queuedSize, RESERVED_PREFIX } = require('./codec')
+const { MAX_TIMER_MS } = require('../errors')
 
 const KIND = 'bus'
 
@@ -249,7 +250,7 @@ function createPrimaryTransport (core) {
         const id = message.id
         const timeoutMs = message.ms
         if (typeof id !== 'number' || typeof timeoutMs !== 'number' || !(timeoutMs > 0)) return
-        startGather(topic, payload, Math.min(timeoutMs, 2147483647), record.id, record.generation, function replyGather (answers, missing) {
+        startGather(topic, payload, Math.min(timeoutMs, MAX_TIMER_MS), record.id, record.generation, function replyGather (answers, missing) {
           if (!records.has(record)) return
           post(record, { [MARK]: 1, kind: KIND, op: 'gs', id, r: answers, m: missing })
         })

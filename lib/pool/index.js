@@ -297,7 +297,9 @@ class Pool extends PoolThreads {
     const drained = this._pending === 0 || this._broken !== null
       ? Promise.resolve(true)
       : new Promise((resolve) => {
-        const timer = setTimeout(() => resolve(false), Math.max(0, timeoutMs))
+        // Closing never fails: a deadline past what a timer can wait (it would
+        // fire after 1 ms) means as long as a timer can wait.
+        const timer = setTimeout(() => resolve(false), Math.min(Math.max(0, timeoutMs), MAX_TIMER_MS))
         this._drained = () => { clearTimeout(timer); resolve(true) }
       })
     this._closePromise = drained.then((ok) => {

@@ -8,7 +8,7 @@
 
 const cluster = require('cluster')
 const crypto = require('crypto')
-const { ClusterizeOptionError } = require('../errors')
+const { ClusterizeOptionError, MAX_TIMER_MS } = require('../errors')
 const { createChecks } = require('../check-options')
 
 const STORES = ['auto', 'redis', 'cluster', 'memory']
@@ -142,7 +142,15 @@ function resolveSessionOptions (options, env) {
     throw fail('redis', 'must be a redis:// URL, an ioredis options object or an ioredis client')
   }
   if (options.prefix !== undefined && typeof options.prefix !== 'string') throw fail('prefix', 'must be a string')
-  for (const key of ['ttl', 'timeoutMs', 'maxSessions', 'maxTotalBytes', 'maxSessionBytes', 'retryAfter']) checkPositiveInt(options, key)
+  for (const key of ['timeoutMs', 'maxSessions', 'maxTotalBytes', 'maxSessionBytes']) checkPositiveInt(options, key)
+  // Durations in seconds (a Redis expiry, a Retry-After): bounded like the
+  // millisecond options, at 2^31-1, so a typo in units fails here.
+  for (const key of ['ttl', 'retryAfter']) {
+    const value = options[key]
+    if (value !== undefined && (!Number.isInteger(value) || value < 1 || value > MAX_TIMER_MS)) {
+      throw checks.fail(key, `an integer from 1 to ${MAX_TIMER_MS} (seconds)`, value)
+    }
+  }
   if (options.maxSessionBytes !== undefined && options.maxTotalBytes !== undefined && options.maxSessionBytes > options.maxTotalBytes) {
     throw fail('maxSessionBytes', `(${options.maxSessionBytes}) is over maxTotalBytes (${options.maxTotalBytes}): a session that size could never be stored`)
   }

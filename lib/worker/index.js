@@ -90,10 +90,20 @@ function startWorker (createApp, config) {
   return handle
 
   async function boot () {
-    if (config.defaultSessionStore === 'cluster') pitfalls.useClusterStoreByDefault(appDirectory(createApp))
-    const built = await prepareServer(createApp, config)
+    const appDir = appDirectory(createApp)
+    const workers = Number(process.env.CLUSTERIZE_WORKERS)
+    if (config.defaultSessionStore === 'cluster') {
+      const { loadedAt } = pitfalls.useClusterStoreByDefault(appDir)
+      if (loadedAt) log.warn(pitfalls.clusterDefaultTooLate(loadedAt), { pid: process.pid })
+    }
+    // Before the app loads: a MemoryStore it builds under several workers is a silent bug.
+    pitfalls.watchMemoryStores(log, workers, appDir)
+    const built = await prepareServer(createApp, config, {
+      port,
+      onPortClash: (clash) => log.info(pitfalls.portClashNote(clash), { pid: process.pid })
+    })
     if (built.listenedByApp) log.warn(pitfalls.listenWarning(port), { pid: process.pid })
-    pitfalls.warnOnMemoryStore(built.server, log, Number(process.env.CLUSTERIZE_WORKERS))
+    pitfalls.warnOnMemoryStore(built.server, log, workers)
     handle.app = built.app
     handle.server = built.server
     tracker = built.tracker

@@ -16,11 +16,13 @@ const { watchListenCalls } = require('./pitfalls')
  * Build the user's app into a configured, tracked, not yet listening server.
  * @param {Function|string} createApp
  * @param {object} config resolved configuration
+ * @param {{ port?: number, onPortClash?: (port: number) => void }} [own] the port clusterize
+ *   serves, and what to do when the app's own listen() on it fails (see watchListenCalls)
  * @returns {Promise<{ app: Function|null, server: import('http').Server, tracker: object, listenedByApp: boolean }>}
  *   `listenedByApp`: the app called listen() itself while it was built
  */
-async function prepareServer (createApp, config) {
-  const { value: { app, server }, listened } = await watchListenCalls(() => loadApp(createApp))
+async function prepareServer (createApp, config, own) {
+  const { value: { app, server }, listened } = await watchListenCalls(() => loadApp(createApp), own)
   // Load balancers keep idle connections for 60 s; a server that closes first causes 502s.
   server.keepAliveTimeout = config.keepAliveTimeout
   server.headersTimeout = config.headersTimeout
