@@ -87,3 +87,23 @@ test('a stale socket file from a dead primary is replaced, and removed on exit',
   await new Promise((resolve) => child.once('exit', resolve))
   assert.ok(!fs.existsSync(pidFile + '.sock'), 'the socket file is gone')
 })
+
+test('--reload-signal SIGHUP is recorded in the pid file and sent when there is no control socket', async () => {
+  const pidFile = path.join(tmp, 'hup.pid')
+  const port = await freePort()
+  primary = spawn(process.execPath, [BIN, APP, '--workers', '2', '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile, '--reload-signal', 'SIGHUP'], {
+    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: 'ignore'
+  })
+  const info = await eventually(() => fs.existsSync(pidFile) && JSON.parse(fs.readFileSync(pidFile, 'utf8')), { timeoutMs: 30000, what: 'the pid file' })
+  assert.strictEqual(info.reloadSignal, 'SIGHUP')
+  // This primary has no SIGUSR2 handler: SIGUSR2 would kill it, SIGHUP reloads it.
+  fs.unlinkSync(info.controlSocket)
+  const fallback = await run(['reload', '--pid-file', pidFile])
+  assert.strictEqual(fallback.code, 0, fallback.stderr)
+  assert.match(fallback.stdout, /reload done: generation 1 -> 2/)
+  assert.ok(isAlive(primary.pid), 'the primary is still running')
+
+  const stop = await run(['stop', '--pid-file', pidFile])
+  assert.strictEqual(stop.code, 0, stop.stderr)
+  assert.ok(!fs.existsSync(pidFile))
+})
