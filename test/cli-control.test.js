@@ -107,3 +107,25 @@ test('--reload-signal SIGHUP is recorded in the pid file and sent when there is 
   assert.strictEqual(stop.code, 0, stop.stderr)
   assert.ok(!fs.existsSync(pidFile))
 })
+
+test('with --workers 0 (no probes server) status answers through the socket; reload says why it was skipped, exit 1', async () => {
+  const pidFile = path.join(tmp, 'single.pid')
+  const port = await freePort()
+  primary = spawn(process.execPath, [BIN, APP, '--workers', '0', '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile], {
+    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: 'ignore'
+  })
+  const info = await eventually(() => fs.existsSync(pidFile) && JSON.parse(fs.readFileSync(pidFile, 'utf8')), { timeoutMs: 30000, what: 'the pid file' })
+  assert.strictEqual(info.probesPort, null)
+  const status = await run(['status', '--pid-file', pidFile])
+  assert.strictEqual(status.code, 0, status.stderr)
+  assert.match(status.stdout, new RegExp(`^primary ${primary.pid}: ready, port ${port}, scheduling single-process`))
+  const json = await run(['status', '--pid-file', pidFile, '--json'])
+  assert.strictEqual(JSON.parse(json.stdout).pid, primary.pid)
+  const reload = await run(['reload', '--pid-file', pidFile])
+  assert.strictEqual(reload.code, 1)
+  assert.match(reload.stdout, /reload stopped: reload needs workers: single-process mode/)
+
+  const stop = await run(['stop', '--pid-file', pidFile])
+  assert.strictEqual(stop.code, 0, stop.stderr)
+  assert.ok(!fs.existsSync(pidFile + '.sock'))
+})

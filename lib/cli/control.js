@@ -16,6 +16,9 @@ const { sendControl } = require('./control-server')
 const { isAlive } = require('../process-alive')
 
 const POLL_MS = 100
+const STATUS_TIMEOUT_MS = 5000
+/** Connect errors that mean "no control socket here": fall back to signals and probes. */
+const UNREACHABLE = new Set(['ENOENT', 'ECONNREFUSED', 'ENOTSOCK'])
 
 /** A failure to report on stderr with exit code 1. */
 class CliRuntimeError extends Error {
@@ -120,7 +123,7 @@ async function stop (flags, io) {
 }
 
 /**
- * Print the workers table from the probes server's /stats.
+ * Print the workers table, from the control socket or the probes server's /stats.
  * @returns {Promise<number>} exit code
  */
 async function status (flags, io) {
@@ -131,6 +134,8 @@ async function status (flags, io) {
   } else {
     const { info } = findPrimary(flags)
     pid = info.pid
+    const reply = await askControl(info, { cmd: 'status' }, STATUS_TIMEOUT_MS)
+    if (reply) return printStatus(io, flags, reply.result, pid)
     target = probesTarget(info)
     if (!target) {
       throw new CliRuntimeError(`primary ${info.pid} has no probes server (single-process mode, workers 0?), so there is no status to read`)
@@ -142,6 +147,11 @@ async function status (flags, io) {
   } catch (err) {
     throw new CliRuntimeError(`cannot read http://${target.host}:${target.port}/stats: ${err.message}`)
   }
+  return printStatus(io, flags, stats, pid)
+}
+
+/** The state line and the workers table, or the stats document with --json. */
+function printStatus (io, flags, stats, pid) {
   if (flags.json) {
     io.stdout.write(JSON.stringify(stats) + '\n')
     return 0
@@ -150,6 +160,28 @@ async function status (flags, io) {
   io.stdout.write(`primary ${stats.pid || pid}: ${state}, port ${stats.port}, scheduling ${stats.scheduling}, ` +
     `generation ${stats.generation}, ${stats.reloads} reload(s)\n\n` + formatWorkersTable(stats.workers || []))
   return 0
+}
+
+/**
+ * Send one command through the control socket the pid file records.
+ * @returns {Promise<object|null>} the reply; null when there is no socket to
+ *   reach (none recorded, file gone, nobody listening): use signals/probes
+ * @throws {CliRuntimeError} the primary answered with an error, or not in time
+ */
+async function askControl (info, request, timeoutMs) {
+  if (!info.controlSocket) return null
+  let reply
+  try {
+    reply = await sendControl(info.controlSocket, request, timeoutMs)
+  } catch (err) {
+    if (UNREACHABLE.has(err.code)) {
+      debug('control socket %s unreachable (%s)', info.controlSocket, err.code)
+      return null
+    }
+    throw new CliRuntimeError(`primary ${info.pid}, control socket ${info.controlSocket}: ${err.message}`)
+  }
+  if (!reply.ok) throw new CliRuntimeError(`primary ${info.pid} refused ${JSON.stringify(request)}: ${reply.error}`)
+  return reply
 }
 
 function probesTarget (info) {
