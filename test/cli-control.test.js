@@ -129,3 +129,26 @@ test('with --workers 0 (no probes server) status answers through the socket; rel
   assert.strictEqual(stop.code, 0, stop.stderr)
   assert.ok(!fs.existsSync(pidFile + '.sock'))
 })
+
+test('a reload that outlasts --timeout is reported, not requested a second time by signal', async () => {
+  const pidFile = path.join(tmp, 'slow.pid')
+  const port = await freePort()
+  primary = spawn(process.execPath, [BIN, APP, '--workers', '2', '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile], {
+    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: 'ignore'
+  })
+  await eventually(() => fs.existsSync(pidFile), { timeoutMs: 30000, what: 'the pid file' })
+  // A reload lasts at least reload.bakeMs (5 s by default): 1 s runs out first.
+  const slow = await run(['reload', '--pid-file', pidFile, '--timeout', '1'])
+  assert.strictEqual(slow.code, 1, slow.stdout)
+  assert.match(slow.stderr, /no answer within 1 s; it may still be running/)
+  const stats = async () => JSON.parse((await run(['status', '--pid-file', pidFile, '--json'])).stdout)
+  await eventually(async () => (await stats()).reloads >= 1, { timeoutMs: 60000, what: 'the first reload to finish' })
+  // Had the CLI also sent the signal, a second reload would now be running or done.
+  const next = await run(['reload', '--pid-file', pidFile, '--json'])
+  assert.strictEqual(next.code, 0, next.stderr)
+  assert.strictEqual(JSON.parse(next.stdout).generation, 3)
+  assert.strictEqual((await stats()).reloads, 2)
+
+  const stop = await run(['stop', '--pid-file', pidFile])
+  assert.strictEqual(stop.code, 0, stop.stderr)
+})

@@ -5,7 +5,6 @@
  * pid file (or, for status, a probes port) and signal or query it.
  */
 
-const fs = require('fs')
 const http = require('http')
 const path = require('path')
 const debug = require('debug')('clusterize:cli')
@@ -66,13 +65,10 @@ function findPrimary (flags) {
 async function reload (flags, io) {
   const { info } = findPrimary(flags)
   const timeoutMs = (flags.timeout || 120) * 1000
-  if (info.controlSocket && fs.existsSync(info.controlSocket)) {
-    const reply = await sendControl(info.controlSocket, { cmd: 'reload' }, timeoutMs).catch((err) => {
-      debug('control socket %s: %s; falling back to the signal', info.controlSocket, err.message)
-      return null
-    })
-    if (reply && reply.ok) return reportReload(io, flags, info, reply.result)
-  }
+  // Fall back to the signal only when no socket answers: after a timeout the
+  // reload is still running, and a signal would queue a second one.
+  const reply = await askControl(info, { cmd: 'reload' }, timeoutMs)
+  if (reply) return reportReload(io, flags, info, reply.result)
   const reloadSignal = info.reloadSignal || 'SIGUSR2'
   const target = probesTarget(info)
   const before = target ? await fetchStats(target).catch(() => null) : null
@@ -178,7 +174,8 @@ async function askControl (info, request, timeoutMs) {
       debug('control socket %s unreachable (%s)', info.controlSocket, err.code)
       return null
     }
-    throw new CliRuntimeError(`primary ${info.pid}, control socket ${info.controlSocket}: ${err.message}`)
+    throw new CliRuntimeError(`primary ${info.pid}, control socket ${info.controlSocket}: ${err.message}; ` +
+      'it may still be running: see `clusterize status` and the primary\'s logs')
   }
   if (!reply.ok) throw new CliRuntimeError(`primary ${info.pid} refused ${JSON.stringify(request)}: ${reply.error}`)
   return reply
