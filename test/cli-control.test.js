@@ -72,7 +72,10 @@ test('clusterize reload answers with the result through the 0600 control socket;
 
 test('a stale socket file from a dead primary is replaced, and removed on exit', async () => {
   const pidFile = path.join(tmp, 'stale.pid')
-  fs.writeFileSync(pidFile + '.sock', 'left behind')
+  // A socket file nobody listens on, as a killed primary leaves it (exit does not unlink it).
+  const script = `require('net').createServer().listen(${JSON.stringify(pidFile + '.sock')}, () => process.exit(0))`
+  await new Promise((resolve, reject) => execFile(process.execPath, ['-e', script], (err) => err ? reject(err) : resolve()))
+  assert.ok(fs.statSync(pidFile + '.sock').isSocket(), 'the stale socket is there')
   const port = await freePort()
   const child = spawn(process.execPath, [BIN, APP, '--workers', '1', '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile], {
     cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: 'ignore'
@@ -151,4 +154,23 @@ test('a reload that outlasts --timeout is reported, not requested a second time 
 
   const stop = await run(['stop', '--pid-file', pidFile])
   assert.strictEqual(stop.code, 0, stop.stderr)
+})
+
+test('a file at the socket path that is not a socket is left alone: no socket, reload uses the signal', async () => {
+  const pidFile = path.join(tmp, 'notsock.pid')
+  fs.writeFileSync(pidFile + '.sock', 'somebody\'s data')
+  const port = await freePort()
+  primary = spawn(process.execPath, [BIN, APP, '--workers', '1', '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile], {
+    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: 'ignore'
+  })
+  const info = await eventually(() => fs.existsSync(pidFile) && JSON.parse(fs.readFileSync(pidFile, 'utf8')), { timeoutMs: 30000, what: 'the pid file' })
+  assert.strictEqual(info.controlSocket, null)
+  assert.strictEqual(fs.readFileSync(pidFile + '.sock', 'utf8'), 'somebody\'s data')
+  const reload = await run(['reload', '--pid-file', pidFile])
+  assert.strictEqual(reload.code, 0, reload.stderr)
+  assert.match(reload.stdout, /reload done: generation 1 -> 2/)
+
+  const stop = await run(['stop', '--pid-file', pidFile])
+  assert.strictEqual(stop.code, 0, stop.stderr)
+  assert.strictEqual(fs.readFileSync(pidFile + '.sock', 'utf8'), 'somebody\'s data')
 })

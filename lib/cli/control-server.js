@@ -93,9 +93,21 @@ async function startControlServer (socketPath, handle) {
   }
 }
 
-/** A socket file left by a primary that died: nothing answers on it, so it goes. */
+/**
+ * A socket file left by a primary that died: nothing answers on it, so it
+ * goes. Anything else at that path (a regular file, a directory) is someone's
+ * data and is never deleted.
+ */
 function removeStaleSocket (socketPath) {
-  if (!fs.existsSync(socketPath)) return Promise.resolve()
+  let stat
+  try {
+    stat = fs.lstatSync(socketPath)
+  } catch (err) {
+    return err.code === 'ENOENT' ? Promise.resolve() : Promise.reject(err)
+  }
+  if (!stat.isSocket()) {
+    return Promise.reject(new Error(`${socketPath} exists and is not a socket; move it away, or choose another --pid-file`))
+  }
   return new Promise((resolve, reject) => {
     const probe = net.connect(socketPath)
     probe.once('connect', () => {
