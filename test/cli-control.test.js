@@ -10,6 +10,7 @@ const { test, after } = require('node:test')
 const assert = require('node:assert')
 const { spawn, execFile } = require('child_process')
 const fs = require('fs')
+const net = require('net')
 const os = require('os')
 const path = require('path')
 const { freePort } = require('./helpers/net')
@@ -173,4 +174,29 @@ test('a file at the socket path that is not a socket is left alone: no socket, r
   const stop = await run(['stop', '--pid-file', pidFile])
   assert.strictEqual(stop.code, 0, stop.stderr)
   assert.strictEqual(fs.readFileSync(pidFile + '.sock', 'utf8'), 'somebody\'s data')
+})
+
+test('a client that shuts down its sending side after the command (socat, nc -N) still gets the reload result', async () => {
+  const pidFile = path.join(tmp, 'half.pid')
+  const port = await freePort()
+  primary = spawn(process.execPath, [BIN, APP, '--workers', '1', '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile], {
+    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: 'ignore'
+  })
+  const info = await eventually(() => fs.existsSync(pidFile) && JSON.parse(fs.readFileSync(pidFile, 'utf8')), { timeoutMs: 30000, what: 'the pid file' })
+  const body = await new Promise((resolve, reject) => {
+    let text = ''
+    const socket = net.connect({ path: info.controlSocket, allowHalfOpen: true }, () => socket.end('{"cmd":"reload"}\n'))
+    socket.setEncoding('utf8')
+    socket.setTimeout(60000, () => socket.destroy(new Error('the server neither answered nor closed')))
+    socket.on('data', (chunk) => { text += chunk })
+    socket.on('end', () => resolve(text))
+    socket.on('error', reject)
+  })
+  const reply = JSON.parse(body)
+  assert.strictEqual(reply.ok, true)
+  assert.strictEqual(reply.result.ok, true)
+  assert.strictEqual(reply.result.generation, 2)
+
+  const stop = await run(['stop', '--pid-file', pidFile])
+  assert.strictEqual(stop.code, 0, stop.stderr)
 })

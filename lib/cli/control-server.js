@@ -31,17 +31,26 @@ async function startControlServer (socketPath, handle) {
     return null
   }
   await removeStaleSocket(socketPath)
-  const server = net.createServer(function onControlConnection (socket) {
+  // allowHalfOpen: a client may shut down its sending side right after the
+  // command (socat, nc -N); the answer must still reach it, however long a
+  // reload takes. The connection ends after the one answer.
+  const server = net.createServer({ allowHalfOpen: true }, function onControlConnection (socket) {
     let buffer = ''
+    let answering = false
     socket.setEncoding('utf8')
     socket.on('error', (err) => debug('control client error: %s', err.message))
+    socket.on('end', () => {
+      if (!answering) socket.end()
+    })
     socket.on('data', (chunk) => {
+      if (answering) return // one command per connection
       buffer += chunk
       if (buffer.length > 4096) return socket.destroy()
       const end = buffer.indexOf('\n')
       if (end === -1) return
       const line = buffer.slice(0, end)
       buffer = ''
+      answering = true
       answer(line).then((reply) => {
         socket.end(JSON.stringify(reply) + '\n')
       })
