@@ -21,12 +21,25 @@ const { sendControl } = require('../lib/cli/control-server')
 const BIN = path.join(__dirname, '..', 'bin', 'clusterize.js')
 const APP = path.join(__dirname, '..', 'examples', 'hello', 'app.js')
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-ctl-'))
+const started = []
 let primary = null
 
 after(() => {
-  if (primary && isAlive(primary.pid)) primary.kill('SIGKILL')
+  // Workers of a SIGKILLed primary exit on their own once its channel closes.
+  for (const child of started) {
+    if (isAlive(child.pid)) child.kill('SIGKILL')
+  }
   fs.rmSync(tmp, { recursive: true, force: true })
 })
+
+/** Start `clusterize APP` on loopback with its own pid file; `after` kills it if a test fails. */
+function startPrimary (pidFile, port, args) {
+  const child = spawn(process.execPath, [BIN, APP, ...args, '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile], {
+    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: 'ignore'
+  })
+  started.push(child)
+  return child
+}
 
 function run (args) {
   return new Promise((resolve) => {
@@ -39,9 +52,7 @@ function run (args) {
 test('clusterize reload answers with the result through the 0600 control socket; without it, the recorded signal', async () => {
   const pidFile = path.join(tmp, 'app.pid')
   const port = await freePort()
-  primary = spawn(process.execPath, [BIN, APP, '--workers', '2', '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile], {
-    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: 'ignore'
-  })
+  primary = startPrimary(pidFile, port, ['--workers', '2'])
   const info = await eventually(() => fs.existsSync(pidFile) && JSON.parse(fs.readFileSync(pidFile, 'utf8')), { timeoutMs: 30000, what: 'the pid file' })
   assert.strictEqual(info.controlSocket, pidFile + '.sock')
   assert.strictEqual(info.reloadSignal, 'SIGUSR2')
@@ -78,26 +89,21 @@ test('a stale socket file from a dead primary is replaced, and removed on exit',
   await new Promise((resolve, reject) => execFile(process.execPath, ['-e', script], (err) => err ? reject(err) : resolve()))
   assert.ok(fs.statSync(pidFile + '.sock').isSocket(), 'the stale socket is there')
   const port = await freePort()
-  const child = spawn(process.execPath, [BIN, APP, '--workers', '1', '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile], {
-    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: 'ignore'
-  })
-  primary = child
+  primary = startPrimary(pidFile, port, ['--workers', '1'])
   const info = await eventually(() => fs.existsSync(pidFile) && JSON.parse(fs.readFileSync(pidFile, 'utf8')), { timeoutMs: 30000, what: 'the pid file' })
   assert.strictEqual(info.controlSocket, pidFile + '.sock')
   const status = await sendControl(info.controlSocket, { cmd: 'status' }, 5000)
   assert.strictEqual(status.result.workers.length, 1)
   const stopped = await sendControl(info.controlSocket, { cmd: 'stop' }, 5000)
   assert.deepStrictEqual(stopped, { ok: true })
-  await new Promise((resolve) => child.once('exit', resolve))
+  await new Promise((resolve) => primary.once('exit', resolve))
   assert.ok(!fs.existsSync(pidFile + '.sock'), 'the socket file is gone')
 })
 
 test('--reload-signal SIGHUP is recorded in the pid file and sent when there is no control socket', async () => {
   const pidFile = path.join(tmp, 'hup.pid')
   const port = await freePort()
-  primary = spawn(process.execPath, [BIN, APP, '--workers', '2', '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile, '--reload-signal', 'SIGHUP'], {
-    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: 'ignore'
-  })
+  primary = startPrimary(pidFile, port, ['--workers', '2', '--reload-signal', 'SIGHUP'])
   const info = await eventually(() => fs.existsSync(pidFile) && JSON.parse(fs.readFileSync(pidFile, 'utf8')), { timeoutMs: 30000, what: 'the pid file' })
   assert.strictEqual(info.reloadSignal, 'SIGHUP')
   // This primary has no SIGUSR2 handler: SIGUSR2 would kill it, SIGHUP reloads it.
@@ -115,9 +121,7 @@ test('--reload-signal SIGHUP is recorded in the pid file and sent when there is 
 test('with --workers 0 (no probes server) status answers through the socket; reload says why it was skipped, exit 1', async () => {
   const pidFile = path.join(tmp, 'single.pid')
   const port = await freePort()
-  primary = spawn(process.execPath, [BIN, APP, '--workers', '0', '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile], {
-    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: 'ignore'
-  })
+  primary = startPrimary(pidFile, port, ['--workers', '0'])
   const info = await eventually(() => fs.existsSync(pidFile) && JSON.parse(fs.readFileSync(pidFile, 'utf8')), { timeoutMs: 30000, what: 'the pid file' })
   assert.strictEqual(info.probesPort, null)
   const status = await run(['status', '--pid-file', pidFile])
@@ -137,9 +141,7 @@ test('with --workers 0 (no probes server) status answers through the socket; rel
 test('a reload that outlasts --timeout is reported, not requested a second time by signal', async () => {
   const pidFile = path.join(tmp, 'slow.pid')
   const port = await freePort()
-  primary = spawn(process.execPath, [BIN, APP, '--workers', '2', '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile], {
-    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: 'ignore'
-  })
+  primary = startPrimary(pidFile, port, ['--workers', '2'])
   await eventually(() => fs.existsSync(pidFile), { timeoutMs: 30000, what: 'the pid file' })
   // A reload lasts at least reload.bakeMs (5 s by default): 1 s runs out first.
   const slow = await run(['reload', '--pid-file', pidFile, '--timeout', '1'])
@@ -161,9 +163,7 @@ test('a file at the socket path that is not a socket is left alone: no socket, r
   const pidFile = path.join(tmp, 'notsock.pid')
   fs.writeFileSync(pidFile + '.sock', 'somebody\'s data')
   const port = await freePort()
-  primary = spawn(process.execPath, [BIN, APP, '--workers', '1', '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile], {
-    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: 'ignore'
-  })
+  primary = startPrimary(pidFile, port, ['--workers', '1'])
   const info = await eventually(() => fs.existsSync(pidFile) && JSON.parse(fs.readFileSync(pidFile, 'utf8')), { timeoutMs: 30000, what: 'the pid file' })
   assert.strictEqual(info.controlSocket, null)
   assert.strictEqual(fs.readFileSync(pidFile + '.sock', 'utf8'), 'somebody\'s data')
@@ -179,9 +179,7 @@ test('a file at the socket path that is not a socket is left alone: no socket, r
 test('a client that shuts down its sending side after the command (socat, nc -N) still gets the reload result', async () => {
   const pidFile = path.join(tmp, 'half.pid')
   const port = await freePort()
-  primary = spawn(process.execPath, [BIN, APP, '--workers', '1', '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile], {
-    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: 'ignore'
-  })
+  primary = startPrimary(pidFile, port, ['--workers', '1'])
   const info = await eventually(() => fs.existsSync(pidFile) && JSON.parse(fs.readFileSync(pidFile, 'utf8')), { timeoutMs: 30000, what: 'the pid file' })
   const body = await new Promise((resolve, reject) => {
     let text = ''
