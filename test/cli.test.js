@@ -207,6 +207,8 @@ describe('usage errors exit with code 2 before anything forks', () => {
     { args: [APP, '--probes-port', 'x'], message: /--probes-port must be a port number/ },
     { args: [APP, '--json=yes'], message: /--json takes no value/ },
     { args: [APP, '--host', ''], message: /--host needs a non-empty value/ },
+    { args: [APP, '--reload-signal', 'SIGFOO'], message: /--reload-signal must be a signal name such as SIGUSR2 or SIGHUP, got "SIGFOO"/ },
+    { args: ['reload', '--reload-signal', 'SIGHUP'], message: /--reload-signal does not apply to clusterize reload/ },
     { args: ['status', '--workers', '2'], message: /--workers does not apply to clusterize status/ },
     { args: ['stop', 'app.js'], message: /unexpected argument "app.js"/ },
     { args: [], message: /missing the app file/ },

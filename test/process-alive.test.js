@@ -3,7 +3,8 @@
 // The one isAlive(): used by the CLI, the tests' cleanup and the benches.
 const { test } = require('node:test')
 const assert = require('node:assert')
-const { spawn } = require('child_process')
+const { spawn, execFile } = require('child_process')
+const path = require('path')
 const { isAlive } = require('../lib/process-alive')
 
 test('isAlive: this process and pid 1 (EPERM counts as alive) are alive; a reaped child is not', async () => {
@@ -12,4 +13,23 @@ test('isAlive: this process and pid 1 (EPERM counts as alive) are alive; a reape
   const child = spawn(process.execPath, ['-e', ''], { stdio: 'ignore' })
   await new Promise((resolve) => child.once('exit', resolve))
   assert.strictEqual(isAlive(child.pid), false)
+})
+
+test('isAlive: a process another user owns (kill gives EPERM) counts as alive', async () => {
+  // As root kill(1, 0) succeeds, so the check above never meets EPERM: run it
+  // again as an unprivileged user (nobody), for whom pid 1 belongs to another user.
+  const asRoot = typeof process.getuid === 'function' && process.getuid() === 0
+  const options = asRoot ? { uid: 65534, gid: 65534 } : {}
+  const script = `const { isAlive } = require(${JSON.stringify(path.join(__dirname, '..', 'lib', 'process-alive.js'))})
+    let code = null
+    try { process.kill(1, 0) } catch (err) { code = err.code }
+    process.stdout.write(JSON.stringify({ code, alive: isAlive(1) }))`
+  const out = await new Promise((resolve, reject) => {
+    execFile(process.execPath, ['-e', script], { ...options, timeout: 30000 }, (err, stdout, stderr) => {
+      if (err) return reject(new Error(`${err.message}\n${stderr}`))
+      resolve(JSON.parse(stdout))
+    })
+  })
+  assert.strictEqual(out.code, 'EPERM', 'the check really met EPERM')
+  assert.strictEqual(out.alive, true)
 })

@@ -6,6 +6,7 @@
  * anything is forked.
  */
 
+const os = require('os')
 const { SCHEDULING } = require('../config')
 const { MAX_TIMER_MS } = require('../errors')
 
@@ -30,6 +31,7 @@ const FLAGS = {
   '--probes-port': { key: 'probesPort', value: 'port', for: ['start', 'status', 'top'] },
   '--probes-host': { key: 'probesHost', value: 'string', for: ['start', 'status', 'top'] },
   '--redis': { key: 'redis', value: 'string', for: ['start'] },
+  '--reload-signal': { key: 'reloadSignal', value: 'signal', for: ['start'] },
   '--sessions': { key: 'sessions', value: 'sessions', for: ['start'] },
   '--pid-file': { key: 'pidFile', value: 'string', for: ['start', 'reload', 'stop', 'status', 'top'] },
   '--timeout': { key: 'timeout', value: 'seconds', for: ['reload', 'stop'] },
@@ -117,6 +119,9 @@ function convert (name, kind, raw) {
     case 'sessions':
       if (raw !== 'cluster' && raw !== 'memory') throw new CliUsageError(`${name} must be "cluster" (express-session's default store becomes the cluster store) or "memory", got ${JSON.stringify(raw)}`)
       return raw
+    case 'signal':
+      if (!(raw in os.constants.signals)) throw new CliUsageError(`${name} must be a signal name such as SIGUSR2 or SIGHUP, got ${JSON.stringify(raw)}`)
+      return raw
     case 'seconds':
       if (!/^\d+(\.\d+)?$/.test(raw) || Number(raw) <= 0 || Number(raw) * 1000 > MAX_TIMER_MS) throw new CliUsageError(`${name} must be a number of seconds from 0 to ${Math.floor(MAX_TIMER_MS / 1000)}, got ${JSON.stringify(raw)}`)
       return Number(raw)
@@ -132,6 +137,7 @@ function describeValue (kind) {
     workers: 'a number or "auto"',
     scheduling: SCHEDULING.join('|'),
     seconds: 'seconds',
+    signal: 'a signal name',
     sessions: 'cluster|memory',
     string: 'a value'
   }[kind]
@@ -179,6 +185,7 @@ function buildOptions (flags, env) {
   if (flags.sessions !== undefined) options.defaultSessionStore = flags.sessions
   const redis = flags.redis !== undefined ? flags.redis : (env.REDIS_URL || undefined)
   if (redis) options.bus = { redis }
+  if (flags.reloadSignal !== undefined) options.reload = { signal: flags.reloadSignal }
   // The CLI always serves probes (loopback, any free port unless given) so
   // that `clusterize status` works from the pid file alone.
   options.probes = { port: flags.probesPort !== undefined ? flags.probesPort : 0 }

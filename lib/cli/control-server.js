@@ -31,17 +31,26 @@ async function startControlServer (socketPath, handle) {
     return null
   }
   await removeStaleSocket(socketPath)
-  const server = net.createServer(function onControlConnection (socket) {
+  // allowHalfOpen: a client may shut down its sending side right after the
+  // command (socat, nc -N); the answer must still reach it, however long a
+  // reload takes. The connection ends after the one answer.
+  const server = net.createServer({ allowHalfOpen: true }, function onControlConnection (socket) {
     let buffer = ''
+    let answering = false
     socket.setEncoding('utf8')
     socket.on('error', (err) => debug('control client error: %s', err.message))
+    socket.on('end', () => {
+      if (!answering) socket.end()
+    })
     socket.on('data', (chunk) => {
+      if (answering) return // one command per connection
       buffer += chunk
       if (buffer.length > 4096) return socket.destroy()
       const end = buffer.indexOf('\n')
       if (end === -1) return
       const line = buffer.slice(0, end)
       buffer = ''
+      answering = true
       answer(line).then((reply) => {
         socket.end(JSON.stringify(reply) + '\n')
       })
@@ -93,9 +102,21 @@ async function startControlServer (socketPath, handle) {
   }
 }
 
-/** A socket file left by a primary that died: nothing answers on it, so it goes. */
+/**
+ * A socket file left by a primary that died: nothing answers on it, so it
+ * goes. Anything else at that path (a regular file, a directory) is someone's
+ * data and is never deleted.
+ */
 function removeStaleSocket (socketPath) {
-  if (!fs.existsSync(socketPath)) return Promise.resolve()
+  let stat
+  try {
+    stat = fs.lstatSync(socketPath)
+  } catch (err) {
+    return err.code === 'ENOENT' ? Promise.resolve() : Promise.reject(err)
+  }
+  if (!stat.isSocket()) {
+    return Promise.reject(new Error(`${socketPath} exists and is not a socket; move it away, or choose another --pid-file`))
+  }
   return new Promise((resolve, reject) => {
     const probe = net.connect(socketPath)
     probe.once('connect', () => {

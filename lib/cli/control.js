@@ -5,7 +5,6 @@
  * pid file (or, for status, a probes port) and signal or query it.
  */
 
-const fs = require('fs')
 const http = require('http')
 const path = require('path')
 const debug = require('debug')('clusterize:cli')
@@ -16,6 +15,9 @@ const { sendControl } = require('./control-server')
 const { isAlive } = require('../process-alive')
 
 const POLL_MS = 100
+const STATUS_TIMEOUT_MS = 5000
+/** Connect errors that mean "no control socket here": fall back to signals and probes. */
+const UNREACHABLE = new Set(['ENOENT', 'ECONNREFUSED', 'ENOTSOCK'])
 
 /** A failure to report on stderr with exit code 1. */
 class CliRuntimeError extends Error {
@@ -63,13 +65,10 @@ function findPrimary (flags) {
 async function reload (flags, io) {
   const { info } = findPrimary(flags)
   const timeoutMs = (flags.timeout || 120) * 1000
-  if (info.controlSocket && fs.existsSync(info.controlSocket)) {
-    const reply = await sendControl(info.controlSocket, { cmd: 'reload' }, timeoutMs).catch((err) => {
-      debug('control socket %s: %s; falling back to the signal', info.controlSocket, err.message)
-      return null
-    })
-    if (reply && reply.ok) return reportReload(io, flags, info, reply.result)
-  }
+  // Fall back to the signal only when no socket answers: after a timeout the
+  // reload is still running, and a signal would queue a second one.
+  const reply = await askControl(info, { cmd: 'reload' }, timeoutMs)
+  if (reply) return reportReload(io, flags, info, reply.result)
   const reloadSignal = info.reloadSignal || 'SIGUSR2'
   const target = probesTarget(info)
   const before = target ? await fetchStats(target).catch(() => null) : null
@@ -120,7 +119,7 @@ async function stop (flags, io) {
 }
 
 /**
- * Print the workers table from the probes server's /stats.
+ * Print the workers table, from the control socket or the probes server's /stats.
  * @returns {Promise<number>} exit code
  */
 async function status (flags, io) {
@@ -131,6 +130,8 @@ async function status (flags, io) {
   } else {
     const { info } = findPrimary(flags)
     pid = info.pid
+    const reply = await askControl(info, { cmd: 'status' }, STATUS_TIMEOUT_MS)
+    if (reply) return printStatus(io, flags, reply.result, pid)
     target = probesTarget(info)
     if (!target) {
       throw new CliRuntimeError(`primary ${info.pid} has no probes server (single-process mode, workers 0?), so there is no status to read`)
@@ -142,6 +143,11 @@ async function status (flags, io) {
   } catch (err) {
     throw new CliRuntimeError(`cannot read http://${target.host}:${target.port}/stats: ${err.message}`)
   }
+  return printStatus(io, flags, stats, pid)
+}
+
+/** The state line and the workers table, or the stats document with --json. */
+function printStatus (io, flags, stats, pid) {
   if (flags.json) {
     io.stdout.write(JSON.stringify(stats) + '\n')
     return 0
@@ -150,6 +156,29 @@ async function status (flags, io) {
   io.stdout.write(`primary ${stats.pid || pid}: ${state}, port ${stats.port}, scheduling ${stats.scheduling}, ` +
     `generation ${stats.generation}, ${stats.reloads} reload(s)\n\n` + formatWorkersTable(stats.workers || []))
   return 0
+}
+
+/**
+ * Send one command through the control socket the pid file records.
+ * @returns {Promise<object|null>} the reply; null when there is no socket to
+ *   reach (none recorded, file gone, nobody listening): use signals/probes
+ * @throws {CliRuntimeError} the primary answered with an error, or not in time
+ */
+async function askControl (info, request, timeoutMs) {
+  if (!info.controlSocket) return null
+  let reply
+  try {
+    reply = await sendControl(info.controlSocket, request, timeoutMs)
+  } catch (err) {
+    if (UNREACHABLE.has(err.code)) {
+      debug('control socket %s unreachable (%s)', info.controlSocket, err.code)
+      return null
+    }
+    throw new CliRuntimeError(`primary ${info.pid}, control socket ${info.controlSocket}: ${err.message}; ` +
+      'it may still be running: see `clusterize status` and the primary\'s logs')
+  }
+  if (!reply.ok) throw new CliRuntimeError(`primary ${info.pid} refused ${JSON.stringify(request)}: ${reply.error}`)
+  return reply
 }
 
 function probesTarget (info) {

@@ -35,6 +35,7 @@ Start flags
                        store, so logins work across workers with no code change  [default memory]
   --redis URL          bridge the bus to other hosts through Redis, and export
                        REDIS_URL so session() uses the Redis store               [env REDIS_URL]
+  --reload-signal SIG  the signal that starts a rolling reload                  [default SIGUSR2]
   --pid-file F         where the primary writes its pid file                    [default ./clusterize.pid]
   --json               structured logs: one JSON object per line on stdout
 
@@ -50,7 +51,8 @@ General
   -v, --version        print the version
 
 Signals (to the primary)
-  SIGUSR2              rolling reload (what \`clusterize reload\` sends)
+  SIGUSR2              rolling reload (or --reload-signal); \`clusterize reload\` asks through
+                       the control socket and sends this signal only when there is none
   SIGTERM, SIGINT      graceful shutdown (what \`clusterize stop\` sends); a second one exits at once
 
 Exit codes
