@@ -148,3 +148,16 @@ test('examples/observability/grafana-dashboard.json only uses metrics that /metr
   for (const name of used) assert.ok(exported.has(name), `${name} is exported`)
   await cluster.stop()
 })
+
+test('the timeline shows the bus bridge coming up (and its status) when bus.redis is set', async (t) => {
+  const { REDIS_URL, uniquePrefix, redisTestOptions } = require('./helpers/redis')
+  const { skip } = await redisTestOptions()
+  if (skip) return t.skip(skip)
+  const cluster = await startCluster(fixture, { env: env({ workers: 1, bus: { redis: REDIS_URL, channel: uniquePrefix('dash-bridge') }, probes: { port: 0 } }) })
+  const seen = await eventually(async () => {
+    const first = await hello(cluster.probesPort)
+    return first.hello.events.find((e) => e.type === 'bridge-up')
+  }, { what: 'a bridge-up event in the timeline' })
+  assert.match(seen.channel, /dash-bridge/)
+  await cluster.stop()
+})

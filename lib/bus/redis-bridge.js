@@ -76,6 +76,7 @@ function createRedisBridge (options) {
       if (healthy || !loggedOnce) {
         loggedOnce = true
         log.warn(`bus: Redis bridge lost its ${which} connection: ${err && err.message}; reconnecting`, { channel, err })
+        if (options.onStateChange) options.onStateChange({ connected: false, lastError })
       } else {
         debug('redis %s error: %s', which, err && err.message)
       }
@@ -90,6 +91,7 @@ function createRedisBridge (options) {
     if (pub.status === 'ready' && sub.status === 'ready' && !healthy) {
       healthy = true
       log.info(`bus: Redis bridge connected on channel "${channel}"`, { channel, host })
+      if (options.onStateChange) options.onStateChange({ connected: true, channel })
     }
   }
   pub.on('ready', onReady)

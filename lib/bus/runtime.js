@@ -20,6 +20,7 @@
  */
 
 const cluster = require('cluster')
+const EventEmitter = require('events')
 const debug = require('debug')('clusterize:bus')
 const { BusCore, wrapLogger } = require('./core')
 const { createCodec } = require('./codec')
@@ -30,8 +31,13 @@ const { createLocalTransport } = require('./local')
 /** The bus options' defaults live with every other option's, in lib/config.js. */
 const DEFAULT_CONFIG = require('../config').DEFAULTS.bus
 
-class BusRuntime {
+/**
+ * @fires BusRuntime#bridge:up
+ * @fires BusRuntime#bridge:down
+ */
+class BusRuntime extends EventEmitter {
   constructor () {
+    super()
     this.core = new BusCore()
     this.config = Object.assign({}, DEFAULT_CONFIG)
     this.hostId = undefined
@@ -78,6 +84,7 @@ class BusRuntime {
       codec: core.codec,
       log: core.log,
       hostId: this.hostId,
+      onStateChange: (state) => this.emit(state.connected ? 'bridge:up' : 'bridge:down', state),
       onMessage: function fromOtherHost (topic, payload, from, generation, host) {
         if (core.transport !== null && typeof core.transport.fromBridge === 'function') {
           core.transport.fromBridge(topic, payload, from, generation, host)

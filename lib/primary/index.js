@@ -98,6 +98,8 @@ function startPrimary (createApp, config) {
       metrics.onExit(event)
       handle.emit('worker:exit', event)
     })
+    busRuntime.on('bridge:up', (state) => handle.emit('bridge:up', state))
+    busRuntime.on('bridge:down', (state) => handle.emit('bridge:down', state))
     supervisor.on('worker:fork', (record) => busRuntime.addWorker(record))
     supervisor.on('record:exit', (record) => busRuntime.removeWorker(record))
     supervisor.on('crashloop', onCrashLoop)

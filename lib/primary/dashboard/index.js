@@ -52,6 +52,8 @@ function createDashboard (options) {
     crashloop: (i) => record('crashloop', { generation: i.generation, crashes: i.crashes, lastError: i.lastError }),
     'session:down': (s) => record('session-down', s),
     'session:up': (s) => record('session-up', s),
+    'bridge:up': (s) => record('bridge-up', { channel: s.channel }),
+    'bridge:down': (s) => record('bridge-down', { lastError: s.lastError }),
     shutdown: () => record('shutdown', {})
   }
   for (const [name, listener] of Object.entries(listeners)) handle.on(name, listener)
