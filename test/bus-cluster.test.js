@@ -282,3 +282,22 @@ test('backpressure: a sender past bus.maxQueuedBytes is refused, a worker that d
   const res = await cluster.get('/')
   assert.strictEqual(res.status, 200)
 })
+
+test('bus.drained(): a worker refused for backpressure waits for room, then its next message goes through', { timeout: 60000 }, async (t) => {
+  const limit = 256 * 1024
+  const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '2', BUS_MAX_BYTES: '65536', BUS_MAX_QUEUED: String(limit) } })
+  const run = driver(cluster)
+  t.after(() => cluster.stop())
+  const rounds = 32
+  const result = await run(0, 'floodDrained', { topic: 't:other', rounds, perRound: 20000, size: 1024 })
+  assert.strictEqual(result.error.code, 'ERR_CLUSTERIZE_BUS_BACKPRESSURE')
+  assert.match(result.error.message, /Nothing was sent: `await bus\.drained\(\)` and send it again, or raise bus\.maxQueuedBytes/)
+  // Each round is refused once (it stops there), never right after drained() resolved...
+  assert.strictEqual(result.refused, rounds)
+  assert.strictEqual(result.refusedRightAfterDrained, 0)
+  // ...and each round after the first fits about half the bound again: far more than the bound in all.
+  assert.ok(result.sent * 1024 > (rounds / 2) * (limit / 2), `sent ${result.sent}`)
+  // The primary never throws for backpressure: drained() resolves at once there.
+  assert.strictEqual(await run('primary', 'drainedAtOnce'), true)
+  assert.strictEqual((await cluster.get('/')).status, 200)
+})

@@ -342,6 +342,13 @@ export interface Bus {
   handle<T = any, R = any>(topic: string, fn: BusHandler<T, R>): () => void
   request<R = any>(topic: string, data?: unknown, options?: BusRequestOptions): Promise<R>
   gather<R = any>(topic: string, data?: unknown, options?: BusRequestOptions): Promise<GatherResult<R>>
+  /**
+   * Resolves once this worker's queue towards the primary is back under half of
+   * bus.maxQueuedBytes (or its channel closed): await it after an
+   * ERR_CLUSTERIZE_BUS_BACKPRESSURE error, then send again. Resolves at once in
+   * the primary and with workers: 0.
+   */
+  drained(): Promise<void>
   /** 'none' before clusterize() starts, then 'primary' | 'worker' | 'local'. */
   readonly role: 'none' | 'primary' | 'worker' | 'local'
 }
