@@ -382,6 +382,8 @@ export interface BusBridgeStatus {
   received: number
   dropped: number
   malformed: number
+  /** Bytes handed to PUBLISH and not yet acknowledged by Redis (bounded by bus.maxQueuedBytes). */
+  queuedBytes: number
 }
 
 /** Thrown by bus calls: code is one of the ERR_CLUSTERIZE_BUS_* codes. */
