@@ -320,7 +320,7 @@ test('backpressure: bus.send() from one worker to a worker that does not read is
   const isBlocked = run.note((data) => data.event === 'blocked' && data.id === 2)
   const blocked = run(2, 'blockUntil', { file: unblock })
   await isBlocked
-  const result = await run(0, 'sendPaced', { to: 2, topic: 't:other', ticks: 300, perTick: 64, size: 1024 })
+  const result = await run(0, 'floodPaced', { to: 2, topic: 't:other', ticks: 300, perTick: 64, size: 1024 })
   const primary = await eventually(async () => {
     const status = await run('primary', 'status')
     return status.dropped > 0 && status
