@@ -57,6 +57,8 @@ class Channel {
     this.pendingBytes = 0
     /** Payload bytes written but not yet taken by the OS (the peer reads slowly). */
     this.writingBytes = 0
+    /** @type {Array<{ below: number, resolve: Function }>} drained() callers */
+    this.drainWaiters = []
     this.scheduled = false
     this.urgent = false
     this.flush = this.flush.bind(this)
@@ -135,6 +137,29 @@ class Channel {
     return this.pendingBytes + this.writingBytes
   }
 
+  /**
+   * Resolve once queuedBytes is at most `below` (at once if it already is),
+   * or once the channel closes (nothing will ever be written then).
+   * @param {number} below
+   * @returns {Promise<void>}
+   */
+  drained (below) {
+    if (this.queuedBytes <= below || !this.connected) return Promise.resolve()
+    return new Promise((resolve) => { this.drainWaiters.push({ below, resolve }) })
+  }
+
+  /** Wake drained() callers whose threshold is now met (after a write completed). */
+  wakeDrainWaiters () {
+    if (this.drainWaiters.length === 0) return
+    const closed = !this.connected
+    const still = []
+    for (const waiter of this.drainWaiters) {
+      if (closed || this.queuedBytes <= waiter.below) waiter.resolve()
+      else still.push(waiter)
+    }
+    this.drainWaiters = still
+  }
+
   flush () {
     this.scheduled = false
     const queue = this.queue
@@ -151,6 +176,7 @@ class Channel {
       const done = callback
       callback = (err) => {
         this.writingBytes -= bytes
+        this.wakeDrainWaiters()
         if (done) done(err)
         else swallowSendError(err)
       }

@@ -282,3 +282,58 @@ test('backpressure: a sender past bus.maxQueuedBytes is refused, a worker that d
   const res = await cluster.get('/')
   assert.strictEqual(res.status, 200)
 })
+
+test('bus.drained(): a worker refused for backpressure waits for room, then its next message goes through', { timeout: 60000 }, async (t) => {
+  const limit = 256 * 1024
+  const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '2', BUS_MAX_BYTES: '65536', BUS_MAX_QUEUED: String(limit) } })
+  const run = driver(cluster)
+  t.after(() => cluster.stop())
+  const rounds = 32
+  const result = await run(0, 'floodDrained', { topic: 't:other', rounds, perRound: 20000, size: 1024 })
+  assert.strictEqual(result.error.code, 'ERR_CLUSTERIZE_BUS_BACKPRESSURE')
+  assert.match(result.error.message, /Nothing was sent: `await bus\.drained\(\)` and send it again, or raise bus\.maxQueuedBytes/)
+  // Each round is refused once (it stops there), never right after drained() resolved...
+  assert.strictEqual(result.refused, rounds)
+  assert.strictEqual(result.refusedRightAfterDrained, 0)
+  // ...and each round after the first fits about half the bound again: far more than the bound in all.
+  assert.ok(result.sent * 1024 > (rounds / 2) * (limit / 2), `sent ${result.sent}`)
+  // The primary never throws for backpressure: drained() resolves at once there.
+  assert.strictEqual(await run('primary', 'drainedAtOnce'), true)
+  assert.strictEqual((await cluster.get('/')).status, 200)
+})
+
+test('backpressure: bus.send() from one worker to a worker that does not read is bounded in the primary too; gather does not wait on it', { timeout: 120000 }, async (t) => {
+  const limit = 256 * 1024
+  const fs = require('fs')
+  const os = require('os')
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-bus-send-'))
+  const unblock = path.join(dir, 'go')
+  const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '3', BUS_MAX_BYTES: '65536', BUS_MAX_QUEUED: String(limit) } })
+  const run = driver(cluster)
+  t.after(async () => {
+    fs.writeFileSync(unblock, '')
+    await cluster.stop()
+    fs.rmSync(dir, { recursive: true, force: true })
+  })
+
+  // Worker 2 stops reading until the test says so; worker 0 sends it ~19 MiB.
+  const isBlocked = run.note((data) => data.event === 'blocked' && data.id === 2)
+  const blocked = run(2, 'blockUntil', { file: unblock })
+  await isBlocked
+  const result = await run(0, 'floodPaced', { to: 2, topic: 't:other', ticks: 300, perTick: 64, size: 1024 })
+  const primary = await eventually(async () => {
+    const status = await run('primary', 'status')
+    return status.dropped > 0 && status
+  }, { timeoutMs: 30000, what: 'the primary to drop messages for worker 2' })
+  assert.ok(result.sent > 0)
+  assert.ok(primary.queuedBytes <= 3 * limit, `the primary holds ${primary.queuedBytes} bytes (bound ${limit} per worker)`)
+  // Worker 2's queue is full: a gather lists it as an error at once instead of waiting 30 s for it.
+  const gathered = await run(1, 'gather', { topic: 't:who', data: { pad: 'x'.repeat(60000) }, timeoutMs: 30000 })
+  assert.deepStrictEqual(gathered.missing, [])
+  assert.deepStrictEqual(gathered.entries.map((e) => [e.workerId, e.error ? e.error.code : 'ok']), [[0, 'ok'], [1, 'ok'], [2, 'ERR_CLUSTERIZE_BUS_BACKPRESSURE']])
+
+  fs.writeFileSync(unblock, '')
+  assert.strictEqual(await blocked, true)
+  await eventually(async () => (await run('primary', 'status')).queuedBytes === 0, { timeoutMs: 30000, what: 'the queues to drain once worker 2 reads again' })
+  assert.strictEqual((await cluster.get('/')).status, 200)
+})

@@ -152,3 +152,43 @@ test('the bridge survives Redis stopping and starting again; no process crashes'
     assert.strictEqual(cluster.events.filter((e) => e.event === 'worker:exit').length, 0, 'no worker exited')
   }
 })
+
+test('the Redis publisher is bounded too: with Redis frozen, unacknowledged publishes stay under bus.maxQueuedBytes, the rest is dropped and counted', { timeout: 60000 }, async (t) => {
+  if (!redisServerPath()) return skipOrFail(t, 'redis-server is not installed (apt-get install redis-server)')
+  const { createRedisBridge } = require('../lib/bus/redis-bridge')
+  const { createCodec } = require('../lib/bus/codec')
+  const redis = await privateRedis({ startTimeoutMs: 10000 })
+  t.after(() => redis.stop())
+  await redis.start()
+  const LIMIT = 64 * 1024
+  const bridge = createRedisBridge({
+    redis: redis.url,
+    channel: 'clusterize:bus:test:' + crypto.randomBytes(6).toString('hex'),
+    codec: createCodec({ serialization: 'json', maxMessageBytes: 4096, maxQueuedBytes: LIMIT }),
+    log: { info () {}, warn () {}, error () {}, debug () {} },
+    onMessage () {}
+  })
+  let frozen = false
+  t.after(() => {
+    if (frozen) process.kill(redis.pid, 'SIGCONT')
+    return bridge.close()
+  })
+  await eventually(() => bridge.status().connected, { what: 'the bridge to connect' })
+  // A frozen Redis: the TCP connection stays up, nothing is acknowledged.
+  process.kill(redis.pid, 'SIGSTOP')
+  frozen = true
+  const payload = JSON.stringify('x'.repeat(1024))
+  let largest = 0
+  for (let i = 0; i < 1000; i++) {
+    bridge.publish('t:b', payload, 0, 1)
+    largest = Math.max(largest, bridge.status().queuedBytes)
+  }
+  const during = bridge.status()
+  assert.ok(during.dropped > 0, 'publishes past the bound are dropped and counted')
+  assert.ok(largest <= LIMIT, `${largest} bytes waiting for Redis (limit ${LIMIT})`)
+  assert.ok(during.queuedBytes > 0)
+  assert.strictEqual(during.published + during.dropped, 1000)
+  process.kill(redis.pid, 'SIGCONT')
+  frozen = false
+  await eventually(() => bridge.status().queuedBytes === 0, { what: 'the publishes to be acknowledged once Redis runs again' })
+})

@@ -342,6 +342,13 @@ export interface Bus {
   handle<T = any, R = any>(topic: string, fn: BusHandler<T, R>): () => void
   request<R = any>(topic: string, data?: unknown, options?: BusRequestOptions): Promise<R>
   gather<R = any>(topic: string, data?: unknown, options?: BusRequestOptions): Promise<GatherResult<R>>
+  /**
+   * Resolves once this worker's queue towards the primary is back under half of
+   * bus.maxQueuedBytes (or its channel closed): await it after an
+   * ERR_CLUSTERIZE_BUS_BACKPRESSURE error, then send again. Resolves at once in
+   * the primary and with workers: 0.
+   */
+  drained(): Promise<void>
   /** 'none' before clusterize() starts, then 'primary' | 'worker' | 'local'. */
   readonly role: 'none' | 'primary' | 'worker' | 'local'
 }
@@ -375,6 +382,8 @@ export interface BusBridgeStatus {
   received: number
   dropped: number
   malformed: number
+  /** Bytes handed to PUBLISH and not yet acknowledged by Redis (bounded by bus.maxQueuedBytes). */
+  queuedBytes: number
 }
 
 /** Thrown by bus calls: code is one of the ERR_CLUSTERIZE_BUS_* codes. */

@@ -159,6 +159,19 @@ function createBusApi (reservedAllowed) {
       const timeoutMs = timeoutOf(options, 'bus.gather')
       const transport = transportFor('bus.gather')
       return transport.gather(topic, core.codec.encode(topic, data), timeoutMs)
+    },
+
+    /**
+     * Resolves once this worker's queue towards the primary is back under half
+     * of bus.maxQueuedBytes (or its channel closed): await it after an
+     * ERR_CLUSTERIZE_BUS_BACKPRESSURE error, then send again. Resolves at once
+     * in the primary, with workers: 0 and before the bus has started (none of
+     * them throws that error).
+     * @returns {Promise<void>}
+     */
+    drained: function drained () {
+      const transport = core.transport
+      return transport !== null && typeof transport.drained === 'function' ? transport.drained() : Promise.resolve()
     }
   }
   return api

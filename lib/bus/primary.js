@@ -142,7 +142,24 @@ function createPrimaryTransport (core) {
     }
     gathers.set(id, state)
     const message = { [MARK]: 1, kind: KIND, op: 'ha', id, t: topic, d: payload, f: from, g: generation }
-    for (const record of state.pending) post(record, message)
+    for (const record of Array.from(state.pending)) {
+      if (reserveFor(record, topic, payload)) {
+        post(record, message)
+        continue
+      }
+      // Not asked (its queue is full): an error entry now, not a silent wait until the timeout.
+      state.pending.delete(record)
+      state.answers.push({
+        w: record.id,
+        p: record.pid,
+        ok: false,
+        e: { message: `worker ${record.id} (pid ${record.pid}) was not asked "${topic}": bus.maxQueuedBytes is already queued for it`, code: 'ERR_CLUSTERIZE_BUS_BACKPRESSURE' }
+      })
+    }
+    if (state.pending.size === 0) {
+      finishGather(state)
+      return
+    }
     state.timer = setTimeout(finishGather, timeoutMs, state)
   }
 
@@ -230,7 +247,8 @@ function createPrimaryTransport (core) {
           debug('bus.send to worker %s on %s dropped: no live worker in that slot', to, topic)
           return
         }
-        post(target, { [MARK]: 1, kind: KIND, op: 'm', t: topic, d: payload, f: record.id, g: record.generation })
+        // Bounded like relays: a worker that does not read loses it (counted), the primary does not hold it.
+        if (reserveFor(target, topic, payload)) post(target, { [MARK]: 1, kind: KIND, op: 'm', t: topic, d: payload, f: record.id, g: record.generation })
         return
       }
       case 'rq': {

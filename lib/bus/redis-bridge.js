@@ -47,6 +47,12 @@ function createRedisBridge (options) {
   const host = options.hostId || `${os.hostname()}:${process.pid}`
   const foreignCodecs = new Map()
   const stats = { published: 0, received: 0, dropped: 0, echoes: 0, malformed: 0 }
+  /**
+   * Bytes handed to PUBLISH and not yet acknowledged. ioredis buffers commands
+   * without bound while the connection is up but Redis is slow or frozen, so
+   * the bridge bounds them by bus.maxQueuedBytes like any other peer.
+   */
+  let queuedBytes = 0
   let lastError = null
   let lastErrorAt = null
   let healthy = false
@@ -176,8 +182,19 @@ function createRedisBridge (options) {
       const frame = payload === undefined
         ? head
         : Buffer.concat([head, typeof payload === 'string' ? Buffer.from(payload) : payload])
+      const size = frame.length
+      if (queuedBytes + size > codec.maxQueuedBytes) {
+        // At most once across hosts anyway: drop (counted) rather than buffer.
+        stats.dropped++
+        debug('publish dropped: %d bytes already waiting for Redis (bus.maxQueuedBytes %d)', queuedBytes, codec.maxQueuedBytes)
+        return
+      }
+      queuedBytes += size
       stats.published++
-      pub.publish(channel, frame).catch(function publishFailed (err) {
+      pub.publish(channel, frame).then(function published () {
+        queuedBytes -= size
+      }, function publishFailed (err) {
+        queuedBytes -= size
         stats.dropped++
         stats.published--
         lastError = `publisher: ${err.message}`
@@ -199,7 +216,8 @@ function createRedisBridge (options) {
         published: stats.published,
         received: stats.received,
         dropped: stats.dropped,
-        malformed: stats.malformed
+        malformed: stats.malformed,
+        queuedBytes
       }
     },
 

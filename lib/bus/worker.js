@@ -47,7 +47,7 @@ function createWorkerTransport (core, options) {
       backpressure.refused++
       throw new ClusterizeBusError(
         `${method}("${topic}"): ${queued} bytes are already queued towards the primary, over bus.maxQueuedBytes (${core.codec.maxQueuedBytes}): ` +
-        'the primary or the IPC channel cannot keep up. Send less or more slowly (await a request between bursts, or retry later), or raise bus.maxQueuedBytes.',
+        'the primary or the IPC channel cannot keep up. Nothing was sent: `await bus.drained()` and send it again, or raise bus.maxQueuedBytes.',
         'ERR_CLUSTERIZE_BUS_BACKPRESSURE', { topic, queuedBytes: queued, limit: core.codec.maxQueuedBytes })
     }
     channel.reserve(bytes)
@@ -202,6 +202,11 @@ function createWorkerTransport (core, options) {
 
     close () {
       failAll('the bus was closed')
+    },
+
+    /** Resolves once the queue towards the primary is back under half of bus.maxQueuedBytes. */
+    drained () {
+      return channel.drained(Math.floor(core.codec.maxQueuedBytes / 2))
     },
 
     status () {

@@ -35,6 +35,7 @@ handle.shutdown().then((result) => console.log(result.code))
 
 bus.on('cache:invalidate', (data, meta) => console.log(data, meta.from))
 bus.broadcast('cache:invalidate', { key: 'user:1' })
+bus.drained().then(() => bus.broadcast('cache:invalidate', { key: 'user:2' }))
 
 const pool = offload.pool({ threads: 1 })
 pool.run((x: number) => x + 1, 1).then((n) => n.toFixed())
