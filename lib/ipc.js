@@ -61,6 +61,8 @@ class Channel {
     this.drainWaiters = []
     this.scheduled = false
     this.urgent = false
+    /** Writes handed to the peer whose completion has not been reported yet. */
+    this.outstanding = 0
     this.flush = this.flush.bind(this)
     this.flushUrgent = this.flushUrgent.bind(this)
   }
@@ -84,12 +86,19 @@ class Channel {
   }
 
   /**
-   * Queue an envelope and write the batch once the current job and its
-   * microtasks are done: everything posted while handling one incoming
-   * message still goes out as one write, a loop turn sooner than post().
+   * Write at once when the channel is idle (nothing queued, no write
+   * outstanding): a lone message never waits for a batch. Otherwise queue it
+   * and write the batch once the current job and its microtasks are done, so
+   * a burst still goes out as few writes, a loop turn sooner than post().
    * @param {object} message an envelope
    */
   postSoon (message) {
+    if (this.queue.length === 0 && this.outstanding === 0 && !this.urgent) {
+      const bytes = this.pendingBytes
+      this.pendingBytes = 0
+      this.write(message, undefined, undefined, bytes)
+      return
+    }
     this.queue.push(message)
     if (!this.urgent) {
       this.urgent = true
@@ -171,15 +180,16 @@ class Channel {
   }
 
   write (message, handle, callback, bytes) {
-    if (bytes > 0) {
-      this.writingBytes += bytes
-      const done = callback
-      callback = (err) => {
-        this.writingBytes -= bytes
-        this.wakeDrainWaiters()
-        if (done) done(err)
-        else swallowSendError(err)
-      }
+    const written = bytes > 0 ? bytes : 0
+    this.writingBytes += written
+    this.outstanding++
+    const done = callback
+    callback = (err) => {
+      this.outstanding--
+      this.writingBytes -= written
+      if (written > 0) this.wakeDrainWaiters()
+      if (done) done(err)
+      else swallowSendError(err)
     }
     if (!this.connected) {
       debug('dropping %s: channel closed', message.kind)

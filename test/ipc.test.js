@@ -100,10 +100,25 @@ test('a raw library request crosses the channel as plain data: the session strin
   const sess = JSON.stringify({ cookie: { expires: null }, user: 'ada' })
   transport.request('$cz:session', { op: 'set', sid: 's1', sess }, 1000, true, sess.length).catch(() => {})
   transport.request('app:topic', core.codec.encode('app:topic', { sess }), 1000).catch(() => {})
-  await eventually(() => raw.length >= 1)
-  const items = raw[0].raw.kind === 'batch' ? raw[0].raw.items : [raw[0].raw]
+  const items = await eventually(() => {
+    const all = raw.flatMap((m) => m.raw.kind === 'batch' ? m.raw.items : [m.raw])
+    return all.length >= 2 && all
+  })
   assert.strictEqual(items[0].r, 1)
   assert.deepStrictEqual(items[0].d, { op: 'set', sid: 's1', sess }, 'plain data, encoded only by the channel')
   assert.strictEqual(typeof items[1].d, 'string', 'ordinary requests are encoded by the codec')
   transport.close()
+})
+
+test('postSoon() writes a lone message at once on an idle channel; while a write is outstanding the rest are batched', async () => {
+  const { child, raw } = startChild()
+  const channel = new ipc.Channel(child)
+  channel.postSoon(ipc.envelope('lone', { i: 0 }))
+  assert.strictEqual(channel.queue.length, 0, 'written at once, no batch to wait for')
+  for (let i = 1; i <= 5; i++) channel.postSoon(ipc.envelope('burst', { i }))
+  assert.strictEqual(channel.queue.length, 5, 'queued behind the outstanding write')
+  await eventually(() => raw.length >= 2)
+  assert.strictEqual(raw[0].raw.kind, 'lone')
+  assert.strictEqual(raw[1].raw.kind, 'batch')
+  assert.deepStrictEqual(raw[1].raw.items.map((m) => m.i), [1, 2, 3, 4, 5])
 })
