@@ -29,6 +29,8 @@ const FIRST_RELOAD_AT_MS = 4000
 const GAP_MS = 3000
 const WORKERS = os.availableParallelism()
 const BROKEN_SECONDS = arg('--broken-seconds', 12)
+const PAUSING_CLIENTS = arg('--pausing-clients', 40)
+const PAUSING_RELOADS = arg('--pausing-reloads', 3)
 const BROKEN_RELOAD_AT_MS = 3000
 const CRASH_FILE = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cz-bench-reload-')), 'crash-after-ms')
 
@@ -120,6 +122,45 @@ async function brokenReloadUnderLoad (contender, reload, crashAfterMs) {
   }
 }
 
+/**
+ * Keep-alive clients that pause 0.8-1.2 s between requests (each on its own
+ * connection, as a browser tab polling would), across several reloads: how
+ * many of their requests hit a connection the server was closing.
+ */
+async function pausingClientsAcrossReloads (contender, reload) {
+  const http = require('http')
+  const errors = {}
+  let ok = 0
+  let stop = false
+  const client = async () => {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
+    while (!stop) {
+      const outcome = await new Promise((resolve) => {
+        const req = http.get({ host: '127.0.0.1', port: contender.port, path: '/', agent, timeout: 10000 }, (res) => {
+          res.resume()
+          res.on('end', () => resolve(res.statusCode === 200 ? null : 'HTTP ' + res.statusCode))
+        })
+        req.on('timeout', () => req.destroy(Object.assign(new Error('timeout'), { code: 'ETIMEDOUT' })))
+        req.on('error', (err) => resolve(err.code || err.message))
+      })
+      if (outcome === null) ok++
+      else errors[outcome] = (errors[outcome] || 0) + 1
+      await sleep(800 + Math.random() * 400)
+    }
+    agent.destroy()
+  }
+  const loops = Array.from({ length: PAUSING_CLIENTS }, client)
+  await sleep(3000)
+  for (let i = 0; i < PAUSING_RELOADS; i++) {
+    await Promise.resolve().then(reload).catch(() => {})
+    await sleep(3000)
+  }
+  stop = true
+  await Promise.all(loops)
+  const failed = Object.values(errors).reduce((a, b) => a + b, 0)
+  return { label: contender.label, ok, failed, errors: Object.entries(errors).map(([k, v]) => `${k} ${v}`).join(', ') || '-' }
+}
+
 function summarizeDetail (detail) {
   if (typeof detail !== 'string' || !detail.startsWith('{')) return 'reported done'
   try {
@@ -130,12 +171,13 @@ function summarizeDetail (detail) {
   }
 }
 
-async function runContender (start, makeReload, crashAfterMs) {
+async function runContender (start, makeReload, crashAfterMs, pausing) {
   let contender = null
   try {
     fs.rmSync(CRASH_FILE, { force: true })
     contender = await start()
     await sleep(1000)
+    if (pausing) return await pausingClientsAcrossReloads(contender, makeReload(contender))
     if (crashAfterMs) return await brokenReloadUnderLoad(contender, makeReload(contender), crashAfterMs)
     return await reloadUnderLoad(contender, makeReload(contender))
   } catch (err) {
@@ -171,6 +213,8 @@ async function main () {
   for (const crashAfterMs of [300, 1000]) {
     for (const contender of CONTENDERS) broken.push(await runContender(contender.start, contender.reloader, crashAfterMs))
   }
+  const pausing = []
+  for (const contender of CONTENDERS) pausing.push(await runContender(contender.start, contender.reloader, 0, true))
 
   console.log(`## Reload under load: two rolling reloads in ${SECONDS} s (${WORKERS} workers each)\n`)
   console.log(machineLine())
@@ -187,6 +231,13 @@ async function main () {
   console.log(markdownTable(
     ['contender', 'crash after boot', 'requests', 'failed after the reload', 'failure kinds', 'still serving at the end', 'reload result'],
     broken.filter(Boolean).map((r) => [r.label, `${r.crashAfterMs} ms`, fmt(r.total), fmt(r.failed), r.errors, r.servingAtEnd, r.detail])))
+
+  console.log(`\n## Keep-alive clients that pause about a second between requests, ${PAUSING_RELOADS} reloads\n`)
+  console.log(`${PAUSING_CLIENTS} clients, each on its own keep-alive connection (node:http Agent), pausing 0.8-1.2 s between requests; a reload every ~3 s. ` +
+    'A failure here is a request sent on a connection the server was closing at that moment.\n')
+  console.log(markdownTable(
+    ['contender', 'requests answered', 'failed', 'failure kinds'],
+    pausing.filter(Boolean).map((r) => [r.label, fmt(r.ok), fmt(r.failed), r.errors])))
 }
 
 main().catch((err) => {
