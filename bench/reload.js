@@ -31,6 +31,8 @@ const WORKERS = os.availableParallelism()
 const BROKEN_SECONDS = arg('--broken-seconds', 12)
 const PAUSING_CLIENTS = arg('--pausing-clients', 40)
 const PAUSING_RELOADS = arg('--pausing-reloads', 3)
+/** --pausing-only: run just the last table (it takes ~1 min instead of ~4). */
+const PAUSING_ONLY = process.argv.includes('--pausing-only')
 const BROKEN_RELOAD_AT_MS = 3000
 const CRASH_FILE = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cz-bench-reload-')), 'crash-after-ms')
 
@@ -206,6 +208,9 @@ const CONTENDERS = [
 
 async function main () {
   installCleanup()
+  const pausing = []
+  for (const contender of CONTENDERS) pausing.push(await runContender(contender.start, contender.reloader, 0, true))
+  if (PAUSING_ONLY) return printPausing(pausing)
   const rows = []
   for (const contender of CONTENDERS) rows.push(await runContender(contender.start, contender.reloader))
   const done = rows.filter(Boolean)
@@ -213,8 +218,6 @@ async function main () {
   for (const crashAfterMs of [300, 1000]) {
     for (const contender of CONTENDERS) broken.push(await runContender(contender.start, contender.reloader, crashAfterMs))
   }
-  const pausing = []
-  for (const contender of CONTENDERS) pausing.push(await runContender(contender.start, contender.reloader, 0, true))
 
   console.log(`## Reload under load: two rolling reloads in ${SECONDS} s (${WORKERS} workers each)\n`)
   console.log(machineLine())
@@ -232,6 +235,10 @@ async function main () {
     ['contender', 'crash after boot', 'requests', 'failed after the reload', 'failure kinds', 'still serving at the end', 'reload result'],
     broken.filter(Boolean).map((r) => [r.label, `${r.crashAfterMs} ms`, fmt(r.total), fmt(r.failed), r.errors, r.servingAtEnd, r.detail])))
 
+  printPausing(pausing)
+}
+
+function printPausing (pausing) {
   console.log(`\n## Keep-alive clients that pause about a second between requests, ${PAUSING_RELOADS} reloads\n`)
   console.log(`${PAUSING_CLIENTS} clients, each on its own keep-alive connection (node:http Agent), pausing 0.8-1.2 s between requests; a reload every ~3 s. ` +
     'A failure here is a request sent on a connection the server was closing at that moment.\n')
