@@ -14,7 +14,7 @@
  */
 
 const debug = require('debug')('clusterize:reload')
-const { describeExit } = require('./supervisor')
+const { describeExit } = require('./readiness')
 
 const FAILURES = new Set(['crash', 'boot-failure', 'hang'])
 

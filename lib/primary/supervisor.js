@@ -14,6 +14,7 @@ const protocol = require('../protocol')
 const { backoffDelay, CrashWindow } = require('./backoff')
 const { WorkerRecord, STATES } = require('./worker-record')
 const { Spares } = require('./spares')
+const { waitReady, survives, describeExit } = require('./readiness')
 
 /** A worker that stays ready this long is considered healthy again. */
 const STABLE_AFTER_MS = 30000
@@ -278,25 +279,14 @@ class Supervisor extends EventEmitter {
     return predecessor
   }
 
-  /**
-   * Resolve null if the worker is still running `ms` after now, or a
-   * description of its exit if it exits first.
-   */
+  /** @see waitReady in ./readiness.js */
+  waitReady (record, timeoutMs) {
+    return waitReady(this, record, timeoutMs)
+  }
+
+  /** @see survives in ./readiness.js */
   survives (record, ms) {
-    return new Promise((resolve) => {
-      if (record.isExited()) return resolve(describeExit(record, record.exitEvent))
-      const timer = setTimeout(() => {
-        this.removeListener('record:exit', onExit)
-        resolve(null)
-      }, ms)
-      const onExit = (r, event) => {
-        if (r !== record) return
-        clearTimeout(timer)
-        this.removeListener('record:exit', onExit)
-        resolve(describeExit(record, event))
-      }
-      this.on('record:exit', onExit)
-    })
+    return survives(this, record, ms)
   }
 
   /**
@@ -334,39 +324,6 @@ class Supervisor extends EventEmitter {
     return record.exited
   }
 
-  /**
-   * Resolve once the worker is ready and has sent its first heartbeat;
-   * reject if it exits or the timeout passes first.
-   */
-  waitReady (record, timeoutMs) {
-    return new Promise((resolve, reject) => {
-      const cleanup = () => {
-        clearTimeout(timer)
-        this.removeListener('record:heartbeat', onHeartbeat)
-        this.removeListener('record:exit', onExit)
-      }
-      const onHeartbeat = (r) => {
-        if (r === record && r.isReady()) {
-          cleanup()
-          resolve(record)
-        }
-      }
-      const onExit = (r, event) => {
-        if (r !== record) return
-        cleanup()
-        const why = record.bootError ? `failed to boot: ${record.bootError}` : `exited with ${event.signal || 'code ' + event.code} before it was ready`
-        reject(new Error(`worker ${record.id} (generation ${record.generation}) ${why}`))
-      }
-      const timer = setTimeout(() => {
-        cleanup()
-        reject(new Error(`worker ${record.id} (generation ${record.generation}) was not ready within ${timeoutMs} ms`))
-      }, timeoutMs)
-      this.on('record:heartbeat', onHeartbeat)
-      this.on('record:exit', onExit)
-      if (record.isReady() && record.heartbeatAt > 0) onHeartbeat(record)
-    })
-  }
-
   /** Workers that may receive new connections. */
   readyRecords () {
     const ready = []
@@ -388,10 +345,4 @@ class Supervisor extends EventEmitter {
   }
 }
 
-function describeExit (record, event) {
-  const how = event.signal || 'code ' + event.code
-  const after = record.everReady ? `${event.at - record.readyAt} ms after it was ready` : 'before it was ready'
-  return `worker ${record.id} (generation ${record.generation}) exited with ${how} ${after}`
-}
-
-module.exports = { Supervisor, describeExit }
+module.exports = { Supervisor }

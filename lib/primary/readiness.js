@@ -1,0 +1,71 @@
+'use strict'
+
+/**
+ * Waiting on one worker: until it is ready (a reload's successor, a
+ * recycle), or through a bake window (a canary), and how its exit is told.
+ */
+
+/**
+ * Resolve once the worker is ready and has sent its first heartbeat;
+ * reject if it exits or the timeout passes first.
+ * @param {import('events').EventEmitter} events the supervisor ('record:heartbeat', 'record:exit')
+ */
+function waitReady (events, record, timeoutMs) {
+  return new Promise((resolve, reject) => {
+    const cleanup = () => {
+      clearTimeout(timer)
+      events.removeListener('record:heartbeat', onHeartbeat)
+      events.removeListener('record:exit', onExit)
+    }
+    const onHeartbeat = (r) => {
+      if (r === record && r.isReady()) {
+        cleanup()
+        resolve(record)
+      }
+    }
+    const onExit = (r, event) => {
+      if (r !== record) return
+      cleanup()
+      const why = record.bootError ? `failed to boot: ${record.bootError}` : `exited with ${event.signal || 'code ' + event.code} before it was ready`
+      reject(new Error(`worker ${record.id} (generation ${record.generation}) ${why}`))
+    }
+    const timer = setTimeout(() => {
+      cleanup()
+      reject(new Error(`worker ${record.id} (generation ${record.generation}) was not ready within ${timeoutMs} ms`))
+    }, timeoutMs)
+    events.on('record:heartbeat', onHeartbeat)
+    events.on('record:exit', onExit)
+    if (record.isReady() && record.heartbeatAt > 0) onHeartbeat(record)
+  })
+}
+
+/**
+ * Resolve null if the worker is still running `ms` after now, or a
+ * description of its exit if it exits first.
+ * @param {import('events').EventEmitter} events the supervisor ('record:exit')
+ */
+function survives (events, record, ms) {
+  return new Promise((resolve) => {
+    if (record.isExited()) return resolve(describeExit(record, record.exitEvent))
+    const timer = setTimeout(() => {
+      events.removeListener('record:exit', onExit)
+      resolve(null)
+    }, ms)
+    const onExit = (r, event) => {
+      if (r !== record) return
+      clearTimeout(timer)
+      events.removeListener('record:exit', onExit)
+      resolve(describeExit(record, event))
+    }
+    events.on('record:exit', onExit)
+  })
+}
+
+/** 'worker 0 (generation 2) exited with code 1 300 ms after it was ready' */
+function describeExit (record, event) {
+  const how = event.signal || 'code ' + event.code
+  const after = record.everReady ? `${event.at - record.readyAt} ms after it was ready` : 'before it was ready'
+  return `worker ${record.id} (generation ${record.generation}) exited with ${how} ${after}`
+}
+
+module.exports = { waitReady, survives, describeExit }
