@@ -18,9 +18,12 @@ test('isAlive: this process and pid 1 (EPERM counts as alive) are alive; a reape
 test('isAlive: a process another user owns (kill gives EPERM) counts as alive', async () => {
   // As root kill(1, 0) succeeds, so the check above never meets EPERM: run it
   // again as an unprivileged user (nobody), for whom pid 1 belongs to another user.
+  // The child starts as this user (so it can run this Node binary and read this checkout,
+  // which may live under /root) and drops to nobody once the module is loaded.
   const asRoot = typeof process.getuid === 'function' && process.getuid() === 0
-  const options = asRoot ? { uid: 65534, gid: 65534 } : {}
+  const options = {}
   const script = `const { isAlive } = require(${JSON.stringify(path.join(__dirname, '..', 'lib', 'process-alive.js'))})
+    if (${asRoot}) { process.setgid(65534); process.setuid(65534) }
     let code = null
     try { process.kill(1, 0) } catch (err) { code = err.code }
     process.stdout.write(JSON.stringify({ code, alive: isAlive(1) }))`
