@@ -9,7 +9,7 @@
  *   primary -> worker: CONN (with a socket handle), DRAIN, PROMOTE, BUS
  */
 
-const { envelope } = require('./ipc')
+const { envelope, MARK } = require('./ipc')
 
 const KIND = Object.freeze({
   /** The worker listens (or takes handed connections). `{ address }` */
@@ -31,6 +31,58 @@ const KIND = Object.freeze({
   /** Bus traffic (lib/bus/*), its own ops inside. */
   BUS: 'bus'
 })
+
+/**
+ * The ops inside kind BUS (lib/bus/*). Short strings on the wire; these names
+ * are what the code reads.
+ *   worker -> primary: BROADCASTS, SEND, REQUEST, GATHER, HANDLER_REPLY (and BROADCAST, single)
+ *   primary -> worker: RELAYS, RELAY, RESPONSE, GATHER_RESULT, HANDLER_ASK
+ */
+const BUS_OP = Object.freeze({
+  /** One broadcast. `{ t, d }` */
+  BROADCAST: 'b',
+  /** The broadcasts a worker made in one tick. `{ m: [topic, payload, ...] }` */
+  BROADCASTS: 'B',
+  /** To one worker slot or the primary. `{ to, t, d }` */
+  SEND: 's',
+  /** Ask the primary's handler. `{ id, t, d, r? }` (r: 1 = raw library data, no codec) */
+  REQUEST: 'rq',
+  /** Ask every worker's handler through the primary. `{ id, t, d, ms }` */
+  GATHER: 'gq',
+  /** A worker's answer to HANDLER_ASK. `{ id, ok, d, e }` */
+  HANDLER_REPLY: 'hr',
+  /** Relayed messages of one tick. `{ m: [topic, payload, from, generation, ...] }` */
+  RELAYS: 'M',
+  /** One relayed or sent message. `{ t, d, f, g, h? }` */
+  RELAY: 'm',
+  /** The primary's answer to REQUEST. `{ id, ok, d, e, r? }` */
+  RESPONSE: 'rs',
+  /** The answers to GATHER. `{ id, r: answers, m: missing }` */
+  GATHER_RESULT: 'gs',
+  /** Run your handler for a gather. `{ id, t, d, f, g }` */
+  HANDLER_ASK: 'ha'
+})
+
+/**
+ * Builders for the bus envelopes, one literal shape each (they are on the
+ * hot path: no field copying).
+ */
+const bus = {
+  broadcasts: (m) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.BROADCASTS, m }),
+  send: (to, t, d) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.SEND, to, t, d }),
+  request: (id, t, d, raw) => raw
+    ? { [MARK]: 1, kind: KIND.BUS, op: BUS_OP.REQUEST, id, t, d, r: 1 }
+    : { [MARK]: 1, kind: KIND.BUS, op: BUS_OP.REQUEST, id, t, d },
+  gather: (id, t, d, ms) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.GATHER, id, t, d, ms }),
+  handlerReply: (id, ok, d, e) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.HANDLER_REPLY, id, ok, d, e }),
+  relays: (m) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.RELAYS, m }),
+  relay: (t, d, f, g, h) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.RELAY, t, d, f, g, h }),
+  response: (id, ok, d, e, raw) => raw
+    ? { [MARK]: 1, kind: KIND.BUS, op: BUS_OP.RESPONSE, id, ok, d, e, r: 1 }
+    : { [MARK]: 1, kind: KIND.BUS, op: BUS_OP.RESPONSE, id, ok, d, e },
+  gatherResult: (id, r, m) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.GATHER_RESULT, id, r, m }),
+  handlerAsk: (id, t, d, f, g) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.HANDLER_ASK, id, t, d, f, g })
+}
 
 /** Envelopes without fields are built once. */
 const ACCEPTED_MESSAGE = envelope(KIND.ACCEPTED)
@@ -54,6 +106,8 @@ function createRouter (routes, onUnknown) {
 
 module.exports = {
   KIND,
+  BUS_OP,
+  bus,
   createRouter,
   ready: (address) => envelope(KIND.READY, { address }),
   heartbeat: (figures, session) => envelope(KIND.HEARTBEAT, { figures, session }),

@@ -11,15 +11,14 @@
  */
 
 const debug = require('debug')('clusterize:bus')
-const { MARK } = require('../ipc')
+const { BUS_OP, bus: busMessage } = require('../protocol')
 const { isTopic, deliverLater } = require('./core')
 const { queuedSize, RESERVED_PREFIX } = require('./codec')
 const { MAX_TIMER_MS } = require('../errors')
 
-const KIND = 'bus'
 
 /** Envelopes a worker may send; anything else is ignored. */
-const FROM_WORKER = new Set(['b', 'B', 's', 'rq', 'gq', 'hr'])
+const FROM_WORKER = new Set([BUS_OP.BROADCAST, BUS_OP.BROADCASTS, BUS_OP.SEND, BUS_OP.REQUEST, BUS_OP.GATHER, BUS_OP.HANDLER_REPLY])
 
 function isLive (record) {
   return record.state !== 'stopping' && record.state !== 'exited'
@@ -98,7 +97,7 @@ function createPrimaryTransport (core) {
    */
   function relay (topic, payload, from, generation, host, except) {
     if (host !== undefined) {
-      const message = { [MARK]: 1, kind: KIND, op: 'm', t: topic, d: payload, f: from, g: generation, h: host }
+      const message = busMessage.relay(topic, payload, from, generation, host)
       for (const record of records) {
         if (record !== except && reserveFor(record, topic, payload)) post(record, message)
       }
@@ -111,7 +110,7 @@ function createPrimaryTransport (core) {
       if (open !== undefined && record.channel.lastQueued() === open) {
         open.m.push(topic, payload, from, generation)
       } else {
-        const message = { [MARK]: 1, kind: KIND, op: 'M', m: [topic, payload, from, generation] }
+        const message = busMessage.relays([topic, payload, from, generation])
         openRelays.set(record, message)
         post(record, message)
       }
@@ -141,7 +140,7 @@ function createPrimaryTransport (core) {
       return
     }
     gathers.set(id, state)
-    const message = { [MARK]: 1, kind: KIND, op: 'ha', id, t: topic, d: payload, f: from, g: generation }
+    const message = busMessage.handlerAsk(id, topic, payload, from, generation)
     for (const record of Array.from(state.pending)) {
       if (reserveFor(record, topic, payload)) {
         post(record, message)
@@ -207,11 +206,11 @@ function createPrimaryTransport (core) {
       debug('ignoring bus envelope with op %o', message && message.op)
       return
     }
-    if (message.op === 'hr') {
+    if (message.op === BUS_OP.HANDLER_REPLY) {
       gatherAnswer(record, message)
       return
     }
-    if (message.op === 'B') {
+    if (message.op === BUS_OP.BROADCASTS) {
       // Broadcasts a worker made in one tick: [topic, payload, topic, payload, ...]
       const items = message.m
       if (!Array.isArray(items) || items.length % 2 !== 0) return
@@ -225,17 +224,17 @@ function createPrimaryTransport (core) {
     const topic = message.t
     const payload = message.d
     // A raw request carries plain data for a library handler on a reserved topic; the codec does not apply.
-    const rawRequest = message.op === 'rq' && message.r === 1 && typeof topic === 'string' && topic.startsWith(RESERVED_PREFIX)
+    const rawRequest = message.op === BUS_OP.REQUEST && message.r === 1 && typeof topic === 'string' && topic.startsWith(RESERVED_PREFIX)
     if (!isTopic(topic) || (!rawRequest && !core.acceptsPayload(payload))) {
       debug('ignoring malformed bus envelope (op %s) from worker %s', message.op, record.id)
       return
     }
     switch (message.op) {
-      case 'b': {
+      case BUS_OP.BROADCAST: {
         fromWorkerBroadcast(record, topic, payload)
         return
       }
-      case 's': {
+      case BUS_OP.SEND: {
         const to = message.to
         if (to === 'primary') {
           core.deliver(topic, payload, localMeta(topic, record.id, record.generation))
@@ -248,29 +247,27 @@ function createPrimaryTransport (core) {
           return
         }
         // Bounded like relays: a worker that does not read loses it (counted), the primary does not hold it.
-        if (reserveFor(target, topic, payload)) post(target, { [MARK]: 1, kind: KIND, op: 'm', t: topic, d: payload, f: record.id, g: record.generation })
+        if (reserveFor(target, topic, payload)) post(target, busMessage.relay(topic, payload, record.id, record.generation))
         return
       }
-      case 'rq': {
+      case BUS_OP.REQUEST: {
         const id = message.id
         if (typeof id !== 'number') return
         const raw = rawRequest
         core.invoke(topic, payload, localMeta(topic, record.id, record.generation), 'the primary', raw).then(function reply (answer) {
           // A worker that exited meanwhile gets nothing: its request died with it.
           if (!records.has(record)) return
-          const response = { [MARK]: 1, kind: KIND, op: 'rs', id, ok: answer.ok, d: answer.d, e: answer.e }
-          if (raw) response.r = 1
-          post(record, response)
+          post(record, busMessage.response(id, answer.ok, answer.d, answer.e, raw))
         })
         return
       }
-      case 'gq': {
+      case BUS_OP.GATHER: {
         const id = message.id
         const timeoutMs = message.ms
         if (typeof id !== 'number' || typeof timeoutMs !== 'number' || !(timeoutMs > 0)) return
         startGather(topic, payload, Math.min(timeoutMs, MAX_TIMER_MS), record.id, record.generation, function replyGather (answers, missing) {
           if (!records.has(record)) return
-          post(record, { [MARK]: 1, kind: KIND, op: 'gs', id, r: answers, m: missing })
+          post(record, busMessage.gatherResult(id, answers, missing))
         })
       }
     }
@@ -317,7 +314,7 @@ function createPrimaryTransport (core) {
       }
       const target = recordForSlot(to)
       if (target === null || !reserveFor(target, topic, payload)) return false
-      post(target, { [MARK]: 1, kind: KIND, op: 'm', t: topic, d: payload, f: 'primary' })
+      post(target, busMessage.relay(topic, payload, 'primary'))
       return true
     },
 

@@ -6,13 +6,12 @@
  */
 
 const debug = require('debug')('clusterize:bus')
-const { MARK } = require('../ipc')
+const { BUS_OP, bus: busMessage } = require('../protocol')
 const { ClusterizeTimeoutError } = require('../errors')
 const { ClusterizeBusError, errorFromWire } = require('./errors')
 const { isTopic, deliverLater } = require('./core')
 const { queuedSize } = require('./codec')
 
-const KIND = 'bus'
 /** How long past its own timeout a gather waits for the primary's summary. */
 const GATHER_GRACE_MS = 2000
 
@@ -94,7 +93,7 @@ function createWorkerTransport (core, options) {
   function onPrimaryMessage (message) {
     if (!message) return
     switch (message.op) {
-      case 'M': {
+      case BUS_OP.RELAYS: {
         // Relayed messages of one tick: [topic, payload, from, generation, ...]
         const items = message.m
         if (!Array.isArray(items) || items.length % 4 !== 0) return
@@ -107,14 +106,14 @@ function createWorkerTransport (core, options) {
         }
         return
       }
-      case 'm': {
+      case BUS_OP.RELAY: {
         if (!isTopic(message.t) || !core.acceptsPayload(message.d)) return
         const meta = { topic: message.t, from: message.f, generation: message.g === undefined ? null : message.g }
         if (message.h !== undefined) meta.host = message.h
         core.deliver(message.t, message.d, meta)
         return
       }
-      case 'rs': {
+      case BUS_OP.RESPONSE: {
         const entry = settle(message.id, 'request')
         if (entry === undefined) return
         if (message.ok === true) {
@@ -132,18 +131,18 @@ function createWorkerTransport (core, options) {
         }
         return
       }
-      case 'gs': {
+      case BUS_OP.GATHER_RESULT: {
         const entry = settle(message.id, 'gather')
         if (entry === undefined) return
         entry.resolve(core.gatherResult(entry.topic, Array.isArray(message.r) ? message.r : [], Array.isArray(message.m) ? message.m : []))
         return
       }
-      case 'ha': {
+      case BUS_OP.HANDLER_ASK: {
         const id = message.id
         if (typeof id !== 'number' || !isTopic(message.t) || !core.acceptsPayload(message.d)) return
         const meta = { topic: message.t, from: message.f, generation: message.g === undefined ? null : message.g }
         core.invoke(message.t, message.d, meta, `worker ${selfId}`).then(function answer (reply) {
-          post({ [MARK]: 1, kind: KIND, op: 'hr', id, ok: reply.ok, d: reply.d, e: reply.e })
+          post(busMessage.handlerReply(id, reply.ok, reply.d, reply.e))
         })
         return
       }
@@ -164,7 +163,7 @@ function createWorkerTransport (core, options) {
       if (openBroadcasts !== null && channel.lastQueued() === openBroadcasts) {
         openBroadcasts.m.push(topic, payload)
       } else {
-        openBroadcasts = { [MARK]: 1, kind: KIND, op: 'B', m: [topic, payload] }
+        openBroadcasts = busMessage.broadcasts([topic, payload])
         post(openBroadcasts)
       }
       if (self) process.nextTick(deliverLater, core, topic, payload, selfMeta(topic))
@@ -172,7 +171,7 @@ function createWorkerTransport (core, options) {
 
     send (to, topic, payload) {
       reserve('bus.send', topic, payload)
-      post({ [MARK]: 1, kind: KIND, op: 's', to, t: topic, d: payload })
+      post(busMessage.send(to, topic, payload))
       return true
     },
 
@@ -185,9 +184,7 @@ function createWorkerTransport (core, options) {
       const { id, promise } = track('request', topic, timeoutMs, function requestTimedOut (resolve, reject) {
         reject(new ClusterizeTimeoutError(`bus.request("${topic}"): the primary did not answer within ${timeoutMs} ms (options.timeoutMs)`))
       })
-      const message = { [MARK]: 1, kind: KIND, op: 'rq', id, t: topic, d: payload }
-      if (raw) message.r = 1
-      post(message)
+      post(busMessage.request(id, topic, payload, raw))
       return promise
     },
 
@@ -196,7 +193,7 @@ function createWorkerTransport (core, options) {
       const { id, promise } = track('gather', topic, timeoutMs + GATHER_GRACE_MS, function gatherLost (resolve, reject) {
         reject(new ClusterizeTimeoutError(`bus.gather("${topic}"): the primary did not return the answers within ${timeoutMs} ms (+${GATHER_GRACE_MS} ms grace)`))
       })
-      post({ [MARK]: 1, kind: KIND, op: 'gq', id, t: topic, d: payload, ms: timeoutMs })
+      post(busMessage.gather(id, topic, payload, timeoutMs))
       return promise
     },
 

@@ -16,6 +16,7 @@ const Samples = require('./samples')
 const { QueueFullError, TaskAbortedError, PoolClosedError } = require('./errors')
 const { MAX_TIMER_MS } = require('../errors')
 const { Task, remoteError } = require('./records')
+const { TASK, RESULT, STATUS, READY } = require('./messages')
 const { PoolThreads } = require('./threads')
 
 const MAX_KNOWN_PER_THREAD = 4096
@@ -155,16 +156,16 @@ class Pool extends PoolThreads {
     const entry = t.entry
     const msg = th.msg
     let isNew = false
-    msg[0] = entry.id
-    msg[1] = t.args
+    msg[TASK.ENTRY] = entry.id
+    msg[TASK.ARGS] = t.args
     if (th.known.has(entry.id)) {
-      msg[2] = undefined
+      msg[TASK.DEF] = undefined
     } else {
       if (th.known.size >= MAX_KNOWN_PER_THREAD) {
         th.known.clear()
-        msg[3] = true
+        msg[TASK.FLUSH] = true
       }
-      msg[2] = entry.def
+      msg[TASK.DEF] = entry.def
       th.known.add(entry.id)
       isNew = true
     }
@@ -172,13 +173,13 @@ class Pool extends PoolThreads {
       th.worker.postMessage(msg, t.transfer)
     } catch (err) {
       if (isNew) th.known.delete(entry.id)
-      msg[1] = msg[2] = undefined
+      msg[TASK.ARGS] = msg[TASK.DEF] = undefined
       this._counters.failed++
       this._settle(t, false, cloneError(t.args, err))
       return false
     }
-    msg[1] = msg[2] = undefined
-    msg[3] = false
+    msg[TASK.ARGS] = msg[TASK.DEF] = undefined
+    msg[TASK.FLUSH] = false
     const startedAt = now()
     this._wait.add(startedAt - t.enqueuedAt)
     t.startedAt = startedAt
@@ -207,7 +208,7 @@ class Pool extends PoolThreads {
   _onMessage (th, msg) {
     const t = th.task
     if (t === null) {
-      if (msg === 'ready') this._onReady(th)
+      if (msg === READY) this._onReady(th)
       return
     }
     th.task = null
@@ -215,12 +216,12 @@ class Pool extends PoolThreads {
     const runMs = now() - t.startedAt
     this._run.add(runMs)
     this._avgRunMs = this._avgRunMs === 0 ? runMs : this._avgRunMs * 0.9 + runMs * 0.1
-    if (msg[0] === 0) {
+    if (msg[RESULT.STATUS] === STATUS.OK) {
       this._counters.completed++
-      this._settle(t, true, msg[1])
+      this._settle(t, true, msg[RESULT.VALUE])
     } else {
       this._counters.failed++
-      this._settle(t, false, remoteError(msg[1]))
+      this._settle(t, false, remoteError(msg[RESULT.VALUE]))
     }
     this._next(th)
   }

@@ -2,7 +2,7 @@
 
 /**
  * Code that runs in each pool thread. Messages from the pool are
- * `[id, args, def?, flush?]`; replies are `[0, result]` or `[1, error]`, in the
+ * `[id, args, def?, flush?]` (see ./messages.js); replies are `[OK, result]` or `[FAILED, error]`, in the
  * order the tasks arrived (tasks run one at a time; async ones are awaited).
  */
 
@@ -12,6 +12,7 @@ const path = require('node:path')
 const { pathToFileURL } = require('node:url')
 const fs = require('node:fs')
 const os = require('node:os')
+const { TASK, RESULT, STATUS, READY } = require('./messages')
 
 const kTransfer = Symbol.for('clusterize.offload.transfer')
 const NOT_DEFINED_RE = /^([\p{L}\p{Nl}$_][\p{L}\p{Nl}\p{Mn}\p{Mc}\p{Nd}\p{Pc}$\u200c\u200d]*) is not defined$/u
@@ -25,8 +26,8 @@ const cache = new Map()
 const backlog = []
 let busy = false
 
-const okMsg = [0, undefined]
-const errMsg = [1, undefined]
+const okMsg = [STATUS.OK, undefined]
+const errMsg = [STATUS.FAILED, undefined]
 
 function compileInline (def) {
   const expr = def.form === 1 ? `(function () { const o = ({${def.source}\n}); return o[Reflect.ownKeys(o)[0]] })()` : `(${def.source}\n)`
@@ -86,26 +87,26 @@ function replyOk (result) {
     list = result.list
     result = result.value
   }
-  okMsg[1] = result
+  okMsg[RESULT.VALUE] = result
   try {
     parentPort.postMessage(okMsg, list)
   } catch (err) {
-    errMsg[1] = { name: 'CloneError', message: `offload result cannot be cloned: ${err.message}; return plain data`, code: 'ERR_OFFLOAD_CLONE', clone: true }
+    errMsg[RESULT.VALUE] = { name: 'CloneError', message: `offload result cannot be cloned: ${err.message}; return plain data`, code: 'ERR_OFFLOAD_CLONE', clone: true }
     parentPort.postMessage(errMsg)
-    errMsg[1] = undefined
+    errMsg[RESULT.VALUE] = undefined
   }
-  okMsg[1] = undefined
+  okMsg[RESULT.VALUE] = undefined
 }
 
 function replyError (err, entry) {
-  errMsg[1] = serializeError(err, entry)
+  errMsg[RESULT.VALUE] = serializeError(err, entry)
   try {
     parentPort.postMessage(errMsg)
   } catch {
-    errMsg[1] = { name: 'Error', message: String(err && err.message) }
+    errMsg[RESULT.VALUE] = { name: 'Error', message: String(err && err.message) }
     parentPort.postMessage(errMsg)
   }
-  errMsg[1] = undefined
+  errMsg[RESULT.VALUE] = undefined
 }
 
 function settleAsync (promise, entry) {
@@ -123,10 +124,10 @@ function isThenable (v) {
 }
 
 function getEntry (msg) {
-  const id = msg[0]
+  const id = msg[TASK.ENTRY]
   let entry = cache.get(id)
   if (entry !== undefined) return entry
-  const def = msg[2]
+  const def = msg[TASK.DEF]
   if (def == null) throw new Error(`offload thread does not know task ${id}`)
   entry = def.kind === 0 ? compileInline(def) : loadModule(def)
   cache.set(id, entry)
@@ -134,7 +135,7 @@ function getEntry (msg) {
 }
 
 function runTask (msg) {
-  if (msg[3] === true) cache.clear()
+  if (msg[TASK.FLUSH] === true) cache.clear()
   let entry
   let result
   try {
@@ -143,12 +144,12 @@ function runTask (msg) {
       // an ES module task still loading: wait, then run
       const pending = entry
       return settleAsync(pending.then((loaded) => {
-        cache.set(msg[0], loaded)
+        cache.set(msg[TASK.ENTRY], loaded)
         entry = loaded
-        return loaded.fn.apply(undefined, msg[1])
+        return loaded.fn.apply(undefined, msg[TASK.ARGS])
       }), { get source () { return entry && entry.source } })
     }
-    result = entry.fn.apply(undefined, msg[1])
+    result = entry.fn.apply(undefined, msg[TASK.ARGS])
   } catch (err) {
     return replyError(err, entry)
   }
@@ -191,7 +192,7 @@ function start () {
 
 function ready () {
   parentPort.on('message', onMessage)
-  parentPort.postMessage('ready')
+  parentPort.postMessage(READY)
 }
 
 const started = start()
