@@ -22,6 +22,9 @@ const DEFAULTS = {
   spare: 0,
   defaultSessionStore: 'memory',
   scheduling: 'rr',
+  sticky: {
+    sid: false
+  },
   health: {
     heartbeatMs: 1000,
     heartbeatTimeoutMs: 10000,
@@ -172,6 +175,9 @@ function resolveConfig (options, env) {
   config.spare = checkInteger('spare', pick('spare'), 0, 64)
   config.defaultSessionStore = checkOneOf('defaultSessionStore', pick('defaultSessionStore'), ['memory', 'cluster'])
   config.scheduling = checkOneOf('scheduling', pick('scheduling'), SCHEDULING)
+  const sticky = group('sticky', options.sticky, DEFAULTS.sticky)
+  checks.boolean('sticky.sid', sticky.sid)
+  config.sticky = sticky
 
   const health = group('health', options.health, DEFAULTS.health)
   checkInteger('health.heartbeatMs', health.heartbeatMs, 50, MAX_TIMER_MS)

@@ -120,5 +120,7 @@ module.exports = {
   drain: (timeoutMs, reason) => envelope(KIND.DRAIN, { timeoutMs, reason }),
   promote: (slot) => envelope(KIND.PROMOTE, { slot }),
   accepted: () => ACCEPTED_MESSAGE,
-  conn: () => CONN_MESSAGE
+  conn: () => CONN_MESSAGE,
+  /** A handed connection whose first bytes the primary already read ('sticky' with sid routing). */
+  connWithHead: (head) => envelope(KIND.CONN, { head: head.toString('latin1') })
 }

@@ -93,3 +93,25 @@ test('requiring clusterize-express/socket.io loads nothing of socket.io until cr
   `], { encoding: 'utf8' })
   assert.deepStrictEqual(JSON.parse(out), { before: false, afterRequire: false, afterCreate: true })
 })
+
+test("long polling across 2 workers, all clients from one address (as behind a proxy), a new connection per request: 'sticky' with sticky.sid", async () => {
+  const cluster = await startCluster(fixture, { env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 2, scheduling: 'sticky', sticky: { sid: true } }), CZ_SIO_TRANSPORTS: 'polling' } })
+  const polling = []
+  for (let i = 0; i < 6; i++) {
+    const socket = connectClient(`http://127.0.0.1:${cluster.port}`, { transports: ['polling'], reconnection: false, forceNew: true, agent: false })
+    clients.push(socket)
+    const client = { socket, got: [] }
+    socket.on('all', (data) => client.got.push(data))
+    client.hello = await new Promise((resolve, reject) => {
+      socket.once('hello', resolve)
+      socket.once('connect_error', reject)
+    })
+    polling.push(client)
+  }
+  assert.strictEqual(new Set(polling.map((c) => c.hello.worker)).size, 2, 'new sessions are spread over both workers although every client has the same address')
+  for (const client of polling) assert.match(client.socket.io.engine.id, /^w[01]\./, 'the session id names its worker')
+  // Every later request of a session (each on a new connection) must reach the worker that holds it.
+  for (const client of polling) await ask(client, 'emit-all', `from-${client.hello.worker}`)
+  await eventually(() => polling.every((c) => c.got.length === polling.length), { what: 'every broadcast on every polling client' })
+  await cluster.stop()
+})

@@ -102,6 +102,11 @@ export interface ClusterizeOptions {
    */
   spare?: number
   /**
+   * With scheduling 'sticky': `sid: true` routes engine.io (socket.io) long polling by session id
+   * (the primary reads the request line; plain HTTP only, TLS ended in front). Default false.
+   */
+  sticky?: { sid?: boolean }
+  /**
    * 'cluster': the store express-session creates when the app gives none (its MemoryStore) becomes
    * the cluster store, so an unchanged app's sessions work across workers. Default 'memory'.
    */

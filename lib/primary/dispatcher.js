@@ -8,7 +8,12 @@
  * - 'rr': round robin over ready workers, preferring those that have
  *   acknowledged every connection handed so far, skipping any whose heartbeat
  *   says its event loop is overloaded (never all of them);
- * - 'sticky': rendezvous hashing of the client address over stable slots.
+ * - 'sticky': rendezvous hashing of the client address over stable slots;
+ *   with `sticky.sid`, the primary reads the request line first and sends
+ *   every request of one engine.io (socket.io) session to the worker that
+ *   created it (its sid names the slot), new sessions round robin, and the
+ *   bytes it read go to the worker with the connection. Plain HTTP only: TLS
+ *   must end in front (a proxy), since those bytes are part of the handshake.
  */
 
 const net = require('net')
@@ -18,6 +23,11 @@ const { pickRendezvous } = require('./rendezvous')
 
 /** Connections held while no worker is ready (boot, crash of the only worker). */
 const MAX_PENDING = 1024
+/** With sid routing: how long a new connection may take to send its request line. */
+const FIRST_BYTES_TIMEOUT_MS = 10000
+/** An engine.io session id minted by a clusterize worker: w<slot>.<random> (lib/realtime/socket.io.js). */
+const SID_SLOT = /[?&]sid=w(\d+)\./
+const REQUEST_LINE = /^[A-Z]+ (\S+) HTTP\/1\.[01]\r\n/
 
 /** What the dispatcher tracks per worker. */
 class Handoffs {
@@ -32,7 +42,7 @@ class Handoffs {
 }
 
 /**
- * @param {{ mode: 'rr'|'sticky', port: number, host?: string }} options
+ * @param {{ mode: 'rr'|'sticky', port: number, host?: string, sid?: boolean }} options
  * @param {import('./supervisor').Supervisor} supervisor
  * @param {{ isOverloaded: (record: object) => boolean }} health
  */
@@ -59,6 +69,7 @@ function createDispatcher (options, supervisor, health) {
   function onConnection (err, handle) {
     // A failed accept (EMFILE, a client that reset at once) has no handle.
     if (err || !handle) return debug('accept failed: %s', err)
+    if (options.sid) return readRequestLine(handle)
     const record = choose(handle)
     if (!record) {
       if (pending.length >= MAX_PENDING || closed) return handle.close()
@@ -68,11 +79,48 @@ function createDispatcher (options, supervisor, health) {
     hand(record, handle)
   }
 
+  /**
+   * Sid routing: read the first bytes, pick the worker from the request
+   * line, hand over the handle with those bytes.
+   */
+  function readRequestLine (handle) {
+    const socket = new net.Socket({ handle, readable: true, writable: true })
+    socket.setTimeout(FIRST_BYTES_TIMEOUT_MS, () => socket.destroy())
+    socket.on('error', () => socket.destroy())
+    socket.once('data', function onFirstBytes (head) {
+      socket.pause()
+      socket.setTimeout(0)
+      const ready = supervisor.readyRecords()
+      const record = ready.length === 0 ? null : routeBySid(head.toString('latin1', 0, Math.min(head.length, 4096)), ready, socket.remoteAddress)
+      if (!record || closed) return socket.destroy()
+      const raw = detachHandle(socket)
+      if (raw !== null) hand(record, raw, protocol.connWithHead(head))
+    })
+  }
+
+  function routeBySid (text, ready, address) {
+    const line = REQUEST_LINE.exec(text)
+    if (line === null) return pickRendezvous(address || '', ready, slotOf) // not HTTP/1 (TLS...): by address
+    const url = line[1]
+    if (!url.includes('EIO=')) return pickRendezvous(address || '', ready, slotOf)
+    const sid = SID_SLOT.exec(url)
+    if (sid !== null) {
+      const slot = Number(sid[1])
+      for (const record of ready) if (record.id === slot) return record
+    }
+    // A new engine.io session (or one whose worker is gone): any worker can take it.
+    return chooseRoundRobin(ready)
+  }
+
   function choose (handle) {
     const ready = supervisor.readyRecords()
     if (ready.length === 0) return null
     // Stickiness wins over load: moving a client defeats the point.
     if (options.mode === 'sticky') return pickRendezvous(peerAddress(handle), ready, slotOf)
+    return chooseRoundRobin(ready)
+  }
+
+  function chooseRoundRobin (ready) {
     let healthy = 0
     for (let i = 0; i < ready.length; i++) if (!health.isOverloaded(ready[i])) healthy++
     // Excluding every worker would stall the service; then all take turns.
@@ -99,12 +147,12 @@ function createDispatcher (options, supervisor, health) {
    * Send the bare TCP handle with the message, as node:cluster does; our
    * copy of the descriptor is closed once it is written.
    */
-  function hand (record, handle) {
+  function hand (record, handle, message) {
     const handoffs = handoffsOf(record)
     handoffs.total++
     handoffs.unacknowledged++
     handoffs.inFlight.add(handle)
-    record.channel.postNow(connMessage, handle, function onHanded (err) {
+    record.channel.postNow(message || connMessage, handle, function onHanded (err) {
       handoffs.inFlight.delete(handle)
       handle.close()
       if (err) {
@@ -173,6 +221,22 @@ function createDispatcher (options, supervisor, health) {
     connectionsHanded: (record) => (byRecord.has(record) ? byRecord.get(record).total : 0)
   }
 }
+
+/**
+ * Take the TCP handle out of a paused socket and retire the socket object.
+ * @returns {object|null}
+ */
+function detachHandle (socket) {
+  const handle = socket._handle
+  if (!handle) return null
+  handle.readStop()
+  socket._handle = null
+  handle.onread = noop
+  socket.destroy()
+  return handle
+}
+
+function noop () {}
 
 /** The client's address, read from the bare handle (for 'sticky'). */
 function peerAddress (handle) {

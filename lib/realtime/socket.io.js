@@ -19,6 +19,7 @@ const debug = require('debug')('clusterize:socket.io')
 const { internalBus } = require('../bus')
 
 const TOPIC_PREFIX = '$cz:sio:'
+const kNamed = Symbol('clusterize.sessionIdsBySlot')
 
 function loadBase () {
   try {
@@ -27,6 +28,25 @@ function loadBase () {
     throw new Error('clusterize-express/socket.io needs socket.io (>= 4.7, which brings socket.io-adapter >= 2.5): npm install socket.io' +
       (err && err.code === 'MODULE_NOT_FOUND' ? '' : ` (${err.message})`))
   }
+}
+
+/**
+ * Make engine.io session ids carry this worker's slot (`w<slot>.<random>`),
+ * so that the primary's 'sticky' scheduling with `sticky.sid` sends every
+ * long-polling request of a session to the worker that holds it. The engine
+ * exists once the server is attached, right after the adapter is built.
+ */
+function nameSessionsBySlot (server) {
+  if (process.env.CLUSTERIZE_WORKER_ID === undefined) return
+  process.nextTick(function patchEngine () {
+    const engine = server && server.engine
+    if (!engine || engine[kNamed]) return
+    engine[kNamed] = true
+    const generate = engine.generateId.bind(engine)
+    engine.generateId = async function generateSlotId (req) {
+      return `w${process.env.CLUSTERIZE_WORKER_ID}.${await generate(req)}`
+    }
+  })
 }
 
 /**
@@ -50,6 +70,7 @@ function createAdapter (options) {
       }
       internalBus.on(this.topic, this.onBusMessage)
       debug('adapter for namespace %s (uid %s)', nsp.name, this.uid)
+      nameSessionsBySlot(nsp.server)
       this.init()
     }
 

@@ -48,7 +48,7 @@ function startWorker (createApp, config) {
 
   const route = protocol.createRouter({
     [protocol.KIND.CONN]: function onConnection (_, message, socketHandle) {
-      if (socketHandle && handle.server) acceptHandedConnection(handle.server, socketHandle)
+      if (socketHandle && handle.server) acceptHandedConnection(handle.server, socketHandle, message.head)
       else if (socketHandle) socketHandle.close()
       // Tells the primary this worker is taking connections (load-aware rr).
       channel.post(protocol.accepted())
@@ -169,8 +169,10 @@ function appDirectory (createApp) {
  * Wrap a TCP handle handed over by the primary and give it to the server,
  * as net.Server would with one it accepted itself.
  */
-function acceptHandedConnection (server, tcpHandle) {
+function acceptHandedConnection (server, tcpHandle, head) {
   const socket = new net.Socket({ handle: tcpHandle, readable: true, writable: true })
+  // Bytes the primary read to route the connection come first.
+  if (typeof head === 'string' && head.length > 0) socket.unshift(Buffer.from(head, 'latin1'))
   // net.Server sets TCP_NODELAY on sockets it accepts (http's default); without
   // it a response written in two chunks stalls ~40 ms on Nagle and delayed ACKs.
   socket.setNoDelay(true)
