@@ -25,7 +25,7 @@ const { pickRendezvous } = require('./rendezvous')
 const MAX_PENDING = 1024
 /** With sid routing: how long a new connection may take to send its request line. */
 const FIRST_BYTES_TIMEOUT_MS = 10000
-/** An engine.io session id minted by a clusterize worker: w<slot>.<random> (lib/realtime/socket.io.js). */
+/** An engine.io session id minted by a clusterize worker: w<slot>.<random> (lib/realtime/socket-io-adapter.js). */
 const SID_SLOT = /[?&]sid=w(\d+)\./
 const REQUEST_LINE = /^[A-Z]+ (\S+) HTTP\/1\.[01]\r\n/
 

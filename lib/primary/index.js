@@ -112,7 +112,7 @@ function startPrimary (createApp, config) {
     if (config.probes) {
       // http is loaded only when probes are on: the primary stays small otherwise.
       const dashboard = config.probes.dashboard
-        ? require('./dashboard').createDashboard({ probes: config.probes, intervalMs: config.health.heartbeatMs, stats, handle, reload: handle.reload })
+        ? require('../dashboard').createDashboard({ probes: config.probes, intervalMs: config.health.heartbeatMs, stats, handle, reload: handle.reload })
         : null
       parts.probes = await require('./probes').startProbes(config.probes, { stats, metrics, isLive, isReady, degradation: sessions.degradation, dashboard })
       state.probesPort = parts.probes.port

@@ -11,7 +11,7 @@
  */
 
 const debug = require('debug')('clusterize:drain')
-const { trackUpgrades } = require('./upgrades')
+const { trackUpgrades } = require('../realtime/upgrades')
 
 const kActive = Symbol('clusterize.active')
 const kIdleSince = Symbol('clusterize.idleSince')

@@ -8,7 +8,7 @@
  */
 
 const http = require('http')
-const { findPrimary, probesTarget, loopbackFor, CliRuntimeError } = require('./control')
+const { findPrimary, probesTarget, loopbackFor, CliRuntimeError } = require('../cli/control')
 
 const SPARKS = '\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588'
 const HISTORY = 30
