@@ -6,20 +6,17 @@
  * that sets it.
  */
 
+const { SessionHttpError } = require('./http-error')
+
 const CODE = 'ERR_SESSION_TOO_LARGE'
 
-class SessionTooLargeError extends Error {
+class SessionTooLargeError extends SessionHttpError {
   /**
    * @param {string} message says the size, the limit and the option
    * @param {{ size?: number, limit?: number, option?: string, cause?: Error }} [details]
    */
   constructor (message, details) {
-    super(message, details && details.cause ? { cause: details.cause } : undefined)
-    this.name = 'SessionTooLargeError'
-    this.code = CODE
-    this.status = 413
-    this.statusCode = 413
-    this.expose = true
+    super(message, { name: 'SessionTooLargeError', code: CODE, status: 413, cause: details && details.cause })
     this.size = details && details.size
     this.limit = details && details.limit
     this.option = details && details.option

@@ -6,20 +6,17 @@
  * instead of handing the request a fresh, empty session.
  */
 
+const { SessionHttpError } = require('./http-error')
+
 const CODE = 'ERR_SESSION_STORE_UNAVAILABLE'
 
-class SessionStoreUnavailableError extends Error {
+class SessionStoreUnavailableError extends SessionHttpError {
   /**
    * @param {string} message already prefixed with "session store unavailable: "
    * @param {{ cause?: Error, store?: string }} [options]
    */
   constructor (message, options) {
-    super(message, options && options.cause ? { cause: options.cause } : undefined)
-    this.name = 'SessionStoreUnavailableError'
-    this.code = CODE
-    this.status = 503
-    this.statusCode = 503
-    this.expose = true
+    super(message, { name: 'SessionStoreUnavailableError', code: CODE, status: 503, cause: options && options.cause })
     this.store = options && options.store
   }
 }
