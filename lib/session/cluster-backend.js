@@ -19,9 +19,22 @@
  */
 
 const debug = require('debug')('clusterize:session')
+const { ExpiryHeap } = require('./expiry-heap')
 
 /** The bus topic every cluster-store operation uses. */
 const TOPIC = '$cz:session'
+
+/** The cluster store's requests to the backend: `{ op, sid?, sess?, expires?, cookie?, prefix? }`. */
+const SESSION_OP = Object.freeze({
+  GET: 'get',
+  SET: 'set',
+  TOUCH: 'touch',
+  DESTROY: 'destroy',
+  ALL: 'all',
+  LENGTH: 'length',
+  CLEAR: 'clear',
+  CONFIGURE: 'configure'
+})
 const DEFAULT_MAX_SESSIONS = 100000
 /** Bound on the bytes of session JSON the primary holds in total. */
 const DEFAULT_MAX_TOTAL_BYTES = 128 * 1024 * 1024
@@ -47,8 +60,7 @@ class SessionBackend {
     this.counts = new Map()
     this.now = options.now || Date.now
     this.sessions = new Map()
-    this.heapExp = []
-    this.heapSid = []
+    this.heap = new ExpiryHeap()
     this.evicted = 0
     this.timer = null
     const every = options.sweepIntervalMs === undefined ? DEFAULT_SWEEP_INTERVAL_MS : options.sweepIntervalMs
@@ -200,8 +212,7 @@ class SessionBackend {
     this.sessions.clear()
     this.counts.clear()
     this.bytes = 0
-    this.heapExp = []
-    this.heapSid = []
+    this.heap = new ExpiryHeap()
   }
 
   /**
@@ -211,8 +222,8 @@ class SessionBackend {
   sweep () {
     const now = this.now()
     let removed = 0
-    while (this.heapExp.length > 0 && this.heapExp[0] <= now) {
-      const [expires, sid] = this.pop()
+    while (this.heap.size > 0 && this.heap.peekExpires() <= now) {
+      const [expires, sid] = this.heap.pop()
       const entry = this.sessions.get(sid)
       if (entry !== undefined && entry.expires === expires) {
         this.remove(sid, entry)
@@ -239,14 +250,14 @@ class SessionBackend {
     // Messages with no prefix (older workers) are in the default namespace ''.
     const prefix = msg && typeof msg.prefix === 'string' ? msg.prefix : ''
     switch (msg && msg.op) {
-      case 'get': return this.get(keyOf(prefix, msg.sid))
-      case 'set': this.set(keyOf(prefix, msg.sid), msg.sess, msg.expires, prefix); return true
-      case 'touch': return this.touch(keyOf(prefix, msg.sid), msg.expires, msg.cookie)
-      case 'destroy': this.destroy(keyOf(prefix, msg.sid)); return true
-      case 'all': return this.all(prefix)
-      case 'length': return this.length(prefix)
-      case 'clear': this.clear(prefix); return true
-      case 'configure':
+      case SESSION_OP.GET: return this.get(keyOf(prefix, msg.sid))
+      case SESSION_OP.SET: this.set(keyOf(prefix, msg.sid), msg.sess, msg.expires, prefix); return true
+      case SESSION_OP.TOUCH: return this.touch(keyOf(prefix, msg.sid), msg.expires, msg.cookie)
+      case SESSION_OP.DESTROY: this.destroy(keyOf(prefix, msg.sid)); return true
+      case SESSION_OP.ALL: return this.all(prefix)
+      case SESSION_OP.LENGTH: return this.length(prefix)
+      case SESSION_OP.CLEAR: this.clear(prefix); return true
+      case SESSION_OP.CONFIGURE:
         if (msg.maxSessions !== undefined) this.maxSessions = positiveInt(msg.maxSessions, this.maxSessions, 'maxSessions')
         if (msg.maxTotalBytes !== undefined) this.maxTotalBytes = positiveInt(msg.maxTotalBytes, this.maxTotalBytes, 'maxTotalBytes')
         return true
@@ -261,8 +272,8 @@ class SessionBackend {
    */
   makeRoom (size) {
     this.sweep()
-    while ((this.sessions.size >= this.maxSessions || this.bytes + size > this.maxTotalBytes) && this.heapExp.length > 0) {
-      const [expires, sid] = this.pop()
+    while ((this.sessions.size >= this.maxSessions || this.bytes + size > this.maxTotalBytes) && this.heap.size > 0) {
+      const [expires, sid] = this.heap.pop()
       const entry = this.sessions.get(sid)
       if (entry !== undefined && entry.expires === expires) {
         this.remove(sid, entry)
@@ -272,63 +283,16 @@ class SessionBackend {
     }
   }
 
+  /** Push an expiry; rebuild the heap from live sessions once stale entries pile up. */
   push (expires, sid) {
-    const exp = this.heapExp
-    const ids = this.heapSid
-    if (exp.length > 2 * this.sessions.size + 1024) return this.rebuild()
-    let i = exp.length
-    exp.push(expires)
-    ids.push(sid)
-    while (i > 0) {
-      const parent = (i - 1) >> 1
-      if (exp[parent] <= expires) break
-      exp[i] = exp[parent]
-      ids[i] = ids[parent]
-      i = parent
-    }
-    exp[i] = expires
-    ids[i] = sid
+    if (this.heap.size > 2 * this.sessions.size + 1024) this.heap.rebuild(liveExpiries(this.sessions))
+    this.heap.push(expires, sid)
   }
+}
 
-  pop () {
-    const exp = this.heapExp
-    const ids = this.heapSid
-    const top = [exp[0], ids[0]]
-    const lastExp = exp.pop()
-    const lastSid = ids.pop()
-    if (exp.length > 0) this.siftDown(0, lastExp, lastSid)
-    return top
-  }
-
-  siftDown (i, expires, sid) {
-    const exp = this.heapExp
-    const ids = this.heapSid
-    const n = exp.length
-    for (;;) {
-      let child = 2 * i + 1
-      if (child >= n) break
-      if (child + 1 < n && exp[child + 1] < exp[child]) child++
-      if (exp[child] >= expires) break
-      exp[i] = exp[child]
-      ids[i] = ids[child]
-      i = child
-    }
-    exp[i] = expires
-    ids[i] = sid
-  }
-
-  /** Rebuild the heap from the live entries, dropping stale ones. */
-  rebuild () {
-    const exp = []
-    const ids = []
-    for (const [sid, entry] of this.sessions) {
-      exp.push(entry.expires)
-      ids.push(sid)
-    }
-    this.heapExp = exp
-    this.heapSid = ids
-    for (let i = (exp.length >> 1) - 1; i >= 0; i--) this.siftDown(i, exp[i], ids[i])
-  }
+/** [sid, expires] of every stored session. */
+function * liveExpiries (sessions) {
+  for (const [sid, entry] of sessions) yield [sid, entry.expires]
 }
 
 /**
@@ -390,7 +354,7 @@ function attachSessionBackend (bus, options) {
   const existing = attached.get(bus)
   if (existing) {
     if (options && (options.maxSessions !== undefined || options.maxTotalBytes !== undefined)) {
-      existing.dispatch({ op: 'configure', maxSessions: options.maxSessions, maxTotalBytes: options.maxTotalBytes })
+      existing.dispatch({ op: SESSION_OP.CONFIGURE, maxSessions: options.maxSessions, maxTotalBytes: options.maxTotalBytes })
     }
     return existing
   }
@@ -412,4 +376,12 @@ function backendFor (bus) {
   return attached.get(bus)
 }
 
-module.exports = { SessionBackend, attachSessionBackend, backendFor, TOPIC, DEFAULT_MAX_SESSIONS, DEFAULT_MAX_TOTAL_BYTES }
+module.exports = {
+  SESSION_OP,
+  SessionBackend,
+  attachSessionBackend,
+  backendFor,
+  TOPIC,
+  DEFAULT_MAX_SESSIONS,
+  DEFAULT_MAX_TOTAL_BYTES
+}

@@ -13,7 +13,7 @@
 const cluster = require('cluster')
 const { Store } = require('express-session')
 const debug = require('debug')('clusterize:session')
-const { TOPIC, attachSessionBackend, DEFAULT_MAX_TOTAL_BYTES } = require('./cluster-backend')
+const { TOPIC, SESSION_OP, attachSessionBackend, DEFAULT_MAX_TOTAL_BYTES } = require('./cluster-backend')
 const { toUnavailable } = require('./unavailable')
 const { sessionTooLarge } = require('./too-large')
 const { callOnce } = require('./callback')
@@ -49,7 +49,7 @@ class ClusterStore extends Store {
     const bounds = { maxSessions: options.maxSessions, maxTotalBytes: options.maxTotalBytes }
     this.transport = options.transport || busTransport(this.timeoutMs, bounds)
     if (options.maxSessions !== undefined || options.maxTotalBytes !== undefined) {
-      this.call(Object.assign({ op: 'configure' }, bounds), function configured (err) {
+      this.call(Object.assign({ op: SESSION_OP.CONFIGURE }, bounds), function configured (err) {
         if (err) debug('could not send maxSessions/maxTotalBytes to the primary: %s', err.message)
       })
     }
@@ -94,7 +94,7 @@ class ClusterStore extends Store {
 
   get (sid, cb) {
     const remove = (removed) => this.destroy(sid, removed)
-    this.call({ op: 'get', sid }, function onGet (err, json) {
+    this.call({ op: SESSION_OP.GET, sid }, function onGet (err, json) {
       if (err) return cb(err)
       if (json === null || json === undefined) return cb(null, null)
       let sess
@@ -120,7 +120,7 @@ class ClusterStore extends Store {
       if (size > this.maxSessionBytes) return done(cb, sessionTooLarge(size, this.maxSessionBytes, 'maxSessionBytes'))
       if (size > this.maxTotalBytes) return done(cb, sessionTooLarge(size, this.maxTotalBytes, 'maxTotalBytes'))
     }
-    this.call({ op: 'set', sid, sess: json, expires: this.expiresAt(sess) }, doneWith(cb))
+    this.call({ op: SESSION_OP.SET, sid, sess: json, expires: this.expiresAt(sess) }, doneWith(cb))
   }
 
   /** Extend the expiry and refresh the stored cookie (as MemoryStore does); the data stays as stored. */
@@ -131,16 +131,16 @@ class ClusterStore extends Store {
     } catch (err) {
       return done(cb, err)
     }
-    this.call({ op: 'touch', sid, expires: this.expiresAt(sess), cookie }, doneWith(cb))
+    this.call({ op: SESSION_OP.TOUCH, sid, expires: this.expiresAt(sess), cookie }, doneWith(cb))
   }
 
   destroy (sid, cb) {
-    this.call({ op: 'destroy', sid }, doneWith(cb))
+    this.call({ op: SESSION_OP.DESTROY, sid }, doneWith(cb))
   }
 
   /** Every live session, as an array of session objects with their `id` (like connect-redis). */
   all (cb) {
-    this.call({ op: 'all' }, function onAll (err, pairs) {
+    this.call({ op: SESSION_OP.ALL }, function onAll (err, pairs) {
       if (err) return cb(err)
       const out = []
       for (const [sid, json] of pairs || []) {
@@ -156,11 +156,11 @@ class ClusterStore extends Store {
   }
 
   length (cb) {
-    this.call({ op: 'length' }, cb)
+    this.call({ op: SESSION_OP.LENGTH }, cb)
   }
 
   clear (cb) {
-    this.call({ op: 'clear' }, doneWith(cb))
+    this.call({ op: SESSION_OP.CLEAR }, doneWith(cb))
   }
 
   /**
