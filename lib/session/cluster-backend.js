@@ -22,7 +22,6 @@ const debug = require('debug')('clusterize:session')
 const { ExpiryHeap } = require('./expiry-heap')
 
 /** The bus topic every cluster-store operation uses. */
-const TOPIC = '$cz:session'
 
 /** The cluster store's requests to the backend: `{ op, sid?, sess?, expires?, cookie?, prefix? }`. */
 const SESSION_OP = Object.freeze({
@@ -41,7 +40,6 @@ const DEFAULT_MAX_TOTAL_BYTES = 128 * 1024 * 1024
 const DEFAULT_SWEEP_INTERVAL_MS = 60000
 
 /** One backend per bus: attaching twice (lead + single-process store) is harmless. */
-const attached = new WeakMap()
 
 class SessionBackend {
   /**
@@ -337,51 +335,9 @@ function positiveInt (value, fallback, name) {
   return value
 }
 
-/**
- * Create the cluster session backend and answer `$cz:session` requests on
- * `bus`. Call it once in the primary at startup (and in the single process
- * when `workers: 0`). Idempotent per bus: a second call returns the same
- * backend (and applies a new `maxSessions` / `maxTotalBytes`, if given).
- *
- * @param {{ handle: (topic: string, fn: Function) => any }} bus
- * @param {object} [options] see SessionBackend
- * @returns {SessionBackend}
- */
-function attachSessionBackend (bus, options) {
-  if (!bus || typeof bus.handle !== 'function') {
-    throw new TypeError('attachSessionBackend(bus): bus must have a handle(topic, fn) method')
-  }
-  const existing = attached.get(bus)
-  if (existing) {
-    if (options && (options.maxSessions !== undefined || options.maxTotalBytes !== undefined)) {
-      existing.dispatch({ op: SESSION_OP.CONFIGURE, maxSessions: options.maxSessions, maxTotalBytes: options.maxTotalBytes })
-    }
-    return existing
-  }
-  const backend = new SessionBackend(options)
-  bus.handle(TOPIC, function answerSessionRequest (data) {
-    return backend.dispatch(data)
-  })
-  attached.set(bus, backend)
-  debug('cluster session backend attached (maxSessions %d)', backend.maxSessions)
-  return backend
-}
-
-/**
- * The backend attached to `bus`, if any.
- * @param {object} bus
- * @returns {SessionBackend|undefined}
- */
-function backendFor (bus) {
-  return attached.get(bus)
-}
-
 module.exports = {
   SESSION_OP,
   SessionBackend,
-  attachSessionBackend,
-  backendFor,
-  TOPIC,
   DEFAULT_MAX_SESSIONS,
   DEFAULT_MAX_TOTAL_BYTES
 }
