@@ -34,6 +34,7 @@ async function runExample (name, env, readyPath) {
     port,
     output: () => output,
     get: (urlPath, options) => request(port, urlPath, options),
+    signal: (name) => child.kill(name),
     async stop () {
       child.kill('SIGTERM')
       const result = await exited
@@ -120,4 +121,41 @@ test('examples/graceful-k8s: probes answer, SIGTERM lets a slow request finish',
   assert.strictEqual(response.status, 200)
   assert.strictEqual(response.json.finished, true)
   assert.strictEqual((await stopped).code, 0)
+})
+
+test('examples/chat: the logged-in user is known on every worker, messages reach every client, and a reload is survived', async () => {
+  const { io } = require('socket.io-client')
+  const example = await runExample('chat')
+  const sockets = []
+  try {
+    async function join (user) {
+      const login = await example.get('/login', { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `user=${user}` })
+      assert.strictEqual(login.status, 200, login.body)
+      const cookie = login.headers['set-cookie'][0].split(';')[0]
+      const socket = io(`http://127.0.0.1:${example.port}`, { transports: ['websocket'], extraHeaders: { cookie }, reconnectionDelay: 100, reconnectionDelayMax: 500 })
+      sockets.push(socket)
+      const client = { socket, user, got: [], welcomes: [] }
+      socket.on('chat', (m) => client.got.push(m))
+      socket.on('welcome', (w) => client.welcomes.push(w))
+      await eventually(() => client.welcomes.length === 1, { what: `${user} welcomed` })
+      assert.strictEqual(client.welcomes[0].user, user)
+      return client
+    }
+    const ada = await join('ada')
+    const bob = await join('bob')
+    ada.socket.emit('chat', 'hello')
+    await eventually(() => bob.got.some((m) => m.user === 'ada' && m.text === 'hello'), { what: 'bob gets ada\'s message' })
+
+    const before = ada.welcomes[0].worker
+    example.signal('SIGUSR2')
+    // The sockets are closed with 1012 once the new workers are ready; the client reconnects by itself.
+    await eventually(() => ada.welcomes.length >= 2 && bob.welcomes.length >= 2, { timeoutMs: 40000, what: 'both reconnected after the reload' })
+    assert.strictEqual(ada.welcomes[ada.welcomes.length - 1].user, 'ada', 'still logged in after the reload')
+    assert.notStrictEqual(ada.welcomes[ada.welcomes.length - 1].worker, before, 'served by a new worker')
+    bob.socket.emit('chat', 'still here')
+    await eventually(() => ada.got.some((m) => m.user === 'bob' && m.text === 'still here'), { what: 'messages flow again after the reload' })
+  } finally {
+    for (const socket of sockets) socket.disconnect()
+    await example.stop()
+  }
 })
