@@ -115,3 +115,33 @@ test("long polling across 2 workers, all clients from one address (as behind a p
   await eventually(() => polling.every((c) => c.got.length === polling.length), { what: 'every broadcast on every polling client' })
   await cluster.stop()
 })
+
+test('two clusters on one Redis (bus.redis): a room broadcast on one reaches the clients of the other', async (t) => {
+  const { REDIS_URL, uniquePrefix, redisTestOptions } = require('./helpers/redis')
+  const { skip } = await redisTestOptions()
+  if (skip) return t.skip(skip)
+  const bus = { redis: REDIS_URL, channel: uniquePrefix('sio-two-clusters') }
+  const a = await startCluster(fixture, { env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 1, bus }) } })
+  const b = await startCluster(fixture, { env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 1, bus }) } })
+  const onA = connect(a.port, 'lobby')
+  const onB = connect(b.port)
+  await Promise.all([onA.hello, onB.hello])
+  // The bridge connects in the background: emit until the other host hears it.
+  await eventually(async () => {
+    await ask(onB, 'emit-room', 'lobby', 'across-hosts')
+    return onA.got.some((g) => g.event === 'room' && g.data.tag === 'across-hosts')
+  }, { what: 'a room broadcast across two clusters', intervalMs: 200 })
+  await a.stop()
+  await b.stop()
+})
+
+test('bad input: an emit over bus.maxMessageBytes fails with a clear error in the emitting worker', async () => {
+  const cluster = await startCluster(fixture, { env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 2, bus: { maxMessageBytes: 4096 } }) } })
+  const client = connect(cluster.port)
+  await client.hello
+  const answer = await ask(client, 'emit-big', 8192)
+  assert.strictEqual(answer.code, 'ERR_CLUSTERIZE_BUS_TOO_LARGE')
+  assert.match(answer.message, /over the limit of 4096 bytes \(option bus\.maxMessageBytes\)/)
+  assert.strictEqual((await ask(client, 'fetch')).length, 1, 'the worker still serves')
+  await cluster.stop()
+})

@@ -23,7 +23,7 @@ const kNamed = Symbol('clusterize.sessionIdsBySlot')
 
 function loadBase () {
   try {
-    return require('socket.io-adapter').ClusterAdapterWithHeartbeat
+    return require('socket.io-adapter')
   } catch (err) {
     throw new Error('clusterize-express/socket.io needs socket.io (>= 4.7, which brings socket.io-adapter >= 2.5): npm install socket.io' +
       (err && err.code === 'MODULE_NOT_FOUND' ? '' : ` (${err.message})`))
@@ -54,7 +54,7 @@ function nameSessionsBySlot (server) {
  * @returns {(nsp: object) => object} what io.adapter() takes
  */
 function createAdapter (options) {
-  const ClusterAdapterWithHeartbeat = loadBase()
+  const { ClusterAdapterWithHeartbeat, Adapter, MessageType } = loadBase()
 
   class ClusterizeAdapter extends ClusterAdapterWithHeartbeat {
     constructor (nsp) {
@@ -72,6 +72,22 @@ function createAdapter (options) {
       debug('adapter for namespace %s (uid %s)', nsp.name, this.uid)
       nameSessionsBySlot(nsp.server)
       this.init()
+    }
+
+    /**
+     * A broadcast goes over the bus first, then to this worker's own sockets:
+     * a message the bus refuses (over bus.maxMessageBytes, unserialisable)
+     * throws from io.emit() and reaches no one, instead of reaching only the
+     * sockets of this worker (the base class would log it at debug level).
+     */
+    broadcast (packet, opts) {
+      if (!(opts.flags && opts.flags.local)) {
+        internalBus.broadcast(this.topic, {
+          t: 'm',
+          m: { uid: this.uid, nsp: this.nsp.name, type: MessageType.BROADCAST, data: { packet, opts: { rooms: [...opts.rooms], except: [...opts.except], flags: opts.flags } } }
+        })
+      }
+      Adapter.prototype.broadcast.call(this, packet, opts)
     }
 
     doPublish (message) {
