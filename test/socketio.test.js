@@ -145,3 +145,10 @@ test('bad input: an emit over bus.maxMessageBytes fails with a clear error in th
   assert.strictEqual((await ask(client, 'fetch')).length, 1, 'the worker still serves')
   await cluster.stop()
 })
+
+test('bad input: createAdapter() used on something that is not a socket.io namespace says how to use it', () => {
+  const { createAdapter } = require('clusterize-express/socket.io')
+  const factory = createAdapter()
+  assert.throws(() => factory(require('http').createServer()), /createAdapter\(\) returns what socket\.io's io\.adapter\(\) takes/)
+  assert.throws(() => factory(undefined), /io\.adapter\(createAdapter\(\)\)/)
+})

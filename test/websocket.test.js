@@ -72,3 +72,25 @@ test('shutdown closes WebSockets with 1001, after the onDrain hook said goodbye'
   }
   assert.strictEqual((await cluster.exit).code, 0)
 })
+
+test('a WebSocket client that never answers the close frame is cut at the drain deadline, and the old worker still exits', async () => {
+  const net = require('net')
+  const cluster = await startCluster(fixture, { env: env({ workers: 1, reload: { bakeMs: 0, drainTimeoutMs: 1500 } }) })
+  const oldPid = (await cluster.stats()).workers[0].pid
+  // A hand-written client: it upgrades, then reads and ignores everything, never closing.
+  const socket = net.connect(cluster.port, '127.0.0.1')
+  socket.write('GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n' +
+    'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n')
+  let received = Buffer.alloc(0)
+  socket.on('data', (chunk) => { received = Buffer.concat([received, chunk]) })
+  socket.on('error', () => {})
+  const closed = new Promise((resolve) => socket.once('close', resolve))
+  await eventually(() => received.includes('101 Switching Protocols'), { what: 'the upgrade' })
+  const result = await cluster.reload()
+  assert.strictEqual(result.ok, true)
+  await closed
+  const closeFrame = received.indexOf(Buffer.from([0x88]))
+  assert.ok(closeFrame > 0 && received.readUInt16BE(closeFrame + 2) === 1012, 'a 1012 close frame was sent first')
+  await cluster.waitEvent('worker:exit', (d) => d.pid === oldPid)
+  await cluster.stop()
+})

@@ -108,6 +108,10 @@ function createAdapter (options) {
   }
 
   return function clusterizeAdapter (nsp) {
+    if (!nsp || typeof nsp.name !== 'string' || !nsp.server || typeof nsp.server.of !== 'function') {
+      throw new TypeError('clusterize-express/socket.io: createAdapter() returns what socket.io\'s io.adapter() takes: ' +
+        'new Server(httpServer, { adapter: createAdapter() }) or io.adapter(createAdapter()); it was called with something that is not a socket.io namespace')
+    }
     return new ClusterizeAdapter(nsp)
   }
 }
