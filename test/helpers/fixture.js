@@ -11,7 +11,7 @@ const cluster = require('cluster')
 function reportToTest (handle) {
   if (!process.send || !cluster.isPrimary) return handle
   const send = (message) => { if (process.connected) process.send(message) }
-  for (const event of ['worker:ready', 'worker:exit', 'crashloop', 'reload:done']) {
+  for (const event of ['worker:ready', 'worker:exit', 'crashloop', 'reload:start', 'reload:done']) {
     handle.on(event, (data) => send({ type: 'cz-test:event', event, data }))
   }
   handle.ready.then(
