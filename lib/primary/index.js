@@ -202,7 +202,6 @@ function startPrimary (createApp, config) {
   }
 
   function onCrashLoop (info) {
-    metrics.crashLooping = true
     handle.emit('crashloop', info)
     exitIfNothingServes()
   }
@@ -210,13 +209,18 @@ function startPrimary (createApp, config) {
   /** The app cannot load (syntax error, missing module, wrong export): retrying would not help. */
   function onBootFatal (message) {
     log.error(`cannot start: ${message}`)
-    shutdown(1).then((result) => setImmediate(() => process.exit(result.code)))
+    shutDownAndExit()
   }
 
   /** With no worker left and none coming, the service is down: say so and exit 1. */
   function exitIfNothingServes () {
     if (state.shuttingDown || !supervisor.isEmpty()) return
     log.error(`no worker left and none will be started (crash loop); exiting with code 1. Last failure: ${supervisor.lastFailure}`)
+    shutDownAndExit()
+  }
+
+  /** Drain what is left, then exit 1 (the log's last line says code=1 too). */
+  function shutDownAndExit () {
     shutdown(1).then((result) => setImmediate(() => process.exit(result.code)))
   }
 

@@ -112,7 +112,6 @@ function createMetrics (supervisor, busStatus) {
   }
 
   return {
-    crashLooping: false,
     onExit (event) { tally(exitsByReason, event.reason) },
     onReload (result) { tally(reloadsByOutcome, result.ok ? 'ok' : result.rolledBack ? 'rolled_back' : 'failed') },
     /** @returns {Promise<string>} Prometheus text exposition */

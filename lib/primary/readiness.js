@@ -26,8 +26,7 @@ function waitReady (events, record, timeoutMs) {
     const onExit = (r, event) => {
       if (r !== record) return
       cleanup()
-      const why = record.bootError ? `failed to boot: ${record.bootError}` : `exited with ${event.signal || 'code ' + event.code} before it was ready`
-      reject(new Error(`worker ${record.id} (generation ${record.generation}) ${why}`))
+      reject(new Error(record.bootError ? `worker ${record.id} (generation ${record.generation}) failed to boot: ${record.bootError}` : describeExit(record, event)))
     }
     const timer = setTimeout(() => {
       cleanup()
@@ -63,9 +62,14 @@ function survives (events, record, ms) {
 
 /** 'worker 0 (generation 2) exited with code 1 300 ms after it was ready' */
 function describeExit (record, event) {
-  const how = event.signal || 'code ' + event.code
+  const how = howExited(event)
   const after = record.everReady ? `${event.at - record.readyAt} ms after it was ready` : 'before it was ready'
   return `worker ${record.id} (generation ${record.generation}) exited with ${how} ${after}`
 }
 
-module.exports = { waitReady, survives, describeExit }
+/** 'SIGKILL' or 'code 1' */
+function howExited (event) {
+  return event.signal || 'code ' + event.code
+}
+
+module.exports = { waitReady, survives, describeExit, howExited }

@@ -15,8 +15,7 @@
 
 const debug = require('debug')('clusterize:reload')
 const { describeExit } = require('./readiness')
-
-const FAILURES = new Set(['crash', 'boot-failure', 'hang'])
+const { isFailureReason } = require('./worker-record')
 
 /**
  * @param {object} config resolved configuration
@@ -97,7 +96,7 @@ function createReloader (config, supervisor, log) {
     let replaced = 0
     let stopReason = null
     function watchNewGeneration (record, event) {
-      if (record.generation === generation && FAILURES.has(event.reason) && !stopReason) {
+      if (record.generation === generation && isFailureReason(event.reason) && !stopReason) {
         stopReason = describeExit(record, event)
       }
     }

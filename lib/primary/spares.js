@@ -31,8 +31,7 @@ class Spares {
   replenish () {
     const supervisor = this.supervisor
     if (this.timer || supervisor.stopped || supervisor.crashLooping) return
-    const missing = this.count - this.records.size
-    if (missing <= 0) return
+    if (this.records.size >= this.count) return
     const delayMs = backoffDelay(this.failures, supervisor.config.restart)
     const fork = () => {
       this.timer = null

@@ -12,9 +12,9 @@ const debug = require('debug')('clusterize:supervisor')
 const ipc = require('../ipc')
 const protocol = require('../protocol')
 const { backoffDelay, CrashWindow } = require('./backoff')
-const { WorkerRecord, STATES } = require('./worker-record')
+const { WorkerRecord, STATES, isFailureReason } = require('./worker-record')
 const { Spares } = require('./spares')
-const { waitReady, survives, describeExit } = require('./readiness')
+const { waitReady, survives, howExited } = require('./readiness')
 
 /** A worker that stays ready this long is considered healthy again. */
 const STABLE_AFTER_MS = 30000
@@ -158,10 +158,10 @@ class Supervisor extends EventEmitter {
         this.emit('boot-fatal', record.bootError)
       }
     } else if (reason === 'boot-failure') {
-      this.lastFailure = record.bootError || `exited with ${signal || 'code ' + code} before it was ready`
+      this.lastFailure = record.bootError || `exited with ${howExited(event)} before it was ready`
       this.log.error(`worker ${record.id} failed to boot: ${this.lastFailure}`, { pid: record.pid, generation: record.generation })
     } else if (reason === 'crash') {
-      this.lastFailure = `exited unexpectedly with ${signal || 'code ' + code}`
+      this.lastFailure = `exited unexpectedly with ${howExited(event)}`
       this.log.warn(`worker ${record.id} crashed: ${this.lastFailure}`, { pid: record.pid, generation: record.generation })
     } else {
       this.log.info(`worker ${record.id} exited (${reason})`, { pid: record.pid, code, signal: signal || undefined })
@@ -171,7 +171,7 @@ class Supervisor extends EventEmitter {
     this.emit('worker:exit', event)
     record.resolveExited(event)
 
-    const isFailure = reason === 'crash' || reason === 'boot-failure' || reason === 'hang'
+    const isFailure = isFailureReason(reason)
     if (record.spare) {
       this.spares.onExit(record, isFailure)
       return this.emit('record:gone', record)
@@ -189,7 +189,7 @@ class Supervisor extends EventEmitter {
       this.log.warn(`worker ${record.id}: generation ${record.generation} failed while baking; generation ${predecessor.generation} (pid ${predecessor.pid}) serves again`)
       return this.emit('record:gone', record)
     }
-    if (!this.isTripped(this.codeGeneration) && !this.promoteSpare(record.id)) {
+    if (!this.crashLooping && !this.promoteSpare(record.id)) {
       this.scheduleRespawn(record.id, isFailure ? backoffDelay(this.failures[record.id], this.config.restart) : 0)
     }
     this.emit('record:gone', record)
@@ -209,12 +209,6 @@ class Supervisor extends EventEmitter {
       window.tripped = true
       this.tripBreaker(record)
     }
-  }
-
-  /** Whether the breaker of a generation has tripped. */
-  isTripped (generation) {
-    const window = this.crashWindows.get(generation)
-    return Boolean(window && window.tripped)
   }
 
   /** No worker runs and none is coming: nothing will ever serve again. */

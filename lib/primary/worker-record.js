@@ -104,4 +104,12 @@ class WorkerRecord {
   }
 }
 
-module.exports = { WorkerRecord, STATES }
+/** Exit reasons that count against the crash-loop breaker (the others were asked for). */
+const FAILURE_REASONS = new Set(['crash', 'boot-failure', 'hang'])
+
+/** @param {string} reason an exit reason @returns {boolean} */
+function isFailureReason (reason) {
+  return FAILURE_REASONS.has(reason)
+}
+
+module.exports = { WorkerRecord, STATES, isFailureReason }

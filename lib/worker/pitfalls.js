@@ -161,11 +161,19 @@ function warnOnMemoryStore (server, log, workers) {
 function expressSessionCopies (appDir) {
   const found = new Set()
   for (const dir of [appDir, process.cwd(), __dirname]) {
-    try {
-      found.add(require.resolve('express-session/session/memory', { paths: [dir] }))
-    } catch {}
+    const memoryPath = resolveMemoryStore([dir])
+    if (memoryPath !== null) found.add(memoryPath)
   }
   return [...found]
+}
+
+/** express-session's MemoryStore module as require() finds it from `dirs`, or null. */
+function resolveMemoryStore (dirs) {
+  try {
+    return require.resolve('express-session/session/memory', { paths: dirs })
+  } catch {
+    return null
+  }
 }
 
 /**
@@ -177,12 +185,8 @@ function expressSessionCopies (appDir) {
  *   express-session folder that was already loaded, so could not be changed
  */
 function useClusterStoreByDefault (appDir) {
-  let memoryPath
-  try {
-    memoryPath = require.resolve('express-session/session/memory', { paths: [appDir, process.cwd()] })
-  } catch {
-    return { replaced: false, loadedAt: null }
-  }
+  const memoryPath = resolveMemoryStore([appDir, process.cwd()])
+  if (memoryPath === null) return { replaced: false, loadedAt: null }
   const index = require.resolve(path.join(path.dirname(memoryPath), '..'))
   // Already loaded with its own MemoryStore.
   if (require.cache[index]) return { replaced: false, loadedAt: path.dirname(index) }
