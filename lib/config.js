@@ -53,6 +53,7 @@ const DEFAULTS = {
   bus: {
     redis: null,
     channel: 'clusterize:bus',
+    shardedPubSub: 'auto',
     serialization: 'json',
     maxMessageBytes: 1024 * 1024,
     maxQueuedBytes: DEFAULT_MAX_QUEUED_BYTES
@@ -67,6 +68,7 @@ const TOP_LEVEL = Object.keys(DEFAULTS)
 
 const checks = createChecks('clusterize')
 const { fail, group } = checks
+const { parseRedisTarget } = require('./redis/target')
 const checkInteger = checks.integer
 const checkNumber = checks.number
 const checkOneOf = checks.oneOf
@@ -240,9 +242,11 @@ function resolveConfig (options, env) {
   const bus = group('bus', options.bus, DEFAULTS.bus)
   if (bus.redis === null || bus.redis === undefined) {
     bus.redis = null
-  } else if (typeof bus.redis !== 'string' && typeof bus.redis !== 'object') {
-    throw fail('bus.redis', 'a redis:// URL, ioredis options or an ioredis client', bus.redis)
+  } else {
+    // A URL, Sentinel or Cluster configuration fails here at startup, naming bus.redis.
+    parseRedisTarget(bus.redis, 'bus.redis')
   }
+  if (bus.shardedPubSub !== 'auto' && bus.shardedPubSub !== false) throw fail('bus.shardedPubSub', "'auto' or false", bus.shardedPubSub)
   checkOneOf('bus.serialization', bus.serialization, SERIALIZATION)
   checkInteger('bus.maxMessageBytes', bus.maxMessageBytes, 1)
   checkInteger('bus.maxQueuedBytes', bus.maxQueuedBytes, bus.maxMessageBytes)

@@ -19,18 +19,17 @@ const os = require('os')
 const crypto = require('crypto')
 const debug = require('debug')('clusterize:bus')
 const { createCodec } = require('./codec')
+const { parseRedisTarget, describeRedisTarget } = require('../redis/target')
+const { createPubSub } = require('../redis/pubsub')
+const { explainRedisError } = require('../redis/explain')
 
 const NEWLINE = 10
 const FRAME_VERSION = 1
 
-function isClient (value) {
-  return value !== null && typeof value === 'object' &&
-    typeof value.publish === 'function' && typeof value.duplicate === 'function'
-}
-
 /**
  * @param {object} options
- * @param {string|object} options.redis URL, ioredis options, or an ioredis client
+ * @param {*} options.redis a Redis target (see lib/redis/target.js): one node, Sentinel or Cluster
+ * @param {'auto'|false} [options.sharded] sharded pub/sub on a Redis Cluster (bus.shardedPubSub)
  * @param {string} options.channel Redis channel name (bus.channel)
  * @param {import('./codec').Codec} options.codec
  * @param {{ info: Function, warn: Function, error: Function }} options.log
@@ -38,7 +37,6 @@ function isClient (value) {
  * @param {(topic: string, payload: *, from: *, generation: *, host: string) => void} options.onMessage
  */
 function createRedisBridge (options) {
-  const { Redis } = require('ioredis')
   const channel = options.channel
   const codec = options.codec
   const log = options.log
@@ -59,60 +57,34 @@ function createRedisBridge (options) {
   let loggedOnce = false
   let closed = false
 
-  let pub
-  let sub
-  let ownsPub = true
-  if (isClient(options.redis)) {
-    pub = options.redis
-    ownsPub = false
-    sub = options.redis.duplicate()
-  } else {
-    // The publisher never queues while offline: at-most-once, bounded memory.
-    const pubOverrides = { enableOfflineQueue: false, maxRetriesPerRequest: 1 }
-    pub = typeof options.redis === 'string'
-      ? new Redis(options.redis, pubOverrides)
-      : new Redis(Object.assign({}, options.redis, pubOverrides))
-    sub = typeof options.redis === 'string' ? new Redis(options.redis) : new Redis(Object.assign({}, options.redis))
-  }
+  const target = parseRedisTarget(options.redis, 'bus.redis')
+  const where = describeRedisTarget(target)
 
-  function onError (which) {
-    return function redisError (err) {
-      lastError = `${which}: ${err && err.message}`
-      lastErrorAt = new Date().toISOString()
-      if (healthy || !loggedOnce) {
-        loggedOnce = true
-        log.warn(`bus: Redis bridge lost its ${which} connection: ${err && err.message}; reconnecting`, { channel, err })
-        if (options.onStateChange) options.onStateChange({ connected: false, lastError })
-      } else {
-        debug('redis %s error: %s', which, err && err.message)
-      }
-      healthy = false
+  function onError (which, err) {
+    const cause = explainRedisError(err)
+    lastError = `${which}: ${cause}`
+    lastErrorAt = new Date().toISOString()
+    if (healthy || !loggedOnce) {
+      // One line per outage; the reconnect attempts that follow are traced with debug.
+      const what = loggedOnce ? `lost its ${which} connection` : `cannot connect its ${which}`
+      loggedOnce = true
+      log.warn(`bus: Redis bridge (${where}) ${what}: ${cause}; reconnecting`, { channel, err })
+      if (options.onStateChange) options.onStateChange({ connected: false, lastError })
+    } else {
+      debug('redis %s error: %s', which, cause)
     }
+    healthy = false
   }
-  pub.on('error', onError('publisher'))
-  sub.on('error', onError('subscriber'))
 
+  /** Both connections work again (a ready event, or a message that went through on a cluster). */
   function onReady () {
-    if (closed) return
-    if (pub.status === 'ready' && sub.status === 'ready' && !healthy) {
-      healthy = true
-      log.info(`bus: Redis bridge connected on channel "${channel}"`, { channel, host })
-      if (options.onStateChange) options.onStateChange({ connected: true, channel })
-    }
+    if (closed || healthy || !pubsub.ready) return
+    healthy = true
+    log.info(`bus: Redis bridge connected on channel "${channel}" (${where}, ${pubsub.mode} pub/sub)`, { channel, host })
+    if (options.onStateChange) options.onStateChange({ connected: true, channel })
   }
-  pub.on('ready', onReady)
-  sub.on('ready', onReady)
-  if (!ownsPub && pub.status === 'ready') process.nextTick(onReady)
 
-  // ioredis re-subscribes by itself after a reconnect (autoResubscribe).
-  sub.subscribe(channel).catch(function subscribeFailed (err) {
-    if (!closed) onError('subscriber')(err)
-  })
-
-  sub.on('messageBuffer', function onFrame (channelName, frame) {
-    if (closed || String(channelName) !== channel) return
-    receive(frame)
-  })
+  const pubsub = createPubSub({ target, channel, sharded: options.sharded, onFrame: receive, onError, onReady })
 
   function receive (frame) {
     if (!Buffer.isBuffer(frame)) return
@@ -146,6 +118,7 @@ function createRedisBridge (options) {
       return
     }
     stats.received++
+    onReady()
     onMessage(header.t, payload, header.f, header.g === undefined ? null : header.g, typeof header.h === 'string' ? header.h : 'unknown')
   }
 
@@ -171,7 +144,7 @@ function createRedisBridge (options) {
      */
     publish (topic, payload, from, generation) {
       if (closed) return
-      if (pub.status !== 'ready') {
+      if (!pubsub.ready) {
         stats.dropped++
         return
       }
@@ -189,10 +162,16 @@ function createRedisBridge (options) {
         debug('publish dropped: %d bytes already waiting for Redis (bus.maxQueuedBytes %d)', queuedBytes, codec.maxQueuedBytes)
         return
       }
+      const sending = pubsub.publish(frame)
+      if (sending === null) {
+        stats.dropped++
+        return
+      }
       queuedBytes += size
       stats.published++
-      pub.publish(channel, frame).then(function published () {
+      sending.then(function published () {
         queuedBytes -= size
+        onReady()
       }, function publishFailed (err) {
         queuedBytes -= size
         stats.dropped++
@@ -206,9 +185,11 @@ function createRedisBridge (options) {
     /** @returns {object} for /ready and /stats */
     status () {
       return {
-        connected: pub.status === 'ready' && sub.status === 'ready',
-        publisher: pub.status,
-        subscriber: sub.status,
+        connected: healthy && pubsub.ready,
+        publisher: pubsub.publisherStatus,
+        subscriber: pubsub.subscriberStatus,
+        topology: target.kind.replace('-client', '').replace('client', 'node'),
+        pubsub: pubsub.mode,
         channel,
         host,
         lastError,
@@ -225,29 +206,9 @@ function createRedisBridge (options) {
     close () {
       if (closed) return Promise.resolve()
       closed = true
-      const closing = [quietly(sub)]
-      if (ownsPub) closing.push(quietly(pub))
-      return Promise.all(closing).then(() => undefined)
+      return pubsub.close()
     }
   }
-}
-
-function quietly (client) {
-  if (client.status === 'end') return Promise.resolve()
-  return new Promise(function disconnect (resolve) {
-    const timer = setTimeout(resolve, 1000)
-    if (timer.unref) timer.unref()
-    client.once('end', function ended () {
-      clearTimeout(timer)
-      resolve()
-    })
-    try {
-      client.disconnect()
-    } catch (err) {
-      debug('disconnect failed: %s', err.message)
-      resolve()
-    }
-  })
 }
 
 module.exports = { createRedisBridge }

@@ -81,6 +81,7 @@ class BusRuntime extends EventEmitter {
     core.bridge = createRedisBridge({
       redis: this.config.redis,
       channel: this.config.channel,
+      sharded: this.config.shardedPubSub,
       codec: core.codec,
       log: core.log,
       hostId: this.hostId,

@@ -14,6 +14,9 @@
  */
 function watchSessionStores (supervisor, log, notify) {
   const down = new WeakSet()
+  // Records whose store is down now; the outage is logged once for the
+  // cluster, when the first worker sees it, and ends when none does.
+  let downCount = 0
 
   supervisor.on('record:heartbeat', function onHeartbeat (record) {
     const session = record.session
@@ -21,14 +24,25 @@ function watchSessionStores (supervisor, log, notify) {
     if (isDown === down.has(record)) return
     if (isDown) {
       down.add(record)
-      log.warn(`worker ${record.id}: session store ${session.store} unavailable: ${session.lastError}; session requests get 503 until it recovers`, { pid: record.pid })
+      downCount++
+      if (downCount === 1) {
+        log.warn(`session store ${session.store} unavailable: ${session.lastError}; session requests get 503 until it recovers (seen by worker ${record.id})`, { pid: record.pid })
+      }
       if (notify) notify('session:down', { id: record.id, pid: record.pid, store: session.store, lastError: session.lastError })
     } else {
-      down.delete(record)
-      log.info(`worker ${record.id}: session store ${session ? session.store : ''} available again`, { pid: record.pid })
+      forget(record)
+      if (downCount === 0) log.info(`session store ${session ? session.store : ''} available again`, { pid: record.pid })
       if (notify) notify('session:up', { id: record.id, pid: record.pid, store: session ? session.store : '' })
     }
   })
+
+  function forget (record) {
+    if (!down.has(record)) return
+    down.delete(record)
+    downCount--
+  }
+  // A worker that exits while its store is down no longer counts.
+  supervisor.on('record:exit', forget)
 
   return {
     /** Why the service is degraded though ready (shown by /ready), or ''. */

@@ -8,6 +8,7 @@
 
 const cluster = require('cluster')
 const crypto = require('crypto')
+const { parseRedisTarget } = require('../redis/target')
 const { ClusterizeOptionError, MAX_TIMER_MS } = require('../errors')
 const { createChecks } = require('../check-options')
 
@@ -138,9 +139,8 @@ function resolveSessionOptions (options, env) {
     throw fail('store', `must be one of ${STORES.map((s) => `'${s}'`).join(', ')} or an express-session Store instance`)
   }
   const redis = options.redis
-  if (redis !== undefined && redis !== null && typeof redis !== 'string' && (typeof redis !== 'object' || Array.isArray(redis))) {
-    throw fail('redis', 'must be a redis:// URL, an ioredis options object or an ioredis client')
-  }
+  // Checked here so a bad URL or Sentinel/Cluster configuration fails at startup, naming the option.
+  if (redis !== undefined && redis !== null && redis !== false) parseRedisTarget(redis, 'redis', 'session')
   if (options.prefix !== undefined && typeof options.prefix !== 'string') throw fail('prefix', 'must be a string')
   for (const key of ['timeoutMs', 'maxSessions', 'maxTotalBytes', 'maxSessionBytes']) checkPositiveInt(options, key)
   // Durations in seconds (a Redis expiry, a Retry-After): bounded like the

@@ -12,14 +12,16 @@
  */
 
 const { RedisStore } = require('connect-redis')
-const Redis = require('ioredis')
 const debug = require('debug')('clusterize:session')
 const { toUnavailable, SessionStoreUnavailableError } = require('./unavailable')
 const { callOnce } = require('./callback')
 const { inflatableOrNull, whyNotInflatable, Unreadable } = require('./inflatable')
+const { spreadOverSlots } = require('./redis-cluster-keys')
+const { parseRedisTarget, isClusterTarget } = require('../redis/target')
+const { connectRedis } = require('../redis/connect')
+const { explainRedisError } = require('../redis/explain')
 
 const DEFAULT_PREFIX = 'sess:'
-const MAX_RECONNECT_DELAY_MS = 1000
 
 /**
  * touch: replace the stored record only if it is still the one we read (a
@@ -40,51 +42,24 @@ const serializer = {
   }
 }
 
-/**
- * Is this an ioredis (or compatible) client rather than options?
- * @param {*} value
- * @returns {boolean}
- */
-function isClient (value) {
-  return value !== null && typeof value === 'object' &&
-    typeof value.get === 'function' && typeof value.set === 'function' &&
-    typeof value.on === 'function' && typeof value.status === 'string'
-}
-
-/**
- * Build an ioredis client from a URL or an options object, failing fast while disconnected.
- * @param {string|object} redis
- * @param {number} timeoutMs
- * @returns {import('ioredis').Redis}
- */
-function createClient (redis, timeoutMs) {
-  const defaults = {
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 1,
-    commandTimeout: timeoutMs,
-    connectTimeout: Math.max(timeoutMs, 1000),
-    retryStrategy: function reconnectDelay (times) {
-      return Math.min(50 * times, MAX_RECONNECT_DELAY_MS)
-    }
-  }
-  if (typeof redis === 'string') return new Redis(redis, defaults)
-  return new Redis(Object.assign(defaults, redis))
-}
-
 class ClusterizeRedisStore extends RedisStore {
   /**
    * @param {object} options
-   * @param {string|object} options.redis redis:// URL, ioredis options or an ioredis client
+   * @param {*} options.redis a Redis target: URL (redis://, redis+sentinel://, redis+cluster://), ioredis
+   *   options, a list of cluster nodes, or an ioredis Redis or Cluster client (see lib/redis/target.js)
    * @param {string} [options.prefix='sess:']
    * @param {number} [options.ttl=86400] seconds, when the cookie has no expiry
    * @param {number} [options.timeoutMs=2000] command timeout for a client we build
    */
   constructor (options) {
     const timeoutMs = options.timeoutMs || 2000
-    const ownsClient = !isClient(options.redis)
-    const client = ownsClient ? createClient(options.redis, timeoutMs) : options.redis
+    const target = parseRedisTarget(options.redis, 'redis', 'session')
+    const ownsClient = target.client === undefined
+    const client = ownsClient ? connectRedis(target, { timeoutMs }) : target.client
     super({ client, prefix: options.prefix === undefined ? DEFAULT_PREFIX : options.prefix, ttl: options.ttl, serializer })
     this.redis = client
+    this.topology = target.kind === 'client' ? 'node' : target.kind.replace('-client', '')
+    if (isClusterTarget(target)) spreadOverSlots(this.client, client)
     // Millisecond expiry: connect-redis computes whole seconds (rounded up) and
     // sends EX; _getTTL below gives it milliseconds and we send PX instead.
     this.client.set = function setPx (key, val, ms) {
@@ -103,8 +78,10 @@ class ClusterizeRedisStore extends RedisStore {
       this.flushWaiters(null)
     }
     this.onError = (err) => {
-      this.lastError = err && err.message ? err.message : String(err)
+      this.lastError = explainRedisError(err)
       debug('redis session store error: %s', this.lastError)
+      // Retrying will not fix a refused password: answer the waiting requests now.
+      if (!this.everReady && /^(WRONGPASS|NOAUTH|NOPERM)/.test(err && err.message)) this.flushWaiters(err)
     }
     this.onEnd = () => {
       this.flushWaiters(new Error(this.lastError || 'connection closed'))
@@ -268,7 +245,7 @@ class ClusterizeRedisStore extends RedisStore {
   async readAll () {
     const keys = await this._getAllKeys()
     if (keys.length === 0) return []
-    const values = await this.redis.mget(keys)
+    const values = await this.client.mget(keys)
     const out = []
     values.forEach((raw, i) => {
       const sess = raw === null ? null : this.serializer.parse(raw)
@@ -342,4 +319,4 @@ function redisTarget (options, env) {
   return env.REDIS_URL || undefined
 }
 
-module.exports = { ClusterizeRedisStore, createClient, isClient, redisTarget, DEFAULT_PREFIX }
+module.exports = { ClusterizeRedisStore, redisTarget, DEFAULT_PREFIX }

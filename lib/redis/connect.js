@@ -1,0 +1,73 @@
+'use strict'
+
+/**
+ * Build ioredis clients for a checked Redis target (see target.js): one node,
+ * a Sentinel-managed primary or a Redis Cluster. What the user wrote wins over
+ * our defaults; a client the user passed in is never built here.
+ */
+
+const MAX_RECONNECT_DELAY_MS = 1000
+
+function reconnectDelay (times) {
+  return Math.min(50 * times, MAX_RECONNECT_DELAY_MS)
+}
+
+/**
+ * Fail-fast settings: no queue while disconnected, one retry per command, a
+ * command timeout, and reconnecting forever with a short capped backoff. A
+ * request then gets its answer (or a 503) within timeoutMs, never waits on a
+ * queue that grows through an outage.
+ * @param {number} timeoutMs
+ */
+function failFast (timeoutMs) {
+  return {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 1,
+    commandTimeout: timeoutMs,
+    connectTimeout: Math.max(timeoutMs, 1000)
+  }
+}
+
+/**
+ * @param {{ kind: string, url?: string, options?: object, nodes?: Array }} target from parseRedisTarget (not a client)
+ * @param {{ timeoutMs?: number, offlineQueue?: boolean, cluster?: object }} [settings]
+ *   timeoutMs: fail fast with this command timeout (else ioredis's defaults);
+ *   offlineQueue: keep ioredis's offline queue (a subscriber's SUBSCRIBE waits for the connection);
+ *   cluster: extra ClusterOptions (e.g. shardedSubscribers)
+ * @returns {import('ioredis').Redis | import('ioredis').Cluster}
+ */
+function connectRedis (target, settings) {
+  const { Redis, Cluster } = require('ioredis')
+  settings = settings || {}
+  const ours = settings.timeoutMs ? failFast(settings.timeoutMs) : {}
+  if (settings.offlineQueue) delete ours.enableOfflineQueue
+  if (settings.offlineQueue === false) ours.enableOfflineQueue = false
+  if (settings.maxRetriesPerRequest !== undefined) ours.maxRetriesPerRequest = settings.maxRetriesPerRequest
+
+  if (target.kind === 'cluster') {
+    const user = target.options || {}
+    const redisOptions = Object.assign({}, ours, user.redisOptions)
+    delete redisOptions.enableOfflineQueue
+    const clusterDefaults = {
+      clusterRetryStrategy: reconnectDelay,
+      // A failover takes the node timeout plus an election: retry the slot's
+      // commands through it instead of failing at the first refused connection.
+      retryDelayOnFailover: 200,
+      retryDelayOnClusterDown: 200
+    }
+    if (ours.enableOfflineQueue === false) clusterDefaults.enableOfflineQueue = false
+    const options = Object.assign(clusterDefaults, settings.cluster, user, { redisOptions })
+    return new Cluster(target.nodes, options)
+  }
+  const defaults = Object.assign({ retryStrategy: reconnectDelay }, ours)
+  if (target.kind === 'sentinel') {
+    // Ask the sentinels again at once when they announce a new primary,
+    // instead of waiting for the old connection to time out.
+    defaults.failoverDetector = true
+    defaults.sentinelRetryStrategy = reconnectDelay
+  }
+  if (target.url) return new Redis(target.url, defaults)
+  return new Redis(Object.assign(defaults, target.options))
+}
+
+module.exports = { connectRedis, reconnectDelay }
