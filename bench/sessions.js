@@ -9,10 +9,16 @@
  *   - our cluster store, 1 worker and 2 workers (per-worker throughput too)
  *   - our Redis store, single process and 2 workers (needs Redis at REDIS_URL
  *     or redis://127.0.0.1:6379; skipped with a note otherwise)
- * Prints a Markdown table with ratios. Loopback only, bounded (< 90 s), every
+ *   - our Redis store, 2 workers, on a 3-master Redis Cluster (+ 3 replicas) and
+ *     on a Sentinel-managed primary (+ 2 replicas, 3 sentinels), both started
+ *     here on loopback from redis-server (skipped when it is not installed)
+ * Then a failover table: 2 workers under session traffic while the Redis
+ * primary (Sentinel) or a cluster master is killed: 503s, wrong answers and
+ * the time from the kill to the last 503 (median of --failovers runs).
+ * Prints Markdown tables with ratios. Loopback only, bounded (< 3 min), every
  * process started is stopped by PID.
  *
- *   node bench/sessions.js [--duration 3] [--passes 3] [--connections 20]
+ *   node bench/sessions.js [--duration 3] [--passes 3] [--connections 20] [--failovers 3]
  */
 
 const { numberArg: arg } = require('./lib/args')
@@ -36,7 +42,7 @@ if (process.argv[2] === '--serve') {
 
 // ---------------------------------------------------------------- server side
 
-function createApp (store, prefix) {
+function createApp (store, prefix, redis) {
   const express = require('express')
   const app = express()
   if (store === 'raw-memory') {
@@ -47,7 +53,7 @@ function createApp (store, prefix) {
     app.use(expressSession({ secret: SECRET, resave: false, saveUninitialized: false, store: new expressSession.MemoryStore() }))
   } else {
     const { session } = require('..')
-    app.use(session({ secret: SECRET, store, redis: store === 'redis' ? REDIS_URL : undefined, prefix }))
+    app.use(session({ secret: SECRET, store, redis: store === 'redis' ? (redis || REDIS_URL) : undefined, prefix }))
   }
   app.post('/login', (req, res) => {
     req.session.user = { name: 'bench', roles: ['reader'] }
@@ -63,13 +69,13 @@ function createApp (store, prefix) {
 
 function serve (mode, spec) {
   if (spec.workers === undefined) {
-    const server = http.createServer(createApp(spec.store, spec.prefix))
+    const server = http.createServer(createApp(spec.store, spec.prefix, spec.redis))
     server.keepAliveTimeout = 65000
     server.listen(0, '127.0.0.1', () => process.send({ port: server.address().port, pids: [process.pid] }))
     return
   }
   const { clusterize } = require('..')
-  const handle = clusterize(() => createApp(spec.store, spec.prefix), { port: 0, host: '127.0.0.1', workers: spec.workers, logger: false })
+  const handle = clusterize(() => createApp(spec.store, spec.prefix, spec.redis), { port: 0, host: '127.0.0.1', workers: spec.workers, logger: false })
   if (!handle.ready || typeof handle.on !== 'function') return // a worker
   handle.ready.then((info) => {
     process.send({ port: info.port, pids: [process.pid].concat(info.workers.map((w) => w.pid)) })
@@ -188,8 +194,16 @@ async function main () {
     { name: 'cluster store, 1 worker', spec: { store: 'cluster', workers: 1 }, workers: 1 },
     { name: 'cluster store, 2 workers', spec: { store: 'cluster', workers: 2 }, workers: 2 },
     { name: 'Redis store, 1 process', spec: { store: 'redis', prefix }, workers: 1, redis: true },
-    { name: 'Redis store, 2 workers', spec: { store: 'redis', prefix, workers: 2 }, workers: 2, redis: true }
+    { name: 'Redis store, 2 workers', spec: { store: 'redis', prefix, workers: 2 }, workers: 2, redis: true },
+    { name: 'Redis store, 2 workers, Redis Cluster (3 masters + 3 replicas)', spec: { store: 'redis', prefix, workers: 2 }, workers: 2, topology: 'cluster' },
+    { name: 'Redis store, 2 workers, Sentinel (primary + 2 replicas)', spec: { store: 'redis', prefix, workers: 2 }, workers: 2, topology: 'sentinel' }
   ]
+  const topologies = await startTopologies()
+  for (const scenario of scenarios) {
+    if (!scenario.topology) continue
+    if (!topologies) scenario.skipped = 'redis-server is not installed'
+    else scenario.spec.redis = topologies[scenario.topology].url
+  }
   const started = Date.now()
   const live = []
   try {
@@ -226,6 +240,97 @@ async function main () {
     ? scenario
     : Object.assign({}, scenario, scenario.best, { errors: scenario.errors, non2xx: 0 }))
   print(rows, { duration, passes, connections, seconds: (Date.now() - started) / 1000 })
+  if (!topologies) return
+  try {
+    const failovers = []
+    for (const kind of ['sentinel', 'cluster']) {
+      failovers.push(await measureFailovers(kind, topologies[kind], arg('--failovers', 3)))
+    }
+    printFailovers(failovers)
+  } finally {
+    await topologies.stop()
+  }
+}
+
+/** A Redis Cluster and a Sentinel setup on loopback, or null without redis-server. */
+async function startTopologies () {
+  const { redisServerPath } = require('../test/helpers/redis')
+  if (!redisServerPath()) return null
+  const { startRedisCluster, startSentinel } = require('../test/helpers/redis-topology')
+  const cluster = await startRedisCluster()
+  let sentinel
+  try {
+    sentinel = await startSentinel()
+  } catch (err) {
+    await cluster.stop()
+    throw err
+  }
+  return { cluster, sentinel, stop: () => Promise.all([cluster.stop(), sentinel.stop()]) }
+}
+
+/**
+ * `runs` failovers of one topology, each under checked session traffic on 2
+ * workers (test/helpers/session-load.js: a 503 must carry Retry-After, a wrong
+ * answer is a silent new session, another user's session or a count going back).
+ */
+async function measureFailovers (kind, topology, runs) {
+  const { logInUsers, runSessionLoad, visitAll } = require('../test/helpers/session-load')
+  const { startCluster } = require('../test/helpers/cluster')
+  // The test suite's session app and primary: /login?user= and /me (read + write, names the user).
+  const server = await startCluster(path.join(__dirname, '..', 'test', 'fixtures', 'session-cluster.js'), {
+    env: {
+      CZ_SESSION_OPTIONS: JSON.stringify({ store: 'redis', redis: topology.url, prefix: `cz-bench-fo:${process.pid}:` }),
+      CZ_TEST_OPTIONS: JSON.stringify({ workers: 2, logger: false })
+    }
+  })
+  const results = []
+  try {
+    for (let run = 0; run < runs; run++) {
+      const users = await logInUsers(server.port, 20, `${kind}-${run}`)
+      await topology.syncReplicas()
+      const load = runSessionLoad(server.port, users)
+      await new Promise((resolve) => setTimeout(resolve, 1000))
+      const killedAt = Date.now()
+      // On the cluster: the master of one slot, which holds about a third of the sessions.
+      if (kind === 'cluster') await topology.failOver(await topology.masterFor(`failover-${run}`))
+      else await topology.failOver()
+      const promotedAt = Date.now()
+      await new Promise((resolve) => setTimeout(resolve, 3000))
+      const tally = await load.stop()
+      const after = await visitAll(server.port, users)
+      results.push({
+        failoverMs: promotedAt - killedAt,
+        unavailable: tally.unavailable,
+        wrong: tally.wrong.length,
+        ok: tally.ok,
+        recoveredMs: tally.lastUnavailableAt === null ? 0 : tally.lastUnavailableAt - killedAt,
+        keptAfter: after.filter((o) => o === 'ok').length + '/' + users.length
+      })
+      // The killed node comes back as a replica, so the next run has one to promote.
+      await topology.restartKilled()
+    }
+  } finally {
+    await server.stop()
+  }
+  return { kind, results }
+}
+
+function median (values) {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.floor(sorted.length / 2)]
+}
+
+function printFailovers (failovers) {
+  const out = ['', '### Redis failover under session traffic (2 workers, 20 users, checked answers; median of ' + failovers[0].results.length + ' runs)', '']
+  out.push('| topology | kill -> replica promoted, ms | requests answered 503 (+ Retry-After) | wrong answers | kill -> last 503, ms | right answers | sessions readable after |')
+  out.push('|---|---:|---:|---:|---:|---:|---:|')
+  for (const { kind, results } of failovers) {
+    const name = kind === 'cluster' ? 'Redis Cluster, master of the slot killed' : 'Sentinel, primary killed'
+    out.push(`| ${name} | ${median(results.map((r) => r.failoverMs))} | ${median(results.map((r) => r.unavailable))} | ${results.reduce((sum, r) => sum + r.wrong, 0)} | ${median(results.map((r) => r.recoveredMs))} | ${median(results.map((r) => r.ok))} | ${results.map((r) => r.keptAfter).join(', ')} |`)
+  }
+  out.push('')
+  out.push('"kill -> replica promoted": when the topology helper sees the replica serving (cluster-node-timeout / down-after-milliseconds 1000 ms); "kill -> last 503": when the app last answered 503, i.e. the service was whole again after it. Wrong answers are summed over all runs (the goal is 0).')
+  process.stdout.write(out.join('\n') + '\n')
 }
 
 function print (rows, run) {

@@ -75,7 +75,7 @@ async function startServer (port, args, dir) {
   })
   exited.catch(() => {})
   await Promise.race([waitForPort(port, { timeoutMs: 10000, what: `redis-server on port ${port}` }), exited])
-  return { port, child, get pid () { return child.pid }, get alive () { return child.exitCode === null && child.signalCode === null } }
+  return { port, args, dir, child, get pid () { return child.pid }, get alive () { return child.exitCode === null && child.signalCode === null } }
 }
 
 function kill (server) {
@@ -165,6 +165,17 @@ async function startRedisCluster ({ masters = 3, replicasPerMaster = 1, nodeTime
         return serving.length === masters
       }, { timeoutMs, what: `a replica to take over from master ${port}` })
     },
+    /** Start the nodes killed by failOver() again; each rejoins as a replica (its nodes-<port>.conf is kept). */
+    async restartKilled () {
+      for (const port of ports) {
+        const server = servers.get(port)
+        if (!server.alive) servers.set(port, await startServer(port, server.args, dir))
+      }
+      await eventually(async () => {
+        const roles = await handle.roles()
+        return roles.filter((r) => r.role === 'replica' && !r.failed).length === masters * replicasPerMaster
+      }, { timeoutMs: 20000, what: 'the restarted nodes to rejoin as replicas' })
+    },
     /** Wait until every replica has what its master has (before a failover that must lose nothing). */
     async syncReplicas () {
       for (const port of ports) {
@@ -240,6 +251,19 @@ async function startSentinel ({ replicas = 2, sentinels = 3, name = 'czprimary',
     },
     async syncReplicas () {
       await ask(await handle.primaryPort(), 'WAIT', String(replicas), '5000')
+    },
+    /** Start the primary killed by failOver() again, as a replica of the new one; wait until it has synced. */
+    async restartKilled () {
+      const primary = await handle.primaryPort()
+      for (const port of dataPorts) {
+        const server = servers.get(port)
+        if (server.alive) continue
+        servers.set(port, await startServer(port, ['--port', String(port), ...EPHEMERAL, '--dir', dir, '--replicaof', '127.0.0.1', String(primary)], dir))
+      }
+      await eventually(async () => {
+        const info = await ask(primary, 'INFO', 'replication')
+        return new RegExp(`connected_slaves:${replicas}`).test(info) && !/state=(wait_bgsave|send_bulk)/.test(info)
+      }, { timeoutMs: 20000, what: 'the old primary to rejoin as a replica' })
     },
     /** Kill the primary by PID and wait until the sentinels have promoted a replica that accepts writes. */
     async failOver ({ timeoutMs = 30000 } = {}) {
