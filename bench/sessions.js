@@ -18,7 +18,11 @@
  * Prints Markdown tables with ratios. Loopback only, bounded (< 3 min), every
  * process started is stopped by PID.
  *
- *   node bench/sessions.js [--duration 3] [--passes 3] [--connections 20] [--failovers 3]
+ * --read-only measures GET /read instead (the session is read, not
+ * modified: express-session touches it, which is where the Redis store's
+ * touch round trips show).
+ *
+ *   node bench/sessions.js [--duration 3] [--passes 3] [--connections 20] [--failovers 3] [--read-only]
  */
 
 const { numberArg: arg } = require('./lib/args')
@@ -59,6 +63,9 @@ function createApp (store, prefix, redis) {
     req.session.user = { name: 'bench', roles: ['reader'] }
     req.session.visits = 0
     res.json({ pid: process.pid })
+  })
+  app.get('/read', (req, res) => {
+    res.json({ visits: req.session.visits, pid: process.pid })
   })
   app.get('/count', (req, res) => {
     req.session.visits++
@@ -147,7 +154,7 @@ async function measure (port, cookies, duration, connections) {
   const autocannon = require('autocannon')
   let next = 0
   const result = await autocannon({
-    url: `http://127.0.0.1:${port}/count`,
+    url: `http://127.0.0.1:${port}${process.argv.includes('--read-only') ? '/read' : '/count'}`,
     connections,
     duration,
     setupClient (client) { client.setHeaders({ cookie: cookies[next++ % cookies.length] }) }
@@ -337,7 +344,7 @@ function print (rows, run) {
   const anchor = rows.find((r) => r.anchor)
   const ref = rows.find((r) => r.scalingRef && !r.skipped)
   const out = []
-  out.push(`### Sessions: read + write per request (node ${process.version}, ${require('os').availableParallelism ? require('os').availableParallelism() : require('os').cpus().length} CPUs, ${run.connections} connections, best of ${run.passes} interleaved ${run.duration} s runs, ${SESSIONS_PER_RUN} sessions)`)
+  out.push(`### Sessions: ${process.argv.includes('--read-only') ? 'read only (GET /read: express-session touches)' : 'read + write'} per request (node ${process.version}, ${require('os').availableParallelism ? require('os').availableParallelism() : require('os').cpus().length} CPUs, ${run.connections} connections, best of ${run.passes} interleaved ${run.duration} s runs, ${SESSIONS_PER_RUN} sessions)`)
   out.push('')
   out.push('| store | req/s | per worker | vs MemoryStore (1 process) | per worker vs MemoryStore, same worker count | p99 ms | errors + non-2xx |')
   out.push('|---|---:|---:|---:|---:|---:|---:|')

@@ -30,6 +30,59 @@ const DEFAULT_PREFIX = 'sess:'
 const TOUCH_SCRIPT = "if redis.call('GET', KEYS[1]) == ARGV[1] then " +
   "redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1 end return 0"
 
+/**
+ * touch in one round trip. ARGV: the new cookie's JSON, PX, the client's now
+ * (ms). Returns 0 (gone or expired: left as is), 1 (cookie replaced, the rest
+ * of the record byte for byte), or the stored record when the script cannot
+ * decide (not JSON.stringify's shape, a cookie field other than expires and
+ * originalMaxAge differs, an expires it cannot parse): refresh() then
+ * decides in JavaScript, with the record in hand.
+ */
+const FAST_TOUCH_SCRIPT = `
+local raw = redis.call('GET', KEYS[1])
+if not raw then return 0 end
+if string.sub(raw, 1, 11) ~= '{"cookie":{' then return raw end
+local ok, doc = pcall(cjson.decode, raw)
+if not ok or type(doc) ~= 'table' or type(doc.cookie) ~= 'table' then return raw end
+local stored, new = doc.cookie, cjson.decode(ARGV[1])
+for k, v in pairs(stored) do if k ~= 'expires' and k ~= 'originalMaxAge' and new[k] ~= v then return raw end end
+for k, v in pairs(new) do if k ~= 'expires' and k ~= 'originalMaxAge' and stored[k] ~= v then return raw end end
+local x = stored.expires
+if x ~= nil and x ~= cjson.null then
+  if type(x) ~= 'string' then return raw end
+  local y, mo, d, h, mi, s, ms = string.match(x, '^(%d%d%d%d)%-(%d%d)%-(%d%d)T(%d%d):(%d%d):(%d%d)%.(%d%d%d)Z$')
+  if not y then return raw end
+  y, mo, d, h, mi, s = tonumber(y), tonumber(mo), tonumber(d), tonumber(h), tonumber(mi), tonumber(s)
+  if mo < 1 or mo > 12 or d < 1 or d > 31 or h > 23 or mi > 59 or s > 59 then return raw end
+  if mo <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local doy = math.floor((153 * (mo > 2 and mo - 3 or mo + 9) + 2) / 5) + d - 1
+  local days = era * 146097 + yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy - 719468
+  if ((days * 24 + h) * 60 + mi) * 60000 + s * 1000 + tonumber(ms) <= tonumber(ARGV[3]) then return 0 end
+end
+local i = 12
+while true do
+  local j = string.find(raw, '[{}%[%]"]', i)
+  if not j then return raw end
+  local c = string.sub(raw, j, j)
+  if c == '}' then i = j break end
+  if c ~= '"' then return raw end
+  i = j + 1
+  while true do
+    local q = string.find(raw, '["\\\\]', i)
+    if not q then return raw end
+    if string.sub(raw, q, q) == '"' then i = q + 1 break end
+    i = q + 2
+  end
+end
+redis.call('SET', KEYS[1], '{"cookie":' .. ARGV[1] .. string.sub(raw, i + 1), 'PX', ARGV[2])
+return 1`
+const FAST_TOUCH_SHA = require('crypto').createHash('sha1').update(FAST_TOUCH_SCRIPT).digest('hex')
+
+/** A touch this soon after this store saved the same session object, moving its expiry less than this, is skipped. */
+const TOUCH_AFTER_SET_MS = 1000
+
 /** JSON, except that an unreadable stored session reads as "no session" (see inflatable.js). */
 const serializer = {
   stringify: JSON.stringify,
@@ -66,6 +119,8 @@ class ClusterizeRedisStore extends RedisStore {
       return ms ? client.set(key, val, 'PX', ms) : client.set(key, val)
     }
     this.ownsClient = ownsClient
+    // session object -> { sid, deadline } of this store's last save of it (see refresh).
+    this.justSet = new WeakMap()
     this.timeoutMs = timeoutMs
     this.lastError = null
     this.everReady = client.status === 'ready'
@@ -168,7 +223,11 @@ class ClusterizeRedisStore extends RedisStore {
   set (sid, sess, cb) {
     if (typeof cb !== 'function') return asPromise(this, 'set', [sid, sess])
     const answer = tagErrors(cb, 'set')
-    this.afterFirstConnection(answer, () => super.set(sid, sess, answer))
+    const deadline = Date.now() + this._getTTL(sess)
+    this.afterFirstConnection(answer, () => super.set(sid, sess, (err) => {
+      if (!err && sess !== null && typeof sess === 'object') this.justSet.set(sess, { sid, deadline })
+      answer(err)
+    }))
   }
 
   /**
@@ -199,10 +258,23 @@ class ClusterizeRedisStore extends RedisStore {
     const key = this.prefix + sid
     const ms = this._getTTL(sess)
     if (!(ms > 0)) return this.redis.del(key)
-    const stored = await this.redis.get(key)
-    if (stored === null) return
+    if (!sess || !sess.cookie) return this.redis.pexpire(key, ms)
+    // A save of this same session object just stored it with (almost) this expiry.
+    const set = this.justSet.get(sess)
+    if (set !== undefined && set.sid === sid && Date.now() + ms - set.deadline >= 0 && Date.now() + ms - set.deadline < TOUCH_AFTER_SET_MS) {
+      debug('touch %s: saved just before, skipped', sid)
+      return
+    }
+    const args = [1, key, this.serializer.stringify(sess.cookie), Math.ceil(ms), Date.now()]
+    const fast = await this.redis.evalsha(FAST_TOUCH_SHA, ...args).catch((err) => {
+      if (!/NOSCRIPT/.test(err.message)) throw err
+      return this.redis.eval(FAST_TOUCH_SCRIPT, ...args)
+    })
+    if (fast === 0 || fast === 1) return
+    // The script could not decide: the careful path, with the record it returned.
+    const stored = fast
     const current = this.serializer.parse(stored)
-    if (whyNotInflatable(current) !== null || !sess || !sess.cookie) {
+    if (whyNotInflatable(current) !== null) {
       await this.redis.pexpire(key, ms)
       return
     }
