@@ -7,6 +7,33 @@ import { EventEmitter } from 'node:events'
 import type { Server } from 'node:http'
 import type { RequestHandler } from 'express'
 import type { SessionOptions, Store } from 'express-session'
+import type { Redis, Cluster, RedisOptions, ClusterOptions, ClusterNode } from 'ioredis'
+
+// ---- redis -----------------------------------------------------------------
+
+/** A Sentinel-managed primary: ioredis options with the sentinels and the name they monitor. */
+export interface RedisSentinelTarget extends RedisOptions {
+  sentinels: Array<{ host?: string, port?: number }>
+  /** The name the sentinels monitor (`sentinel monitor <name> ...`). */
+  name: string
+}
+
+/** A Redis Cluster: its startup nodes, plus any ioredis ClusterOptions. */
+export interface RedisClusterTarget extends ClusterOptions {
+  nodes: ClusterNode[]
+}
+
+/**
+ * Where Redis is, for session({ redis }) and bus.redis:
+ * - a URL: `redis://[[user]:password@]host[:port][/db]` (`rediss://` for TLS),
+ *   `redis+sentinel://[[user]:password@]host:26379[,host:26379...]/name[/db][?sentinelPassword=...]`,
+ *   `redis+cluster://[[user]:password@]host:port[,host:port...]` (`rediss+` for TLS);
+ * - ioredis options for one node, or with `sentinels` and `name` for Sentinel;
+ * - a list of cluster nodes, or `{ nodes, ...ClusterOptions }`;
+ * - an ioredis Redis or Cluster client (used as is, not closed by us).
+ * Checked at startup: a malformed target fails naming the option.
+ */
+export type RedisTarget = string | RedisOptions | RedisSentinelTarget | RedisClusterTarget | ClusterNode[] | Redis | Cluster
 
 // ---- clusterize ------------------------------------------------------------
 
@@ -359,8 +386,14 @@ export interface Bus {
 }
 
 export interface BusOptions {
-  /** A redis:// URL, ioredis options or an ioredis client: bridges broadcasts between hosts. */
-  redis?: string | object | null
+  /** Bridges broadcasts between hosts: one Redis node, Sentinel or a Redis Cluster (see RedisTarget). */
+  redis?: RedisTarget | null
+  /**
+   * On a Redis Cluster: 'auto' (default) uses sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis >= 7) when
+   * every node supports it, so a broadcast reaches only the shard that owns the channel; false uses
+   * classic PUBLISH/SUBSCRIBE. Ignored on one node or Sentinel.
+   */
+  shardedPubSub?: 'auto' | false
   /** Redis pub/sub channel. Default 'clusterize:bus'. */
   channel?: string
   /** Default 'json'. 'advanced' = structured clone (Map, Set, Buffer, Date, BigInt). */
@@ -379,6 +412,10 @@ export interface BusBridgeStatus {
   connected: boolean
   publisher: string
   subscriber: string
+  /** What bus.redis points at. */
+  topology: 'node' | 'sentinel' | 'cluster'
+  /** 'sharded' on a Redis Cluster that supports it; null until a cluster's support is known. */
+  pubsub: 'classic' | 'sharded' | null
   channel: string
   host: string
   lastError: string | null
@@ -594,8 +631,8 @@ export interface ClusterizeSessionOptions extends Omit<SessionOptions, 'store' |
    * 'memory' is refused when more than one worker runs.
    */
   store?: SessionStoreKind | Store
-  /** redis:// URL, ioredis options, or an ioredis client (not closed by us). Default REDIS_URL. */
-  redis?: string | Record<string, unknown> | { get: Function, set: Function, status: string }
+  /** One Redis node, Sentinel or a Redis Cluster (see RedisTarget); a client is not closed by us. Default REDIS_URL. */
+  redis?: RedisTarget
   /**
    * Redis key prefix (default 'sess:'). Cluster store: a namespace in the primary (default ''):
    * stores with different prefixes share nothing, clear()/length()/all() included.

@@ -12,3 +12,16 @@ cz.clusterize(() => require('express')(), { port: { value: 1 } })
 cz.clusterize(() => require('express')(), { workers: 2, spare: 1, reload: { bakeMs: 3000 } })
 // @ts-expect-error workers is a number or 'auto' (strings from WORKERS are parsed at run time)
 cz.clusterize(() => require('express')(), { workers: 'many' })
+
+// Redis targets: one node, Sentinel, Cluster (URL, options, node list, client).
+import IORedis = require('ioredis')
+cz.session({ redis: 'redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster' })
+cz.session({ redis: { sentinels: [{ host: '10.0.0.1', port: 26379 }], name: 'mymaster', password: 'pw' } })
+cz.session({ redis: ['10.0.0.1:7000', { host: '10.0.0.2', port: 7000 }] })
+cz.session({ redis: { nodes: [{ host: '10.0.0.1', port: 7000 }], redisOptions: { password: 'pw' } } })
+cz.session({ redis: new IORedis.Cluster([{ host: '10.0.0.1', port: 7000 }], { lazyConnect: true }) })
+cz.clusterize(() => require('express')(), { bus: { redis: 'redis+cluster://10.0.0.1:7000,10.0.0.2:7000', shardedPubSub: 'auto' } })
+// @ts-expect-error shardedPubSub is 'auto' or false
+cz.clusterize(() => require('express')(), { bus: { shardedPubSub: true } })
+// @ts-expect-error a Redis target is not a number
+cz.session({ redis: 6379 })
