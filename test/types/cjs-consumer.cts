@@ -12,3 +12,9 @@ cz.clusterize(() => require('express')(), { port: { value: 1 } })
 cz.clusterize(() => require('express')(), { workers: 2, spare: 1, reload: { bakeMs: 3000 } })
 // @ts-expect-error workers is a number or 'auto' (strings from WORKERS are parsed at run time)
 cz.clusterize(() => require('express')(), { workers: 'many' })
+
+// clusterize-express/socket.io: the adapter and its connection-state recovery bounds.
+import sio = require('clusterize-express/socket.io')
+sio.createAdapter({ heartbeatInterval: 500, recovery: { maxPackets: 1000, maxSessions: 5000, liveWaitMs: 2000 } })
+// @ts-expect-error recovery.maxPackets is a number
+sio.createAdapter({ recovery: { maxPackets: 'many' } })
