@@ -30,13 +30,16 @@ function env (recovery) {
   }
 }
 
-/** A client in `room` that records every 'msg' and every (re)connection. */
+/**
+ * A client in `room` that records every 'msg' and every (re)connection.
+ * CZ_TEST_RECONNECT_MS=0 makes clients reconnect at once (races the old worker's persist).
+ */
 function receiver (port, room, name) {
   const socket = connectClient(`http://127.0.0.1:${port}`, {
     transports: ['websocket'],
     forceNew: true,
     query: { room, name },
-    reconnectionDelay: 50,
+    reconnectionDelay: Number(process.env.CZ_TEST_RECONNECT_MS || 50),
     reconnectionDelayMax: 200
   })
   sockets.push(socket)
