@@ -22,11 +22,11 @@ after(async () => {
   await stopAll()
 })
 
-function env (recovery) {
+function env (recovery, extra) {
   return {
     DEBUG: process.env.CZ_TEST_DEBUG || '',
     CZ_SIO_RECOVERY: recovery ? '1' : '0',
-    CZ_TEST_OPTIONS: JSON.stringify({ workers: 2, reload: { bakeMs: 0 }, health: { heartbeatMs: 200 } })
+    CZ_TEST_OPTIONS: JSON.stringify(Object.assign({ workers: 2, reload: { bakeMs: 0 }, health: { heartbeatMs: 200 } }, extra))
   }
 }
 
@@ -70,12 +70,12 @@ function ask (socket, event, ...args) {
  * whose ack is lost to a reload is "unsure" (the server may or may not have
  * emitted it); it is never sent again under the same number.
  */
-function startSender (port, room) {
+function startSender (port, room, from = 1) {
   const socket = connectClient(`http://127.0.0.1:${port}`, { transports: ['websocket'], forceNew: true, reconnectionDelay: 50, reconnectionDelayMax: 200 })
   sockets.push(socket)
   const sender = { room, acked: [], unsure: [], stopped: false, done: null }
   sender.done = (async () => {
-    let n = 0
+    let n = from - 1
     while (!sender.stopped) {
       if (!socket.connected) {
         await new Promise((resolve) => socket.once('connect', resolve))
@@ -205,4 +205,49 @@ test('without connectionStateRecovery nothing changes: no offsets, a reload give
   })
   for (const socket of sockets) socket.disconnect()
   await cluster.stop()
+})
+
+test('with bus.redis: clients of one host recover through its reloads, messages from the other host included', { timeout: 120000 }, async (t) => {
+  const { REDIS_URL, uniquePrefix, redisTestOptions } = require('./helpers/redis')
+  const { skip } = await redisTestOptions()
+  if (skip) return t.skip(skip)
+  const bus = { redis: REDIS_URL, channel: uniquePrefix('sio-recovery') }
+  const a = await startCluster(fixture, { env: env(true, { bus }) })
+  const b = await startCluster(fixture, { env: env(true, { workers: 1, bus }) })
+  const onA = []
+  for (let i = 0; i < 4; i++) onA.push(receiver(a.port, 'a', `a-${i}`))
+  const onB = [receiver(b.port, 'a', 'b-0')]
+  const clients = onA.concat(onB)
+  let oldPids = new Set((await connectAll(onA)).map((w) => w.pid))
+  await connectAll(onB)
+  // The bridges connect in the background: message 0 until host A hears host B.
+  const probe = connectClient(`http://127.0.0.1:${b.port}`, { transports: ['websocket'], forceNew: true })
+  sockets.push(probe)
+  await eventually(async () => {
+    await ask(probe, 'send', 'a', 0)
+    return onA.every((c) => c.got.includes(0))
+  }, { what: 'host B reaches host A', intervalMs: 200 })
+  for (const c of clients) c.got = c.got.filter((n) => n !== 0)
+
+  const sender = startSender(b.port, 'a')
+  await eventually(() => sender.acked.length >= 5, { what: 'sender under way' })
+  for (let reload = 1; reload <= 2; reload++) {
+    assert.strictEqual((await a.reload()).ok, true)
+    oldPids = new Set((await onNewWorkers(onA, oldPids)).map((w) => w.pid))
+    const acked = sender.acked.length
+    await eventually(() => sender.acked.length >= acked + 5, { what: `sender under way after reload ${reload}` })
+  }
+  await sender.stop()
+  const last = sender.acked[sender.acked.length - 1]
+  for (const c of clients) await eventually(() => c.got.includes(last), { what: `${c.name} got message ${last}` })
+  for (const c of clients) {
+    for (let i = 1; i < c.got.length; i++) assert.ok(c.got[i] > c.got[i - 1], `${c.name}: message ${c.got[i]} after ${c.got[i - 1]}`)
+    const got = new Set(c.got)
+    for (const n of sender.acked) assert.ok(got.has(n), `${c.name} missed message ${n}`)
+  }
+  for (const c of onA) assert.ok(c.connects.length >= 3 && c.connects.slice(1).every((x) => x.recovered), `${c.name}: recovered on every reconnection`)
+  t.diagnostic(`sent ${sender.acked.length} acked, ${sender.unsure.length} unsure; replayed on host A: ${onA.map((c) => c.replayed).join(', ')}`)
+  for (const socket of sockets) socket.disconnect()
+  await a.stop()
+  await b.stop()
 })
