@@ -5,7 +5,25 @@ export interface ClusterizeAdapterOptions {
   heartbeatInterval?: number
   /** ms without a heartbeat before a server is considered gone. Default 10000. */
   heartbeatTimeout?: number
+  /**
+   * Bounds of socket.io's connectionStateRecovery state, kept in the primary (used only when the
+   * Server has `connectionStateRecovery`). Packets are also dropped after maxDisconnectionDuration.
+   */
+  recovery?: ClusterizeRecoveryOptions
 }
 
-/** For io.adapter(): io.emit, rooms, fetchSockets, serverSideEmit... reach every worker (and host with bus.redis). */
+export interface ClusterizeRecoveryOptions {
+  /** Packets kept per namespace for replay. Default 10000. */
+  maxPackets?: number
+  /** Disconnected sessions kept per namespace (oldest dropped first). Default 100000. */
+  maxSessions?: number
+  /** ms a restore waits for the old worker to persist a socket it is still closing. Default 5000. */
+  liveWaitMs?: number
+}
+
+/**
+ * For io.adapter(): io.emit, rooms, fetchSockets, serverSideEmit... reach every worker (and host with bus.redis).
+ * With the Server's `connectionStateRecovery`, a client cut by a reload is recovered on a new worker
+ * (missed packets once and in order, rooms, socket.data): the state lives in the primary, per host.
+ */
 export declare function createAdapter(options?: ClusterizeAdapterOptions): (nsp: any) => any

@@ -91,7 +91,9 @@ function createBusApi (reservedAllowed) {
     broadcast: function broadcast (topic, data, options) {
       check(topic, 'bus.broadcast')
       const transport = transportFor('bus.broadcast')
-      transport.broadcast(topic, core.codec.encode(topic, data), Boolean(options && options.self))
+      // Library traffic from the primary may stay on this host ('host') or go to the other hosts only ('remote').
+      const scope = reservedAllowed && options ? checkScope(options.scope, transport) : undefined
+      transport.broadcast(topic, core.codec.encode(topic, data), Boolean(options && options.self), scope)
     },
 
     /**
@@ -175,6 +177,18 @@ function createBusApi (reservedAllowed) {
     }
   }
   return api
+}
+
+/**
+ * internalBus.broadcast()'s `scope`: undefined (every host), 'host' (this
+ * host's workers and listeners, not over Redis) or 'remote' (over Redis to the
+ * other hosts only). Only the primary and the single process choose.
+ */
+function checkScope (scope, transport) {
+  if (scope === undefined) return undefined
+  if (scope !== 'host' && scope !== 'remote') throw new TypeError(`internalBus.broadcast: scope must be 'host' or 'remote', got ${String(scope)}`)
+  if (transport.role === 'worker') throw new TypeError('internalBus.broadcast: scope is for the primary (a worker\'s broadcast goes through it)')
+  return scope
 }
 
 /** The public bus. */

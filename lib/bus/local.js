@@ -30,9 +30,10 @@ function createLocalTransport (core) {
   return {
     role: 'local',
 
-    broadcast (topic, payload) {
-      process.nextTick(deliverLater, core, topic, payload, meta(topic))
-      if (core.bridge) core.bridge.publish(topic, payload, LOCAL_ID, LOCAL_GENERATION)
+    /** @param {'host'|'remote'} [scope] 'host': not over Redis; 'remote': over Redis only */
+    broadcast (topic, payload, self, scope) {
+      if (scope !== 'remote') process.nextTick(deliverLater, core, topic, payload, meta(topic))
+      if (core.bridge && scope !== 'host') core.bridge.publish(topic, payload, LOCAL_ID, LOCAL_GENERATION)
     },
 
     send (to, topic, payload) {

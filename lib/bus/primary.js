@@ -301,10 +301,11 @@ function createPrimaryTransport (core) {
 
     onWorkerMessage,
 
-    broadcast (topic, payload, self) {
-      relay(topic, payload, 'primary', undefined, undefined, null)
-      if (core.bridge) core.bridge.publish(topic, payload, 'primary', undefined)
-      if (self) process.nextTick(deliverLater, core, topic, payload, localMeta(topic, 'primary'))
+    /** @param {'host'|'remote'} [scope] 'host': not over Redis; 'remote': over Redis only */
+    broadcast (topic, payload, self, scope) {
+      if (scope !== 'remote') relay(topic, payload, 'primary', undefined, undefined, null)
+      if (core.bridge && scope !== 'host') core.bridge.publish(topic, payload, 'primary', undefined)
+      if (self && scope !== 'remote') process.nextTick(deliverLater, core, topic, payload, localMeta(topic, 'primary'))
     },
 
     send (to, topic, payload) {

@@ -23,6 +23,7 @@ const { watchSessionStores } = require('./session-watch')
 const { buildStats } = require('./stats')
 const { busRuntime, internalBus } = require('../bus')
 const { attachSessionBackend, backendFor } = require('../session/cluster-service')
+const { attachRecoveryService } = require('../realtime/recovery-service')
 const { handleSignals } = require('../signals')
 const { createLogger } = require('../logger')
 const { explainListenError } = require('../errors')
@@ -61,6 +62,8 @@ function startPrimary (createApp, config) {
   busRuntime.configure(config.bus, { logger: log, role: 'primary' })
   // The cluster session store's sessions live here; cheap until a worker uses it (an empty Map).
   attachSessionBackend(internalBus)
+  // socket.io connection-state recovery (lib/realtime): empty until a worker's adapter uses it.
+  const recovery = attachRecoveryService(internalBus)
   forwardEvents()
 
   Object.defineProperty(handle, 'bus', { enumerable: true, get: () => require('../bus').bus })
@@ -101,7 +104,10 @@ function startPrimary (createApp, config) {
     busRuntime.on('bridge:up', (state) => handle.emit('bridge:up', state))
     busRuntime.on('bridge:down', (state) => handle.emit('bridge:down', state))
     supervisor.on('worker:fork', (record) => busRuntime.addWorker(record))
-    supervisor.on('record:exit', (record) => busRuntime.removeWorker(record))
+    supervisor.on('record:exit', (record) => {
+      busRuntime.removeWorker(record)
+      recovery.forgetProcess(record.pid)
+    })
     supervisor.on('crashloop', onCrashLoop)
     supervisor.on('record:gone', exitIfNothingServes)
     supervisor.once('boot-fatal', onBootFatal)

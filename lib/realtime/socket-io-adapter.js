@@ -17,6 +17,7 @@
 
 const debug = require('debug')('clusterize:socket.io')
 const { internalBus } = require('../bus')
+const { createRecovery } = require('./socket-io-recovery')
 
 const TOPIC_PREFIX = '$cz:sio:'
 const kNamed = Symbol('clusterize.sessionIdsBySlot')
@@ -49,8 +50,23 @@ function nameSessionsBySlot (server) {
   })
 }
 
+/** The recovery bounds from createAdapter()'s options (see types/socket.io.d.ts). */
+function recoveryOptions (options) {
+  const recovery = (options && options.recovery) || {}
+  for (const key of ['maxPackets', 'maxSessions']) {
+    if (recovery[key] !== undefined && !(Number.isInteger(recovery[key]) && recovery[key] > 0)) {
+      throw new TypeError(`clusterize-express/socket.io: createAdapter({ recovery: { ${key} } }) must be an integer > 0, got ${String(recovery[key])}`)
+    }
+  }
+  if (recovery.liveWaitMs !== undefined && !(Number.isFinite(recovery.liveWaitMs) && recovery.liveWaitMs >= 0)) {
+    throw new TypeError(`clusterize-express/socket.io: createAdapter({ recovery: { liveWaitMs } }) must be a number >= 0, got ${String(recovery.liveWaitMs)}`)
+  }
+  return recovery
+}
+
 /**
- * @param {{ heartbeatInterval?: number, heartbeatTimeout?: number }} [options] passed to socket.io-adapter
+ * @param {{ heartbeatInterval?: number, heartbeatTimeout?: number, recovery?: { maxPackets?: number, maxSessions?: number, liveWaitMs?: number } }} [options]
+ *   heartbeat*: passed to socket.io-adapter; recovery: bounds of connectionStateRecovery's state in the primary
  * @returns {(nsp: object) => object} what io.adapter() takes
  */
 function createAdapter (options) {
@@ -60,9 +76,14 @@ function createAdapter (options) {
     constructor (nsp) {
       super(nsp, options || {})
       this.topic = TOPIC_PREFIX + nsp.name
+      // socket.io's connectionStateRecovery: broadcasts are numbered by the primary (./socket-io-recovery.js).
+      this.recovery = nsp.server.opts && nsp.server.opts.connectionStateRecovery ? createRecovery(this, recoveryOptions(options)) : null
+      this.deliverLocally = (packet, opts) => Adapter.prototype.broadcast.call(this, packet, opts)
       this.onBusMessage = (data) => {
         if (!data || typeof data !== 'object') return
-        if (data.t === 'm' && data.m && data.m.uid !== this.uid) {
+        if (data.t === 's') {
+          if (this.recovery !== null) this.recovery.deliver(data, this.deliverLocally)
+        } else if (data.t === 'm' && data.m && data.m.uid !== this.uid) {
           this.onMessage(data.m)
         } else if (data.t === 'r' && data.to === this.uid) {
           this.onResponse(data.r)
@@ -81,6 +102,11 @@ function createAdapter (options) {
      * sockets of this worker (the base class would log it at debug level).
      */
     broadcast (packet, opts) {
+      if (this.recovery !== null && !(opts.flags && opts.flags.local)) {
+        // Delivered here too when it comes back numbered: one order on every worker.
+        this.recovery.publish(packet, opts)
+        return
+      }
       if (!(opts.flags && opts.flags.local)) {
         internalBus.broadcast(this.topic, {
           t: 'm',
@@ -101,7 +127,18 @@ function createAdapter (options) {
       return Promise.resolve()
     }
 
+    /** Save a socket cut with a recoverable reason in the primary (connectionStateRecovery). */
+    persistSession (session) {
+      if (this.recovery !== null) this.recovery.persist(session)
+    }
+
+    /** The session of `pid` and the packets it missed after `offset`, from the primary; null if it cannot be restored. */
+    restoreSession (pid, offset) {
+      return this.recovery !== null ? this.recovery.restore(pid, offset) : Promise.resolve(null)
+    }
+
     close () {
+      if (this.recovery !== null) this.recovery.close()
       internalBus.off(this.topic, this.onBusMessage)
       return super.close()
     }

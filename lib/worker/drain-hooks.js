@@ -28,8 +28,44 @@ function onDrain (fn) {
  */
 function runDrainHooks (info, log) {
   if (hooks.size === 0) return Promise.resolve()
-  const runs = Array.from(hooks, (fn) => Promise.resolve().then(() => fn(info)).catch((err) => {
-    if (log) log.error(`onDrain hook failed: ${err && err.message}`, { pid: process.pid })
+  return runBounded(hooks, info, log, 'onDrain hook')
+}
+
+/**
+ * Library code's last word before a draining worker reports drained and
+ * exits: functions registered here run once its connections are closed
+ * (or destroyed at the deadline), e.g. to make sure state written on
+ * disconnect (socket.io sessions to recover) has reached the primary.
+ * They get at least CLOSED_GRACE_MS even when the drain deadline has
+ * passed; the primary's backstop (SIGKILL) comes 2 s after the deadline.
+ */
+const closedHooks = new Set()
+const CLOSED_GRACE_MS = 1000
+
+/**
+ * @param {(info: { reason: string, deadline: number }) => (void|Promise<void>)} fn
+ * @returns {() => void} removes the hook
+ */
+function onConnectionsClosed (fn) {
+  if (typeof fn !== 'function') throw new TypeError('onConnectionsClosed(fn): fn must be a function')
+  closedHooks.add(fn)
+  return function removeClosedHook () { closedHooks.delete(fn) }
+}
+
+/**
+ * Run the onConnectionsClosed hooks, bounded like runDrainHooks (with at least CLOSED_GRACE_MS).
+ * @param {{ reason: string, deadline: number }} info
+ * @param {object} [log]
+ */
+function runConnectionsClosedHooks (info, log) {
+  if (closedHooks.size === 0) return Promise.resolve()
+  return runBounded(closedHooks, { reason: info.reason, deadline: Math.max(info.deadline, Date.now() + CLOSED_GRACE_MS) }, log, 'drain hook')
+}
+
+/** Run every function of `set` with `info`; resolve when all settled or `info.deadline` passes. */
+function runBounded (set, info, log, what) {
+  const runs = Array.from(set, (fn) => Promise.resolve().then(() => fn(info)).catch((err) => {
+    if (log) log.error(`${what} failed: ${err && err.message}`, { pid: process.pid })
   }))
   return new Promise((resolve) => {
     const timer = setTimeout(resolve, Math.max(0, info.deadline - Date.now()))
@@ -41,4 +77,4 @@ function runDrainHooks (info, log) {
   })
 }
 
-module.exports = { onDrain, runDrainHooks }
+module.exports = { onDrain, runDrainHooks, onConnectionsClosed, runConnectionsClosedHooks }

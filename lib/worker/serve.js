@@ -9,7 +9,7 @@ const net = require('net')
 const { loadApp } = require('./load-app')
 const { trackConnections } = require('./connections')
 const poolRegistry = require('../pool/registry')
-const { runDrainHooks } = require('./drain-hooks')
+const { runDrainHooks, runConnectionsClosedHooks } = require('./drain-hooks')
 const { watchListenCalls } = require('./pitfalls')
 
 /**
@@ -44,6 +44,7 @@ async function drainServer (target, timeoutMs, reason) {
   const remaining = Math.max(0, deadline - Date.now())
   const timedOut = target.tracker ? await raceDeadline(target.tracker.drain({ reason, graceMs: remaining }), remaining) : false
   if (timedOut) target.tracker.destroyAll()
+  await runConnectionsClosedHooks({ reason: reason || 'shutdown', deadline }, target.log)
   await poolRegistry.closeAll({ timeoutMs: Math.max(0, deadline - Date.now()) }).catch(() => {})
   return timedOut
 }

@@ -11,6 +11,7 @@ const { listenServer } = require('./listen')
 const { prepareServer, drainServer } = require('./serve')
 const { busRuntime, internalBus } = require('../bus')
 const { attachSessionBackend, backendFor } = require('../session/cluster-service')
+const { attachRecoveryService } = require('../realtime/recovery-service')
 const { setSessionLogger } = require('../session/log')
 const { handleSignals } = require('../signals')
 const { createLogger } = require('../logger')
@@ -33,6 +34,7 @@ function startStandalone (createApp, config) {
   busRuntime.configure(config.bus, { logger: log, role: 'local' })
   setSessionLogger(log)
   attachSessionBackend(internalBus)
+  attachRecoveryService(internalBus)
   Object.defineProperty(handle, 'bus', { enumerable: true, get: () => require('../bus').bus })
 
   handle.ready = (async () => {

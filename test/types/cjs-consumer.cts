@@ -25,3 +25,8 @@ cz.clusterize(() => require('express')(), { bus: { redis: 'redis+cluster://10.0.
 cz.clusterize(() => require('express')(), { bus: { shardedPubSub: true } })
 // @ts-expect-error a Redis target is not a number
 cz.session({ redis: 6379 })
+// clusterize-express/socket.io: the adapter and its connection-state recovery bounds.
+import sio = require('clusterize-express/socket.io')
+sio.createAdapter({ heartbeatInterval: 500, recovery: { maxPackets: 1000, maxSessions: 5000, liveWaitMs: 2000 } })
+// @ts-expect-error recovery.maxPackets is a number
+sio.createAdapter({ recovery: { maxPackets: 'many' } })

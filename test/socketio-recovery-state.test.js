@@ -1,0 +1,93 @@
+'use strict'
+
+/**
+ * The primary's side of socket.io connection-state recovery
+ * (lib/realtime/recovery-service.js), in process: offsets, bounds, expiry,
+ * and a restore that races the old worker's persist.
+ */
+
+const { test } = require('node:test')
+const assert = require('node:assert')
+const { NamespaceState, RecoveryService } = require('../lib/realtime/recovery-service')
+
+const toAll = { rooms: [], except: [] }
+const session = (pid, rooms) => ({ sid: 'sid-' + pid, pid, rooms, data: { name: pid } })
+
+test('restore returns the packets after the offset for the session\'s rooms, once', () => {
+  const state = new NamespaceState('/')
+  const now = Date.now()
+  const first = state.append({ data: ['m', 1] }, toAll, now)
+  state.append({ data: ['m', 2] }, { rooms: ['a'], except: [] }, now)
+  state.append({ data: ['m', 3] }, { rooms: ['b'], except: [] }, now)
+  state.append({ data: ['m', 4] }, { rooms: [], except: ['a'] }, now)
+  state.append({ data: ['m', 5] }, toAll, now)
+  state.persist(session('p1', ['sid-p1', 'a']), now)
+  const restored = state.restore('p1', first, now)
+  assert.deepStrictEqual(restored.missed.map(([, data]) => data[1]), [2, 5])
+  assert.deepStrictEqual(restored.session.rooms, ['sid-p1', 'a'])
+  assert.strictEqual(restored.head, 5)
+  assert.strictEqual(state.restore('p1', first, now), null, 'a session restores once')
+})
+
+test('an offset from another primary, from the future, or older than the log is not recovered', () => {
+  const state = new NamespaceState('/')
+  state.maxPackets = 3
+  const now = Date.now()
+  const offsets = []
+  for (let i = 1; i <= 6; i++) offsets.push(state.append({ data: ['m', i] }, toAll, now))
+  assert.strictEqual(state.size, 3, 'at most maxPackets kept')
+  const other = new NamespaceState('/')
+  for (const offset of [offsets[1], other.offsetOf(5), state.offsetOf(99), 'garbage', undefined]) {
+    state.persist(session('p', ['sid-p']), now)
+    assert.strictEqual(state.restore('p', offset, now), null, `offset ${offset}`)
+  }
+  // The packet right after offsets[2] (4) is still kept: recovered.
+  state.persist(session('p', ['sid-p']), now)
+  assert.deepStrictEqual(state.restore('p', offsets[2], now).missed.map(([seq]) => seq), [4, 5, 6])
+})
+
+test('packets and sessions expire after maxDisconnectionDuration; sessions are bounded by maxSessions', () => {
+  const state = new NamespaceState('/')
+  state.maxDisconnectionDuration = 1000
+  state.maxSessions = 2
+  const t0 = Date.now()
+  const offset = state.append({ data: ['m', 1] }, toAll, t0)
+  state.persist(session('old', ['sid-old']), t0)
+  state.append({ data: ['m', 2] }, toAll, t0 + 2000)
+  assert.strictEqual(state.size, 1, 'the old packet expired')
+  assert.strictEqual(state.sessions.size, 0, 'the old session expired')
+  for (const pid of ['x', 'y', 'z']) state.persist(session(pid, []), t0 + 2000)
+  assert.deepStrictEqual([...state.sessions.keys()], ['y', 'z'], 'the oldest session goes first')
+  // Packet 1 expired, but the client had it (its offset): what follows is all there.
+  assert.deepStrictEqual(state.restore('y', offset, t0 + 2000).missed.map(([seq]) => seq), [2])
+  state.append({ data: ['m', 3] }, toAll, t0 + 4000)
+  assert.strictEqual(state.restore('z', offset, t0 + 4000), null, 'packet 2 expired: offset 1 is too old (and so is the session)')
+})
+
+test('a restore that arrives before the old worker persisted the socket waits for it (bounded)', async () => {
+  const sent = []
+  const service = new RecoveryService({ broadcast: (topic, data, options) => sent.push({ topic, data, options }) })
+  service.onQueueMessage({ op: 'cfg', n: '/', d: 60000, l: 5000 }, {})
+  service.onQueueMessage({ op: 'live', n: '/', s: 'p1', w: 111 }, {})
+  service.onQueueMessage({ op: 'pub', n: '/', k: 1, m: { uid: 'u', packet: { type: 2, data: ['m', 1] }, opts: toAll } }, {})
+  const offset = sent[0].data.o
+  assert.strictEqual(sent[0].options.scope, 'host')
+  assert.strictEqual(sent[1].options.scope, 'remote', 'forwarded to the other hosts to number')
+  service.onQueueMessage({ op: 'pub', n: '/', k: 1, m: { uid: 'u', packet: { type: 2, data: ['m', 2] }, opts: toAll } }, {})
+  const pending = service.onStateRequest({ op: 'restore', n: '/', s: 'p1', o: offset })
+  assert.ok(pending instanceof Promise, 'waits: p1 is still connected on its old worker')
+  service.onStateRequest({ op: 'persist', n: '/', session: session('p1', ['sid-p1']) })
+  const restored = await pending
+  assert.deepStrictEqual(restored.missed.map(([, data]) => data[1]), [2])
+
+  // A socket whose worker exits without persisting it: the wait ends at once.
+  service.onQueueMessage({ op: 'live', n: '/', s: 'p2', w: 222 }, {})
+  const gone = service.onStateRequest({ op: 'restore', n: '/', s: 'p2', o: offset })
+  service.forgetProcess(222)
+  assert.strictEqual(await gone, null)
+  // A packet from another host is numbered here and not sent back over Redis.
+  sent.length = 0
+  service.onQueueMessage({ op: 'pub', n: '/', k: 1, m: { uid: 'v', packet: { type: 2, data: ['m', 3] }, opts: toAll } }, { host: 'other' })
+  assert.deepStrictEqual(sent.map((s) => s.options.scope), ['host'])
+  assert.deepStrictEqual(service.stats(), { namespaces: 1, packets: 3, sessions: 0, live: 0 })
+})
