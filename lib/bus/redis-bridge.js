@@ -68,7 +68,8 @@ function createRedisBridge (options) {
       // One line per outage; the reconnect attempts that follow are traced with debug.
       const what = loggedOnce ? `lost its ${which} connection` : `cannot connect its ${which}`
       loggedOnce = true
-      log.warn(`bus: Redis bridge (${where}) ${what}: ${cause}; reconnecting`, { channel, err })
+      // Not the error object: ioredis attaches the failed command, which may be AUTH with the password.
+      log.warn(`bus: Redis bridge (${where}) ${what}: ${cause}; reconnecting`, { channel })
       if (options.onStateChange) options.onStateChange({ connected: false, lastError })
     } else {
       debug('redis %s error: %s', which, cause)
