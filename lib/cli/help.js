@@ -35,6 +35,8 @@ Start flags
                        store, so logins work across workers with no code change  [default memory]
   --redis URL          bridge the bus to other hosts through Redis, and export
                        REDIS_URL so session() uses the Redis store               [env REDIS_URL]
+                       redis://host:6379, redis+sentinel://host:26379,.../name,
+                       redis+cluster://host:7000,host:7001
   --reload-signal SIG  the signal that starts a rolling reload                  [default SIGUSR2]
   --pid-file F         where the primary writes its pid file                    [default ./clusterize.pid]
   --json               structured logs: one JSON object per line on stdout
