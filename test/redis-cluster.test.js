@@ -10,46 +10,19 @@
 
 const { describe, it, before, after } = require('node:test')
 const assert = require('node:assert/strict')
-const path = require('path')
 const crypto = require('crypto')
 const Redis = require('ioredis')
 const { ClusterizeRedisStore } = require('../lib/session/redis-store')
 const { startRedisCluster } = require('./helpers/redis-topology')
 const { redisServerPath } = require('./helpers/redis')
-const { startCluster, stopAll } = require('./helpers/cluster')
+const { stopAll } = require('./helpers/cluster')
 const { sessionExpiringIn } = require('./helpers/session')
-const { logInUsers, runSessionLoad, visitAll } = require('./helpers/session-load')
-const { eventually } = require('./helpers/wait')
+const { call, twoBusClusters, broadcastReaches, failoverUnderLoad } = require('./helpers/redis-failover')
 
-const SESSION_FIXTURE = path.join(__dirname, 'fixtures', 'session-cluster.js')
-const BUS_FIXTURE = path.join(__dirname, 'fixtures', 'bus-cluster.js')
 const IN_CI = process.env.CI === 'true' || process.env.CI === '1'
 const missing = redisServerPath() ? false : 'redis-server is not installed (apt-get install redis-server)'
 if (missing && IN_CI) throw new Error(`${missing}: under CI=true the Redis Cluster tests must run`)
 const options = { skip: missing, timeout: 120000 }
-
-function call (store, op, ...args) {
-  return new Promise((resolve, reject) => store[op](...args, (err, value) => err ? reject(err) : resolve(value)))
-}
-
-function busDriver (cluster) {
-  return async (target, action, args) => {
-    const reply = await cluster.command({ type: 'bus-test:do', target, action, args }, 'bus-test:reply', 30000)
-    if (reply.error) throw new Error(`${action} on ${target} failed: ${reply.error.message}`)
-    return reply.result
-  }
-}
-
-/** Broadcast from A's worker 0 until B's worker 1 has it (a subscription may still be settling). */
-async function broadcastReaches (runA, runB, marker) {
-  let n = 0
-  return eventually(async () => {
-    await runA(0, 'broadcast', { topic: 't:b', data: { marker: `${marker}:${n++}` } })
-    await new Promise((resolve) => setTimeout(resolve, 100))
-    const got = await runB(1, 'received')
-    return got.find((r) => r.data && typeof r.data.marker === 'string' && r.data.marker.startsWith(marker + ':'))
-  }, { timeoutMs: 30000, intervalMs: 200, what: `a broadcast "${marker}" from cluster A to reach cluster B` })
-}
 
 describe('Redis Cluster', options, () => {
   let redis
@@ -101,25 +74,16 @@ describe('Redis Cluster', options, () => {
   })
 
   it('the bus between two clusters uses sharded pub/sub: only the channel\'s shard carries it', async () => {
-    const channel = 'cz:bus:' + crypto.randomBytes(4).toString('hex')
-    const env = { BUS_WORKERS: '2', BUS_REDIS: redis.url, BUS_CHANNEL: channel }
-    const a = await startCluster(BUS_FIXTURE, { env })
-    const b = await startCluster(BUS_FIXTURE, { env })
+    const pair = await twoBusClusters(redis.url)
     try {
-      const runA = busDriver(a)
-      const runB = busDriver(b)
-      const status = await eventually(async () => {
-        const s = (await runA('primary', 'status')).bridge
-        return s && s.connected && s
-      }, { what: 'bridge A to connect' })
+      const status = await pair.connected()
       assert.equal(status.topology, 'cluster')
       assert.equal(status.pubsub, 'sharded')
-      await broadcastReaches(runA, runB, 'sharded')
+      await broadcastReaches(pair, 'sharded')
 
-      const owner = await redis.masterFor(channel)
-      const ownerNode = new Redis(owner, '127.0.0.1')
+      const ownerNode = new Redis(await redis.masterFor(pair.channel), '127.0.0.1')
       try {
-        const [, shardSubscribers] = await ownerNode.call('PUBSUB', 'SHARDNUMSUB', channel)
+        const [, shardSubscribers] = await ownerNode.call('PUBSUB', 'SHARDNUMSUB', pair.channel)
         assert.equal(Number(shardSubscribers), 2, 'both hosts subscribe on the shard that owns the channel')
       } finally {
         ownerNode.disconnect()
@@ -127,75 +91,34 @@ describe('Redis Cluster', options, () => {
       for (const port of redis.ports) {
         const node = new Redis(port, '127.0.0.1')
         try {
-          const [, classic] = await node.call('PUBSUB', 'NUMSUB', channel)
+          const [, classic] = await node.call('PUBSUB', 'NUMSUB', pair.channel)
           assert.equal(Number(classic), 0, `no classic subscription on node ${port}`)
         } finally {
           node.disconnect()
         }
       }
     } finally {
-      await Promise.all([a.stop(), b.stop()])
+      await pair.stop()
     }
   })
 
   it('bus.shardedPubSub: false uses classic pub/sub on the cluster', async () => {
-    const channel = 'cz:bus:' + crypto.randomBytes(4).toString('hex')
-    const env = { BUS_WORKERS: '2', BUS_REDIS: redis.url, BUS_CHANNEL: channel, BUS_SHARDED: 'false' }
-    const a = await startCluster(BUS_FIXTURE, { env })
-    const b = await startCluster(BUS_FIXTURE, { env })
+    const pair = await twoBusClusters(redis.url, { BUS_SHARDED: 'false' })
     try {
-      const runA = busDriver(a)
-      const runB = busDriver(b)
-      const status = await eventually(async () => {
-        const s = (await runA('primary', 'status')).bridge
-        return s && s.connected && s
-      }, { what: 'bridge A to connect' })
-      assert.equal(status.pubsub, 'classic')
-      await broadcastReaches(runA, runB, 'classic')
+      assert.equal((await pair.connected()).pubsub, 'classic')
+      await broadcastReaches(pair, 'classic')
     } finally {
-      await Promise.all([a.stop(), b.stop()])
+      await pair.stop()
     }
   })
 
   it('a master failover under session load: 503 with Retry-After in the gap, never a wrong session, recovery by itself, sessions kept, the bus flows again', async () => {
-    const prefix = 'cz-fo-' + crypto.randomBytes(3).toString('hex') + ':'
-    const channel = 'cz:bus:' + crypto.randomBytes(4).toString('hex')
-    const sessions = await startCluster(SESSION_FIXTURE, {
-      env: { CZ_SESSION_OPTIONS: JSON.stringify({ store: 'redis', redis: redis.url, prefix }), CZ_TEST_OPTIONS: JSON.stringify({ workers: 2 }) }
-    })
-    const busEnv = { BUS_WORKERS: '2', BUS_REDIS: redis.url, BUS_CHANNEL: channel }
-    const a = await startCluster(BUS_FIXTURE, { env: busEnv })
-    const b = await startCluster(BUS_FIXTURE, { env: busEnv })
-    try {
-      const runA = busDriver(a)
-      const runB = busDriver(b)
-      await broadcastReaches(runA, runB, 'before')
-      const workersBefore = (await sessions.stats()).workers.map((w) => w.pid).sort()
-
-      const users = await logInUsers(sessions.port, 20, 'cluster-user')
-      assert.deepEqual(await visitAll(sessions.port, users), users.map(() => 'ok'))
-      await redis.syncReplicas()
-
+    await failoverUnderLoad({
+      url: redis.url,
+      label: 'cluster-user',
+      syncReplicas: () => redis.syncReplicas(),
       // The channel's master: the failover then hits the bus and about a third of the sessions.
-      const victim = await redis.masterFor(channel)
-      const load = runSessionLoad(sessions.port, users)
-      await eventually(() => load.tally.ok >= 40, { what: 'session traffic before the failover' })
-      await redis.failOver(victim)
-      const okAtFailover = load.tally.ok
-      await eventually(() => load.tally.ok >= okAtFailover + 100, { timeoutMs: 30000, what: 'session traffic after the failover' })
-      const tally = await load.stop()
-      assert.deepEqual(tally.wrong, [], 'no wrong answer: no silent new session, no other user\'s session, no 500')
-
-      // Recovered by itself: every session written before the failover is there.
-      const outcomes = await eventually(async () => {
-        const round = await visitAll(sessions.port, users)
-        return round.every((o) => o === 'ok') && round
-      }, { timeoutMs: 20000, what: 'every user served again after the failover' })
-      assert.equal(outcomes.length, 20)
-      await broadcastReaches(runA, runB, 'after')
-      assert.deepEqual((await sessions.stats()).workers.map((w) => w.pid).sort(), workersBefore, 'no worker crashed or was replaced')
-    } finally {
-      await Promise.all([sessions.stop(), a.stop(), b.stop()])
-    }
+      failOver: async (channel) => redis.failOver(await redis.masterFor(channel))
+    })
   })
 })
