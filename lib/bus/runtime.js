@@ -24,9 +24,10 @@ const EventEmitter = require('events')
 const debug = require('debug')('clusterize:bus')
 const { BusCore, wrapLogger } = require('./core')
 const { createCodec } = require('./codec')
-const { createPrimaryTransport } = require('./primary')
-const { createWorkerTransport } = require('./worker')
-const { createLocalTransport } = require('./local')
+// Each process needs one transport: loaded by role, so the primary does not hold the worker's code.
+const createPrimaryTransport = (core) => require('./primary').createPrimaryTransport(core)
+const createWorkerTransport = (core, options) => require('./worker').createWorkerTransport(core, options)
+const createLocalTransport = (core) => require('./local').createLocalTransport(core)
 
 /** The bus options' defaults live with every other option's, in lib/config.js. */
 const DEFAULT_CONFIG = require('../config').DEFAULTS.bus
