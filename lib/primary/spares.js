@@ -13,6 +13,13 @@
 const debug = require('debug')('clusterize:spares')
 const { backoffDelay } = require('./backoff')
 
+/**
+ * After a promotion the next spare is forked this much later: forking and
+ * booting a process takes a core for a while, which the promoted spare needs
+ * for its first requests, on small machines most of all.
+ */
+const REFILL_AFTER_PROMOTION_MS = 250
+
 class Spares {
   /**
    * @param {import('./supervisor').Supervisor} supervisor
@@ -27,12 +34,16 @@ class Spares {
     this.timer = null
   }
 
-  /** Fork spares until there are `count` (at once, or after a backoff when spares keep failing). */
-  replenish () {
+  /**
+   * Fork spares until there are `count`: at once, after a backoff when spares
+   * keep failing, or a little later when one was just promoted.
+   * @param {number} [minDelayMs=0]
+   */
+  replenish (minDelayMs) {
     const supervisor = this.supervisor
     if (this.timer || supervisor.stopped || supervisor.crashLooping) return
     if (this.records.size >= this.count) return
-    const delayMs = backoffDelay(this.failures, supervisor.config.restart)
+    const delayMs = Math.max(backoffDelay(this.failures, supervisor.config.restart), minDelayMs || 0)
     const fork = () => {
       this.timer = null
       if (supervisor.stopped || supervisor.crashLooping) return
@@ -75,6 +86,11 @@ class Spares {
       }
     }
     this.replenish()
+  }
+
+  /** A spare was promoted: its replacement is forked once the promoted one has had the CPU for a moment. */
+  refillAfterPromotion () {
+    this.replenish(REFILL_AFTER_PROMOTION_MS)
   }
 
   stop () {

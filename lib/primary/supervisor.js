@@ -83,7 +83,7 @@ class Supervisor extends EventEmitter {
     this.log.info(`worker ${slot} replaced by a warm spare`, { pid: record.pid, generation: record.generation })
     this.emit('worker:ready', record.publicView())
     this.emit('record:ready', record)
-    this.spares.replenish()
+    this.spares.refillAfterPromotion()
     return true
   }
 
