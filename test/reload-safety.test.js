@@ -58,7 +58,9 @@ for (const crashAfterMs of [300, 1000]) {
   })
 }
 
-test('the breaker trips while the last old worker drains: once it has left, the primary exits 1 instead of hanging', async () => {
+// Bounded: if the new code died before the primary saw it ready, the reload is
+// (rightly) rolled back and the primary keeps serving; the test must then fail, not hang.
+test('the breaker trips while the last old worker drains: once it has left, the primary exits 1 instead of hanging', { timeout: 90000 }, async () => {
   const flag = path.join(tmp, 'crash-no-bake')
   const cluster = await startCluster(fixture, {
     env: env({
@@ -68,9 +70,11 @@ test('the breaker trips while the last old worker drains: once it has left, the 
       restart: { backoffInitialMs: 10, backoffMaxMs: 50, maxCrashes: 3, crashWindowMs: 60000 }
     }, { CZ_CRASH_AFTER_READY_FILE: flag })
   })
-  const slow = cluster.get('/slow?ms=3000')
+  // The new code dies 1 s after boot: long after the primary has seen it ready, even on a
+  // loaded machine, and three such crashes fit well inside the old worker's 8 s request.
+  const slow = cluster.get('/slow?ms=8000', { timeoutMs: 30000 })
   await cluster.waitInFlight(1)
-  fs.writeFileSync(flag, '200')
+  fs.writeFileSync(flag, '1000')
   cluster.reload().catch(() => {})
   const { code } = await cluster.exit
   assert.strictEqual(code, 1)

@@ -110,10 +110,19 @@ function command (cluster, message, replyType, timeoutMs) {
       if (reply && reply.type === replyType && (reply.id === undefined || reply.id === id)) {
         clearTimeout(timer)
         cluster.child.removeListener('message', onMessage)
+        cluster.child.removeListener('exit', onExit)
         resolve(reply)
       }
     }
+    // A primary that exits will never answer: say so now, not at the timeout.
+    function onExit (code, signal) {
+      clearTimeout(timer)
+      cluster.child.removeListener('message', onMessage)
+      reject(new Error(`the primary exited (code ${code}, signal ${signal}) before its ${replyType} reply`))
+    }
+    if (cluster.child.exitCode !== null || cluster.child.signalCode !== null) return onExit(cluster.child.exitCode, cluster.child.signalCode)
     cluster.child.on('message', onMessage)
+    cluster.child.once('exit', onExit)
     cluster.child.send(Object.assign({ id }, message))
   })
 }
