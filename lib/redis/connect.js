@@ -12,6 +12,11 @@ function reconnectDelay (times) {
   return Math.min(50 * times, MAX_RECONNECT_DELAY_MS)
 }
 
+/** @returns {boolean} reconnect (without resending the command) on a READONLY error */
+function reconnectWhenReadOnly (err) {
+  return /^READONLY/.test(err.message)
+}
+
 /**
  * Fail-fast settings: no queue while disconnected, one retry per command, a
  * command timeout, and reconnecting forever with a short capped backoff. A
@@ -61,9 +66,11 @@ function connectRedis (target, settings) {
   }
   const defaults = Object.assign({ retryStrategy: reconnectDelay }, ours)
   if (target.kind === 'sentinel') {
-    // Ask the sentinels again at once when they announce a new primary,
-    // instead of waiting for the old connection to time out.
-    defaults.failoverDetector = true
+    // A primary demoted while it stays up answers writes with READONLY:
+    // reconnect, which asks the sentinels for the new one. (ioredis's
+    // failoverDetector would notice sooner, but its sentinel connections have
+    // no error listener, so a sentinel that is down prints to the console.)
+    defaults.reconnectOnError = reconnectWhenReadOnly
     defaults.sentinelRetryStrategy = reconnectDelay
   }
   if (target.url) return new Redis(target.url, defaults)

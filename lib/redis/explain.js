@@ -11,8 +11,9 @@ const HINTS = [
   [/^NOPERM/i, 'the ACL user lacks a permission these commands need (GET, SET, DEL, SCAN, EVAL, PUBLISH/SPUBLISH, SUBSCRIBE/SSUBSCRIBE)'],
   [/ECONNREFUSED/, 'nothing listens there: is Redis running, and are host and port right?'],
   [/ENOTFOUND|EAI_AGAIN/, 'the host name does not resolve'],
+  // Before the "unreachable" hint: ioredis reports an unknown name inside that message.
+  [/No such master|No master with name/i, 'the sentinels monitor no primary by that name: check `name` (the path of a redis+sentinel:// URL)'],
   [/All sentinels are unreachable/i, 'no sentinel answers: check the sentinels\' host:port list'],
-  [/No master with name|NOMASTER|master .* not found/i, 'the sentinels monitor no primary by that name: check `name` (the path of a redis+sentinel:// URL)'],
   [/Failed to refresh slots cache|ClusterAllFailedError/i, 'no cluster node answers: check the node list, and that the nodes run with cluster-enabled yes']
 ]
 

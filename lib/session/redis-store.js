@@ -338,6 +338,9 @@ class ClusterizeRedisStore extends RedisStore {
     this.redis.off('end', this.onEnd)
     this.flushWaiters(new Error('store closed'))
     if (!this.ownsClient) return
+    // Errors while our own client shuts down are expected: without a listener
+    // ioredis would print them to the console.
+    this.redis.on('error', function closingError (err) { debug('while closing: %s', err.message) })
     if (this.redis.status === 'ready') {
       await this.redis.quit().catch(() => this.redis.disconnect())
     } else {
