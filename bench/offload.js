@@ -111,14 +111,24 @@ function runServer (mode) {
   app.get('/health', (req, res) => { res.json({ ok: true }) })
   app.use(offload.errorHandler()) // answers offload errors; silent for clients that went away
   const histogram = monitorEventLoopDelay({ resolution: 10 })
+  const { PerformanceObserver } = require('node:perf_hooks')
+  let gcs = []
+  const gcObserver = new PerformanceObserver((list) => { for (const e of list.getEntries()) gcs.push(e.duration) })
+  let sched0 = null
   const server = app.listen(0, '127.0.0.1', () => process.send({ port: server.address().port }))
   process.on('message', (msg) => {
     if (msg === 'start') {
       histogram.reset()
       histogram.enable()
+      gcs = []
+      gcObserver.observe({ entryTypes: ['gc'] })
+      sched0 = mainThreadSchedstat()
     } else if (msg === 'stop') {
       histogram.disable()
-      process.send({ loopP99: histogram.percentile(99) / 1e6, loopP50: histogram.percentile(50) / 1e6 })
+      gcObserver.disconnect()
+      const sched1 = mainThreadSchedstat()
+      const waitMs = sched0 && sched1 ? (sched1.waitNs - sched0.waitNs) / 1e6 : NaN
+      process.send({ loopP99: histogram.percentile(99) / 1e6, loopP50: histogram.percentile(50) / 1e6, runQueueMs: waitMs, gcMaxMs: gcs.length ? Math.max(...gcs) : 0 })
     } else if (msg === 'exit') {
       server.closeAllConnections()
       server.close()
@@ -126,6 +136,19 @@ function runServer (mode) {
       done.then(() => process.exit(0))
     }
   })
+}
+
+/**
+ * The event-loop thread's scheduler counters (Linux): ns on a CPU and ns
+ * runnable but waiting for one. null elsewhere.
+ */
+function mainThreadSchedstat () {
+  try {
+    const [runNs, waitNs] = require('node:fs').readFileSync(`/proc/self/task/${process.pid}/schedstat`, 'utf8').trim().split(' ').map(Number)
+    return { runNs, waitNs }
+  } catch {
+    return null
+  }
 }
 
 function startServer (mode, threads) {
@@ -198,7 +221,7 @@ function average (runs) {
     rps: mean((r) => r.rps),
     errors: mean((r) => r.errors),
     health: { p50: mean((r) => r.health.p50), p99: mean((r) => r.health.p99), samples: mean((r) => r.health.samples) },
-    loop: { loopP99: mean((r) => r.loop.loopP99) }
+    loop: { loopP99: mean((r) => r.loop.loopP99), runQueueMs: mean((r) => r.loop.runQueueMs), gcMaxMs: mean((r) => r.loop.gcMaxMs) }
   }
 }
 
@@ -238,6 +261,8 @@ async function main () {
     row('/health p50 ms', (r) => r.health.p50, 2)
     row('/health p99 ms', (r) => r.health.p99, 2)
     row('event-loop delay p99 ms', (r) => r.loop.loopP99, 2)
+    row('event-loop thread waiting for a CPU, ms per s', (r) => r.loop.runQueueMs / HTTP_SECONDS, 0)
+    row('longest GC pause ms (main thread)', (r) => r.loop.gcMaxMs, 2)
     console.log(`\n/health samples: inline ${fmt(inline.health.samples)}, ours ${fmt(offloaded.health.samples)}, piscina ${fmt(piscina.health.samples)}; errors: inline ${fmt(inline.errors)}, ours ${fmt(offloaded.errors)}, ours niceness 0 ${fmt(nice0.errors)}, piscina ${fmt(piscina.errors)}`)
   }
   console.log(`\ntotal ${((performance.now() - started) / 1000).toFixed(1)} s`)

@@ -7,10 +7,10 @@
  */
 
 const os = require('os')
-const fs = require('fs')
 const { ClusterizeOptionError, MAX_TIMER_MS } = require('./errors')
 const { createChecks } = require('./check-options')
 const { DEFAULT_MAX_QUEUED_BYTES } = require('./bus/codec')
+const { availableCpus } = require('./cpus')
 
 const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky']
 const SERIALIZATION = ['json', 'advanced']
@@ -81,43 +81,6 @@ function isLoopback (host) {
 function parsePort (option, value) {
   const port = typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : value
   return checkInteger(option, port, 0, 65535)
-}
-
-/**
- * How many CPUs this process may really use: `os.availableParallelism()`
- * (cgroup-aware from Node 22.12), capped by the cgroup CPU quota on older Node
- * so a container limited to 2 CPUs on a 64-core host does not fork 64 workers.
- * @returns {number}
- */
-function availableCpus () {
-  const parallelism = typeof os.availableParallelism === 'function'
-    ? os.availableParallelism()
-    : os.cpus().length
-  const quota = cgroupCpuQuota()
-  return Math.max(1, quota ? Math.min(parallelism, quota) : parallelism)
-}
-
-function cgroupCpuQuota () {
-  // cgroup v2: "max 100000" or "200000 100000"
-  const v2 = readFileQuietly('/sys/fs/cgroup/cpu.max')
-  if (v2) {
-    const [quota, period] = v2.trim().split(/\s+/)
-    if (quota !== 'max' && Number(period) > 0) return Math.max(1, Math.floor(Number(quota) / Number(period)))
-    return 0
-  }
-  // cgroup v1
-  const quota = Number(readFileQuietly('/sys/fs/cgroup/cpu/cpu.cfs_quota_us'))
-  const period = Number(readFileQuietly('/sys/fs/cgroup/cpu/cpu.cfs_period_us'))
-  if (quota > 0 && period > 0) return Math.max(1, Math.floor(quota / period))
-  return 0
-}
-
-function readFileQuietly (file) {
-  try {
-    return fs.readFileSync(file, 'utf8')
-  } catch {
-    return ''
-  }
 }
 
 function resolveWorkers (value) {

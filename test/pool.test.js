@@ -5,13 +5,14 @@ const assert = require('node:assert/strict')
 const path = require('node:path')
 const { createPool } = require('../lib/pool')
 const registry = require('../lib/pool/registry')
-const { defaultThreads } = require('../lib/pool/options')
+const { defaultThreads, normalizeOptions } = require('../lib/pool/options')
 const offload = require('../middleware/offload')
 const errors = require('../lib/pool/errors')
 const { untilStats: until } = require('./helpers/wait')
 
 const tasks = path.join(__dirname, 'fixtures', 'tasks')
 const ops = (name) => offload.task(path.join(tasks, 'ops.js'), name)
+const createPoolOptionsThreads = () => normalizeOptions({}).threads
 
 const pools = []
 function pool (options) {
@@ -309,8 +310,7 @@ describe('options', () => {
   })
 
   it('default size is cluster-aware', () => {
-    const os = require('node:os')
-    const cores = os.availableParallelism()
+    const cores = require('../lib/cpus').availableCpus()
     const saved = process.env.CLUSTERIZE_WORKERS
     try {
       delete process.env.CLUSTERIZE_WORKERS
@@ -320,6 +320,24 @@ describe('options', () => {
       process.env.CLUSTERIZE_WORKERS = '2'
       assert.equal(defaultThreads(), Math.max(1, Math.floor(cores / 2)))
     } finally {
+      if (saved === undefined) delete process.env.CLUSTERIZE_WORKERS
+      else process.env.CLUSTERIZE_WORKERS = saved
+    }
+  })
+
+  it('default size follows the CPUs the process may use (cgroup quota), not the host cores', () => {
+    const cpus = require('../lib/cpus')
+    const real = cpus.availableCpus
+    const saved = process.env.CLUSTERIZE_WORKERS
+    try {
+      delete process.env.CLUSTERIZE_WORKERS
+      cpus.availableCpus = () => 3 // e.g. cpu.max "300000 100000" on a bigger host
+      assert.equal(defaultThreads(), 3)
+      assert.equal(createPoolOptionsThreads(), 3)
+      process.env.CLUSTERIZE_WORKERS = '2'
+      assert.equal(defaultThreads(), 1)
+    } finally {
+      cpus.availableCpus = real
       if (saved === undefined) delete process.env.CLUSTERIZE_WORKERS
       else process.env.CLUSTERIZE_WORKERS = saved
     }

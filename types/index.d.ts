@@ -466,7 +466,7 @@ export interface OffloadResourceLimits {
 }
 
 export interface PoolOptions {
-  /** Default: max(1, floor(os.availableParallelism() / CLUSTERIZE_WORKERS)). */
+  /** Default: max(1, floor(CPUs this process may use (cgroup quota included) / CLUSTERIZE_WORKERS)). */
   threads?: number
   /** Tasks allowed to wait for a thread. Default threads * 64; 0 = none; Infinity = unbounded. */
   maxQueue?: number

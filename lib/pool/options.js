@@ -1,9 +1,9 @@
 'use strict'
 
-const os = require('node:os')
 const path = require('node:path')
 const { OffloadOptionError } = require('./errors')
 const { createChecks, describe } = require('../check-options')
+const cpus = require('../cpus')
 
 const RESOURCE_LIMIT_KEYS = ['maxOldGenerationSizeMb', 'maxYoungGenerationSizeMb', 'codeRangeSizeMb', 'stackSizeMb']
 const POOL_KEYS = ['threads', 'maxQueue', 'taskTimeoutMs', 'resourceLimits', 'setup', 'maxStartupFailures', 'niceness']
@@ -19,13 +19,15 @@ const DEFAULT_NICENESS = 10
 const QUEUE_PER_THREAD = 64
 
 /**
- * Default thread count: the cores this process may use divided by the number
- * of cluster workers on the host (CLUSTERIZE_WORKERS, set by the primary), at
- * least 1, so N workers do not start N x cores threads.
+ * Default thread count: the cores this process may use (cgroup CPU quota
+ * included, see ../cpus.js) divided by the number of cluster workers on the
+ * host (CLUSTERIZE_WORKERS, set by the primary), at least 1, so N workers do
+ * not start N x cores threads and a container limited to 2 CPUs on a large
+ * host does not start one thread per host core.
  * @returns {number}
  */
 function defaultThreads () {
-  const cores = typeof os.availableParallelism === 'function' ? os.availableParallelism() : os.cpus().length
+  const cores = cpus.availableCpus()
   const env = Number(process.env.CLUSTERIZE_WORKERS)
   const workers = Number.isInteger(env) && env > 0 ? env : 1
   return Math.max(1, Math.floor(cores / workers))
