@@ -60,6 +60,11 @@ describe('Redis Cluster', options, () => {
       await call(store, 'touch', 'never-saved', sessionExpiringIn(60000))
       assert.equal(await call(store, 'get', 'never-saved'), null, 'touch does not revive a missing session')
 
+      const viaClient = new ClusterizeRedisStore({ redis: direct, prefix })
+      assert.equal(await call(viaClient, 'length'), 30, 'an ioredis Cluster client passed in works the same')
+      await viaClient.close()
+      assert.equal(direct.status, 'ready', 'a client passed in is left open')
+
       await call(store, 'destroy', 'sid-7')
       assert.equal(await call(store, 'get', 'sid-7'), null)
       await call(store, 'clear')
