@@ -10,7 +10,7 @@ const path = require('path')
 const crypto = require('crypto')
 const assert = require('node:assert/strict')
 const { startCluster } = require('./cluster')
-const { logInUsers, runSessionLoad, visitAll } = require('./session-load')
+const { logInUsers, runSessionLoad, visitAll, markSynced } = require('./session-load')
 const { eventually } = require('./wait')
 
 const SESSION_FIXTURE = path.join(__dirname, '..', 'fixtures', 'session-cluster.js')
@@ -71,8 +71,9 @@ async function broadcastReaches (pair, marker) {
  * 2 workers on the Redis store serve 20 logged-in users (every request reads
  * and writes the session) while `failOver(channel)` kills the primary or a
  * master; two bus clusters talk over the same Redis. Asserts: no wrong
- * answer (a 503 carries Retry-After), every user served again by itself,
- * every session kept, the bus flowing again, no worker replaced.
+ * answer (a 503 carries Retry-After; see session-load.js for what async
+ * replication may roll back), every user served again by itself, every
+ * session kept, the bus flowing again, no worker replaced.
  * @param {{ url: string, label: string, syncReplicas: () => Promise<void>, failOver: (channel: string) => Promise<*> }} topology
  */
 async function failoverUnderLoad (topology) {
@@ -88,7 +89,10 @@ async function failoverUnderLoad (topology) {
 
     const users = await logInUsers(sessions.port, 20, topology.label)
     assert.deepEqual(await visitAll(sessions.port, users), users.map(() => 'ok'))
+    // What the replicas hold now must survive the failover; later writes may be lost with the
+    // old primary (Redis replicates asynchronously) and are counted as rolled back, not wrong.
     await topology.syncReplicas()
+    markSynced(users)
 
     const load = runSessionLoad(sessions.port, users)
     await eventually(() => load.tally.ok >= 40, { what: 'session traffic before the failover' })
@@ -96,7 +100,7 @@ async function failoverUnderLoad (topology) {
     const okAtFailover = load.tally.ok
     await eventually(() => load.tally.ok >= okAtFailover + 100, { timeoutMs: 30000, what: 'session traffic after the failover' })
     const tally = await load.stop()
-    assert.deepEqual(tally.wrong, [], 'no wrong answer: no silent new session, no other user\'s session, no 500')
+    assert.deepEqual(tally.wrong, [], 'no wrong answer: no silent new session, no other user\'s session, nothing older than the replicas held, no 500')
 
     // Recovered by itself: every session written before the failover is there.
     const outcomes = await eventually(async () => {

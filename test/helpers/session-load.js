@@ -7,9 +7,14 @@
  *
  * A right answer is 200 with the user's own name and a visit count above the
  * last one seen (a 503 may hide a write that did land, so "above", not "+1").
- * A 503 must carry Retry-After. Anything else is a wrong answer: 401 (a silent
- * new session), another user's name, a count that went back, a 500, a reset
- * connection.
+ * A 503 must carry Retry-After.
+ *
+ * Redis replicates asynchronously: writes a primary acknowledged but had not
+ * yet sent to its replica are gone once that replica takes over, so a count
+ * may go back, but never below what the replicas held when markSynced() was
+ * called (after a WAIT): that is counted as `rolledBack`, not as wrong.
+ * Anything else is a wrong answer: 401 (a silent new session), another user's
+ * name, a count below the synced one, a 500, a reset connection.
  */
 
 const http = require('http')
@@ -51,9 +56,20 @@ async function visit (port, user, agent) {
   }
   if (res.status !== 200) return `${user.name}: ${res.status} ${res.body}`
   if (res.json.user !== user.name) return `${user.name}: got the session of ${res.json.user}`
-  if (!(res.json.visits > user.visits)) return `${user.name}: visits went from ${user.visits} to ${res.json.visits}`
-  user.visits = res.json.visits
-  return 'ok'
+  if (res.json.visits > user.visits) {
+    user.visits = res.json.visits
+    return 'ok'
+  }
+  if (user.synced !== undefined && res.json.visits > user.synced) {
+    user.visits = res.json.visits
+    return 'rolledBack'
+  }
+  return `${user.name}: visits went from ${user.visits} to ${res.json.visits}` + (user.synced === undefined ? '' : ` (${user.synced} when the replicas were in sync)`)
+}
+
+/** The replicas hold every write so far (the caller ran WAIT): counts may not go below these. */
+function markSynced (users) {
+  for (const user of users) user.synced = user.visits
 }
 
 /**
@@ -64,7 +80,7 @@ async function visit (port, user, agent) {
  */
 function runSessionLoad (port, users, { concurrency = 4 } = {}) {
   const agent = new http.Agent({ keepAlive: true, maxSockets: concurrency })
-  const tally = { ok: 0, unavailable: 0, wrong: [], firstUnavailableAt: null, lastUnavailableAt: null }
+  const tally = { ok: 0, unavailable: 0, rolledBack: 0, wrong: [], firstUnavailableAt: null, lastUnavailableAt: null }
   let stopping = false
   let next = 0
   // One user is visited by one loop at a time, so its counts stay ordered.
@@ -84,6 +100,7 @@ function runSessionLoad (port, users, { concurrency = 4 } = {}) {
       const outcome = await visit(port, user, agent)
       busy.delete(user)
       if (outcome === 'ok') tally.ok++
+      else if (outcome === 'rolledBack') tally.rolledBack++
       else if (outcome === 'unavailable') {
         tally.unavailable++
         tally.lastUnavailableAt = Date.now()
@@ -114,4 +131,4 @@ async function visitAll (port, users) {
   return outcomes
 }
 
-module.exports = { logInUsers, runSessionLoad, visit, visitAll }
+module.exports = { logInUsers, runSessionLoad, visit, visitAll, markSynced }
