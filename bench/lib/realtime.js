@@ -16,16 +16,21 @@ const { execFileSync } = require('child_process')
  * back to SCHED_OTHER ('other').
  * @param {number[]} pids
  * @param {'fifo'|'other'} policy
- * @returns {boolean} false when chrt failed (no permission, no chrt): the
- *   measurement then runs under the normal scheduler
+ * @returns {boolean} false when chrt failed (no permission, no chrt, a
+ *   process gone): none is left under SCHED_FIFO, the measurement runs under
+ *   the normal scheduler
  */
 function setScheduler (pids, policy) {
+  const done = []
   try {
     for (const pid of pids) {
       execFileSync('chrt', policy === 'fifo' ? ['-f', '-a', '-p', '1', String(pid)] : ['-o', '-a', '-p', '0', String(pid)], { stdio: 'ignore' })
+      done.push(pid)
     }
     return true
   } catch {
+    // All or none: never leave some processes under SCHED_FIFO.
+    if (policy === 'fifo' && done.length > 0) setScheduler(done, 'other')
     return false
   }
 }
