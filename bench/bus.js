@@ -12,17 +12,24 @@
  *
  * Worker 0 sends, the other workers count. Measures:
  *   - burst throughput: M messages sent 100 per tick; messages/s delivered
- *     (all receivers) from the first send to the last delivery;
+ *     (all receivers) from the first send to the last delivery (ours waits
+ *     with bus.drained() when refused with ERR_CLUSTERIZE_BUS_BACKPRESSURE);
  *   - latency at a fixed rate (1,000 msg/s for 3 s, one message per ms): p50/p99 of
  *     send -> delivery, on the shared monotonic clock.
  * Prints a Markdown table. Bounded (< 90 s); every process it forks is killed by PID.
  *
- *   node bench/bus.js [--workers 3] [--messages 40000] [--rounds 3]
+ * --rt: the latency phases (only those: light, one message per ms) run under
+ * SCHED_FIFO (bench/lib/realtime.js), the primary and every worker of the set
+ * measured, so that the other work on a shared box does not decide the p99.
+ * The bursts stay under the normal scheduler.
+ *
+ *   node bench/bus.js [--workers 3] [--messages 40000] [--rounds 3] [--rt]
  */
 
 const cluster = require('cluster')
 
 const { numberArg } = require('./lib/args')
+const { underFifo } = require('./lib/realtime')
 const arg = (name, fallback) => numberArg('--' + name, fallback)
 
 const TOPIC = 'bench:tick'
@@ -30,6 +37,8 @@ const SIZES = [{ label: '64 B', bytes: 64 }, { label: '1 KiB', bytes: 1024 }]
 const CHUNK = 100
 const RATE = 1000
 const RATE_SECONDS = 3
+const RT = process.argv.includes('--rt')
+let rtFailed = false
 
 // ---- worker -------------------------------------------------------------------
 
@@ -38,6 +47,8 @@ function runWorker () {
   const id = Number(process.env.BENCH_ID)
   let send
   let onTick = () => {}
+  /** ours: wait for room after ERR_CLUSTERIZE_BUS_BACKPRESSURE (a 1 KiB burst can queue past bus.maxQueuedBytes on a busy box) */
+  let drained = null
   if (mode === 'ours') {
     const ipc = require('../lib/ipc')
     const busHooks = require('../lib/bus')
@@ -47,6 +58,7 @@ function runWorker () {
     ipc.listen(process, (message) => { if (message.kind === 'bus') busHooks.busRuntime.onPrimaryMessage(message) })
     busHooks.bus.on(TOPIC, (data) => onTick(data))
     send = (data) => busHooks.bus.broadcast(TOPIC, data)
+    drained = () => busHooks.bus.drained()
   } else {
     process.on('message', (message) => { if (message && message.topic === TOPIC) onTick(message.data) })
     send = (data) => process.send({ topic: TOPIC, data })
@@ -75,7 +87,16 @@ function runWorker () {
     let seq = 0
     ;(function chunk () {
       const end = Math.min(count, seq + CHUNK)
-      while (seq < end) send(payload(bytes, seq++))
+      while (seq < end) {
+        try {
+          send(payload(bytes, seq))
+        } catch (err) {
+          if (drained === null || err.code !== 'ERR_CLUSTERIZE_BUS_BACKPRESSURE') throw err
+          drained().then(chunk)
+          return
+        }
+        seq++
+      }
       if (seq < count) setImmediate(chunk)
       else process.send({ type: 'ctl', cmd: 'sent', start: String(start) })
     })()
@@ -208,9 +229,19 @@ async function burst (set, messages, bytes) {
 
 async function paced (set, bytes) {
   const count = RATE * RATE_SECONDS
-  const done = set.forked.slice(1).map((w) => waitCtl(w, (m) => m.cmd === 'done' && m.what === 'rate'))
-  for (const w of set.forked) w.send({ type: 'ctl', cmd: 'rate', count, bytes })
-  const reports = await Promise.all(done)
+  const run = async () => {
+    const done = set.forked.slice(1).map((w) => waitCtl(w, (m) => m.cmd === 'done' && m.what === 'rate'))
+    for (const w of set.forked) w.send({ type: 'ctl', cmd: 'rate', count, bytes })
+    return Promise.all(done)
+  }
+  let reports
+  if (RT) {
+    const result = await underFifo([process.pid, ...set.forked.map((w) => w.process.pid)], run)
+    if (!result.fifo) rtFailed = true
+    reports = result.value
+  } else {
+    reports = await run()
+  }
   return { p50: Math.max(...reports.map((r) => r.p50)), p99: Math.max(...reports.map((r) => r.p99)) }
 }
 
@@ -238,7 +269,7 @@ function printTable (results, workers, messages, rounds) {
   const fmt = (n) => Math.round(n).toLocaleString('en-US')
   const ms = (n) => n.toFixed(3)
   console.log(`\n### Bus: worker-to-worker broadcast (${workers} workers: 1 sender, ${workers - 1} receivers; Node ${process.version})\n`)
-  console.log(`Burst: ${messages.toLocaleString('en-US')} messages sent ${CHUNK} per tick, deliveries/s over all receivers (median of ${rounds} alternating rounds). Latency: ${RATE} msg/s for ${RATE_SECONDS} s, send -> delivery.\n`)
+  console.log(`Burst: ${messages.toLocaleString('en-US')} messages sent ${CHUNK} per tick, deliveries/s over all receivers (median of ${rounds} alternating rounds). Latency: ${RATE} msg/s for ${RATE_SECONDS} s, send -> delivery${RT ? (rtFailed ? ' (--rt asked, but chrt failed: normal scheduler)' : ', under SCHED_FIFO (--rt)') : ''}.\n`)
   console.log('| message | relay | delivered msg/s (burst) | p50 latency ms @1k/s | p99 latency ms @1k/s |')
   console.log('| --- | --- | ---: | ---: | ---: |')
   for (const size of SIZES) {

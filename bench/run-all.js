@@ -22,10 +22,12 @@ const BENCH_DIR = __dirname
 const CHART_DIR = path.join(BENCH_DIR, 'charts')
 const FIRST = ['throughput.js', 'reload.js', 'scheduling.js']
 const LIMIT_MS = Number(process.env.BENCH_SCRIPT_TIMEOUT_MS) || 6 * 60 * 1000
+/** Diagnostics, run by hand (they explain a figure, they are not one). */
+const DIAGNOSTICS = ['bus-trace.js']
 
 function listScripts (only) {
   const all = fs.readdirSync(BENCH_DIR)
-    .filter((f) => f.endsWith('.js') && f !== 'run-all.js' && !f.startsWith('.'))
+    .filter((f) => f.endsWith('.js') && f !== 'run-all.js' && !f.startsWith('.') && !DIAGNOSTICS.includes(f))
     .sort((a, b) => rank(a) - rank(b) || a.localeCompare(b))
   if (only.length === 0) return all
   return all.filter((f) => only.includes(f) || only.includes(f.replace(/\.js$/, '')))

@@ -122,3 +122,40 @@ test('postSoon() writes a lone message at once on an idle channel; while a write
   assert.strictEqual(raw[1].raw.kind, 'batch')
   assert.deepStrictEqual(raw[1].raw.items.map((m) => m.i), [1, 2, 3, 4, 5])
 })
+
+test('a lone broadcast is written in the same tick at every hop: the sender to the primary, the primary to each other worker, and delivered on arrival', () => {
+  const { BusCore } = require('../lib/bus/core')
+  const { createCodec } = require('../lib/bus/codec')
+  const { createWorkerTransport } = require('../lib/bus/worker')
+  const { createPrimaryTransport } = require('../lib/bus/primary')
+  // A peer whose writes are recorded as they are made; completion is reported on the next tick, as Node does for a write the OS took at once.
+  function instrumentedPeer () {
+    const writes = []
+    return { writes, connected: true, send (message, callback) { writes.push(message); process.nextTick(callback, null); return true } }
+  }
+  const newCore = () => Object.assign(new BusCore(), { codec: createCodec({}) })
+  const overTheWire = (message) => JSON.parse(JSON.stringify(message))
+
+  const senderCore = newCore()
+  const toPrimary = instrumentedPeer()
+  const sender = createWorkerTransport(senderCore, { channel: new ipc.Channel(toPrimary), id: 0, generation: 1 })
+  sender.broadcast('t', senderCore.codec.encode('t', { n: 1 }))
+  assert.strictEqual(toPrimary.writes.length, 1, 'the sender wrote it before broadcast() returned')
+
+  const primary = createPrimaryTransport(newCore())
+  const records = [0, 1, 2].map((id) => ({ id, pid: 100 + id, generation: 1, state: 'ready', channel: new ipc.Channel(instrumentedPeer()) }))
+  for (const record of records) primary.addWorker(record)
+  primary.onWorkerMessage(records[0], overTheWire(toPrimary.writes[0]))
+  assert.strictEqual(records[0].channel.peer.writes.length, 0, 'not relayed back to its sender')
+  for (const record of records.slice(1)) {
+    assert.strictEqual(record.channel.peer.writes.length, 1, `relayed to worker ${record.id} before onWorkerMessage() returned`)
+    assert.deepStrictEqual(record.channel.peer.writes[0].m, ['t', '{"n":1}', 0, 1])
+  }
+
+  const receiverCore = newCore()
+  const receiver = createWorkerTransport(receiverCore, { channel: new ipc.Channel(instrumentedPeer()), id: 1, generation: 1 })
+  const got = []
+  receiverCore.addListener('t', (data, meta) => got.push([data, meta.from]), false, 'bus.on')
+  receiver.onPrimaryMessage(overTheWire(records[1].channel.peer.writes[0]))
+  assert.deepStrictEqual(got, [[{ n: 1 }, 0]], 'delivered before onPrimaryMessage() returned')
+})
