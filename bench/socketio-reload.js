@@ -31,6 +31,8 @@ const RATE = numberArg('--rate', 200)
 const ROUNDS = numberArg('--rounds', 3)
 const RELOADS = numberArg('--reloads', 3)
 const GAP_MS = numberArg('--gap', 2500)
+/** After measuring, wait up to this long for clients still disconnected and say when they came back (diagnostics). */
+const LINGER_MS = numberArg('--linger', 0)
 const ROOM = 'r'
 const ACK_TIMEOUT_MS = 5000
 const SELF = __filename
@@ -132,12 +134,15 @@ function forkReady (cluster) {
 function receiver (port) {
   const { io } = require('socket.io-client')
   const socket = io(`http://127.0.0.1:${port}`, { transports: ['websocket'], forceNew: true, query: { room: ROOM } })
-  const client = { socket, got: [], connects: 0, recovered: 0 }
+  const client = { socket, got: [], connects: 0, recovered: 0, downSince: 0, longestDownMs: 0 }
   socket.on('msg', (n) => client.got.push(n))
   socket.on('connect', () => {
     client.connects++
     if (socket.recovered) client.recovered++
+    if (client.downSince) client.longestDownMs = Math.max(client.longestDownMs, Date.now() - client.downSince)
+    client.downSince = 0
   })
+  socket.on('disconnect', () => { client.downSince = Date.now() })
   return client
 }
 
@@ -216,7 +221,13 @@ async function runOnce (kind) {
     const last = Math.max(0, ...sender.acked)
     await waitUntil(() => clients.every((c) => c.socket.connected && (last === 0 || c.got.includes(last))), 10000)
     await sleep(300)
-    return measure(kind, clients, sender, reloads)
+    const result = measure(kind, clients, sender, reloads)
+    if (LINGER_MS > 0 && result.lost > 0) {
+      const from = Date.now()
+      const back = await waitUntil(() => clients.every((c) => c.socket.connected), LINGER_MS)
+      process.stderr.write(`${kind}: ${result.lost} clients still disconnected at the end; ${back ? 'all connected ' + (Date.now() - from) + ' ms later' : 'still not after ' + LINGER_MS + ' ms'}\n`)
+    }
+    return result
   } finally {
     for (const c of clients) c.socket.disconnect()
     if (sender) sender.socket.disconnect()
@@ -226,9 +237,11 @@ async function runOnce (kind) {
 
 /** The figures of one run (see the definitions printed under the table). */
 function measure (kind, clients, sender, reloads) {
-  const result = { kind, sent: sender.acked.size, unsure: sender.unsure.size, skipped: sender.skipped, lost: 0, missing: 0, maxMissing: 0, duplicates: 0, outOfOrder: 0, reconnects: 0, recovered: 0, reloadMs: reloads.map((r) => r.durationMs), reloadsOk: reloads.every((r) => r.ok) }
+  const result = { kind, sent: sender.acked.size, unsure: sender.unsure.size, skipped: sender.skipped, lost: 0, missing: 0, maxMissing: 0, duplicates: 0, outOfOrder: 0, longestDownMs: 0, reconnects: 0, recovered: 0, reloadMs: reloads.map((r) => r.durationMs), reloadsOk: reloads.every((r) => r.ok) }
   for (const c of clients) {
     if (!c.socket.connected) result.lost++
+    const down = c.downSince ? Date.now() - c.downSince : 0
+    result.longestDownMs = Math.max(result.longestDownMs, c.longestDownMs, down)
     result.reconnects += c.connects - 1
     result.recovered += c.recovered
     const seen = new Set()
@@ -267,11 +280,11 @@ async function main () {
   const rows = SETUPS.map(([kind, label]) => {
     const list = results.get(kind)
     const m = (key, digits) => fmt(median(list.map((x) => x[key])), digits)
-    return [label, m('lost'), m('sent'), m('missing'), fmt(median(list.map((x) => x.missing / CLIENTS)), 1), m('maxMissing'), m('duplicates'), m('outOfOrder'), m('reconnects'), m('recovered'), fmt(median(list.map((x) => median(x.reloadMs))))]
+    return [label, m('lost'), m('sent'), m('missing'), fmt(median(list.map((x) => x.missing / CLIENTS)), 1), m('maxMissing'), m('duplicates'), m('outOfOrder'), fmt(median(list.map((x) => x.longestDownMs / 1000)), 1), m('reconnects'), m('recovered'), fmt(median(list.map((x) => median(x.reloadMs))))]
   })
-  console.log(markdownTable(['setup', 'clients lost', 'messages sent', 'missing (all clients)', 'missing per client (mean)', 'missing per client (max)', 'duplicates', 'out of order', 'reconnects', 'recovered', 'reload ms'], rows))
+  console.log(markdownTable(['setup', 'clients lost', 'messages sent', 'missing (all clients)', 'missing per client (mean)', 'missing per client (max)', 'duplicates', 'out of order', 'longest outage s', 'reconnects', 'recovered', 'reload ms'], rows))
   console.log(`
-Definitions. **Sent**: a message whose acknowledgement the sender received (the server ran \`io.to(room).emit()\` for it); one whose ack did not come back (the sender was cut by the reload, or ${ACK_TIMEOUT_MS / 1000} s passed) is "unsure" and counts neither as sent nor, if it arrives, as a duplicate. **Missing**: for each client, the sent messages it never received (while it was disconnected included), summed over the ${CLIENTS} clients (mean and max per client beside it). **Clients lost**: not connected at the end (after up to 10 s for the last reconnections). **Duplicates**: receipts of a number the client already had. **Out of order**: a new number lower than the highest the client had already received. **Reconnects**: 'connect' events after each client's first, summed; **recovered**: those with \`socket.recovered\` true. **Reload ms**: median duration of a reload (clusterize: its \`reload:done\` result; anchor: SIGUSR2 to the last old worker's exit).`)
+Definitions. **Sent**: a message whose acknowledgement the sender received (the server ran \`io.to(room).emit()\` for it); one whose ack did not come back (the sender was cut by the reload, or ${ACK_TIMEOUT_MS / 1000} s passed) is "unsure" and counts neither as sent nor, if it arrives, as a duplicate. **Missing**: for each client, the sent messages it never received (while it was disconnected included), summed over the ${CLIENTS} clients (mean and max per client beside it). **Clients lost**: not connected at the end (after up to 10 s for the last reconnections). **Duplicates**: receipts of a number the client already had. **Out of order**: a new number lower than the highest the client had already received. **Longest outage**: the longest time one client spent disconnected (to the end of the run if it never came back). **Reconnects**: 'connect' events after each client's first, summed; **recovered**: those with \`socket.recovered\` true. **Reload ms**: median duration of a reload (clusterize: its \`reload:done\` result; anchor: SIGUSR2 to the last old worker's exit).`)
   const unsure = SETUPS.map(([kind]) => `${kind} ${median(results.get(kind).map((x) => x.unsure))}`).join(', ')
   const failed = SETUPS.filter(([kind]) => results.get(kind).some((x) => !x.reloadsOk)).map(([kind]) => kind)
   console.log(`\nUnsure messages per run (median): ${unsure}.${failed.length ? ' Reloads that did not report ok: ' + failed.join(', ') + '.' : ''}`)
