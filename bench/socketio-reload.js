@@ -37,11 +37,14 @@ const ROOM = 'r'
 const ACK_TIMEOUT_MS = 5000
 const SELF = __filename
 
-const SETUPS = [
+const ALL_SETUPS = [
   ['clusterize-recovery', 'clusterize adapter, connectionStateRecovery on (SIGUSR2 reload)'],
   ['clusterize', 'clusterize adapter, no recovery (SIGUSR2 reload)'],
   ['cluster-adapter', '@socket.io/cluster-adapter + sticky, connectionStateRecovery on (fork new, kill old)']
 ]
+/** `--only clusterize-recovery,cluster-adapter` runs some setups only. */
+const ONLY = process.argv.includes('--only') ? process.argv[process.argv.indexOf('--only') + 1].split(',') : null
+const SETUPS = ONLY ? ALL_SETUPS.filter(([kind]) => ONLY.includes(kind)) : ALL_SETUPS
 
 // ---- the servers (this file, run as `node bench/socketio-reload.js server <kind> <port>`)
 
@@ -197,7 +200,9 @@ async function waitUntil (check, ms) {
 
 async function runOnce (kind) {
   const port = await freePort()
-  const proc = startProcess({ args: [SELF, 'server', kind, String(port)], name: kind })
+  const proc = startProcess({ args: [SELF, 'server', kind, String(port)], name: kind, env: { DEBUG: process.env.BENCH_SERVER_DEBUG || '' } })
+  // BENCH_SERVER_DEBUG=clusterize:* writes the server's debug lines to a file in the temp dir.
+  if (process.env.BENCH_SERVER_DEBUG) proc.child.stderr.pipe(require('fs').createWriteStream(require('path').join(require('os').tmpdir(), `socketio-reload-${kind}-${proc.pid}.log`)))
   const clients = []
   let sender = null
   try {
@@ -280,9 +285,9 @@ async function main () {
   const rows = SETUPS.map(([kind, label]) => {
     const list = results.get(kind)
     const m = (key, digits) => fmt(median(list.map((x) => x[key])), digits)
-    return [label, m('lost'), m('sent'), m('missing'), fmt(median(list.map((x) => x.missing / CLIENTS)), 1), m('maxMissing'), m('duplicates'), m('outOfOrder'), fmt(median(list.map((x) => x.longestDownMs / 1000)), 1), m('reconnects'), m('recovered'), fmt(median(list.map((x) => median(x.reloadMs))))]
+    return [label, m('lost'), m('sent'), m('missing'), list.map((x) => fmt(x.missing)).join(' / '), fmt(median(list.map((x) => x.missing / CLIENTS)), 1), m('maxMissing'), m('duplicates'), m('outOfOrder'), fmt(median(list.map((x) => x.longestDownMs / 1000)), 1), m('reconnects'), m('recovered'), fmt(median(list.map((x) => median(x.reloadMs))))]
   })
-  console.log(markdownTable(['setup', 'clients lost', 'messages sent', 'missing (all clients)', 'missing per client (mean)', 'missing per client (max)', 'duplicates', 'out of order', 'longest outage s', 'reconnects', 'recovered', 'reload ms'], rows))
+  console.log(markdownTable(['setup', 'clients lost', 'messages sent', 'missing (all clients)', 'missing, each run', 'missing per client (mean)', 'missing per client (max)', 'duplicates', 'out of order', 'longest outage s', 'reconnects', 'recovered', 'reload ms'], rows))
   console.log(`
 Definitions. **Sent**: a message whose acknowledgement the sender received (the server ran \`io.to(room).emit()\` for it); one whose ack did not come back (the sender was cut by the reload, or ${ACK_TIMEOUT_MS / 1000} s passed) is "unsure" and counts neither as sent nor, if it arrives, as a duplicate. **Missing**: for each client, the sent messages it never received (while it was disconnected included), summed over the ${CLIENTS} clients (mean and max per client beside it). **Clients lost**: not connected at the end (after up to 10 s for the last reconnections). **Duplicates**: receipts of a number the client already had. **Out of order**: a new number lower than the highest the client had already received. **Longest outage**: the longest time one client spent disconnected (to the end of the run if it never came back). **Reconnects**: 'connect' events after each client's first, summed; **recovered**: those with \`socket.recovered\` true. **Reload ms**: median duration of a reload (clusterize: its \`reload:done\` result; anchor: SIGUSR2 to the last old worker's exit).`)
   const unsure = SETUPS.map(([kind]) => `${kind} ${median(results.get(kind).map((x) => x.unsure))}`).join(', ')
