@@ -17,7 +17,9 @@ after(stopAll)
 test('two reloads in a row under keep-alive load: zero failed requests, zero non-2xx, every pid replaced', async () => {
   const cluster = await startCluster(fixture, { env: env({ workers: 2 }) })
   const before = new Set(cluster.workerPids)
-  const load = startLoad({ port: cluster.port, connections: 8, durationMs: 60000 })
+  // Paced: two reloads with their bake windows take over 10 s, and an unpaced Node 24 sends
+  // the load's 200,000 requests in less.
+  const load = startLoad({ port: cluster.port, connections: 8, durationMs: 60000, paceMs: 2 })
   await load.served(100)
   const first = await cluster.reload()
   const second = await cluster.reload()
@@ -44,7 +46,7 @@ test('a reload whose new code throws at boot is rolled back: old pids keep servi
   const flag = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cz-')), 'broken')
   const cluster = await startCluster(fixture, { env: env({ workers: 2 }, { CZ_BOOT_FAIL_FILE: flag }) })
   const before = new Set(cluster.workerPids)
-  const load = startLoad({ port: cluster.port, connections: 6, durationMs: 60000 })
+  const load = startLoad({ port: cluster.port, connections: 6, durationMs: 60000, paceMs: 2 })
   await load.served(50)
   fs.writeFileSync(flag, 'deploy broken code')
   const result = await cluster.reload()
@@ -83,7 +85,7 @@ test('a worker whose memory grows past maxMemoryMB is recycled with zero failed 
   const cluster = await startCluster(fixture, {
     env: env({ workers: 2, health: { heartbeatMs: 200, maxMemoryMB: 200 } })
   })
-  const load = startLoad({ port: cluster.port, connections: 4, durationMs: 60000 })
+  const load = startLoad({ port: cluster.port, connections: 4, durationMs: 60000, paceMs: 2 })
   await load.served(30)
   const grown = (await cluster.get('/grow?mb=256')).json.pid
   const exit = await cluster.waitEvent('worker:exit', (d) => d.pid === grown)

@@ -37,7 +37,7 @@ for (const crashAfterMs of [300, 1000]) {
       env: env({ workers: 2, reload: { bakeMs: 3000 } }, { CZ_CRASH_AFTER_READY_FILE: flag })
     })
     const before = new Set(cluster.workerPids)
-    const load = startLoad({ port: cluster.port, connections: 6, durationMs: 60000 })
+    const load = startLoad({ port: cluster.port, connections: 6, durationMs: 60000, paceMs: 2 })
     await load.served(50)
     fs.writeFileSync(flag, String(crashAfterMs))
     const result = await cluster.reload()

@@ -87,7 +87,7 @@ test("'reuseport': on Node >= 22.12 every worker binds the port and a reload und
     assert.strictEqual(stats.scheduling, 'reuseport')
     assert.doesNotMatch(cluster.output, /falling back/)
   }
-  const load = startLoad({ port: cluster.port, connections: 8, durationMs: 60000 })
+  const load = startLoad({ port: cluster.port, connections: 8, durationMs: 60000, paceMs: 2 })
   await sleep(300)
   const result = await cluster.reload()
   await sleep(300)

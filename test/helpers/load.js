@@ -11,7 +11,9 @@ const http = require('http')
 const { eventually } = require('./wait')
 
 /**
- * @param {{ port: number, path?: string, connections?: number, durationMs?: number, maxRequests?: number, localAddress?: string }} options
+ * @param {{ port: number, path?: string, connections?: number, durationMs?: number, maxRequests?: number, paceMs?: number, localAddress?: string }} options
+ *   paceMs: a pause between one answer and the next request on a connection (a fast Node
+ *   would otherwise reach maxRequests before a long test is over)
  */
 function startLoad (options) {
   const connections = options.connections || 8
@@ -44,7 +46,8 @@ function startLoad (options) {
             try { pid = JSON.parse(body).pid } catch {}
             if (pid) results.pids.set(pid, (results.pids.get(pid) || 0) + 1)
             results.requests.push({ startedAt, pid, status: res.statusCode })
-            setImmediate(next)
+            if (options.paceMs) setTimeout(next, options.paceMs)
+            else setImmediate(next)
           })
           res.on('error', onError)
         })
@@ -70,7 +73,11 @@ function startLoad (options) {
     /** Resolve once `count` more requests have succeeded (the load is flowing). */
     served (count) {
       const target = results.ok + count
-      return eventually(() => results.ok >= target || stopped, { timeoutMs: 20000, intervalMs: 10, what: `${count} more successful requests` })
+      return eventually(() => {
+        if (results.ok >= target || stopped) return true
+        if (sent >= maxRequests) throw new Error(`the load sent its ${maxRequests} requests (maxRequests) before ${count} more succeeded: pace it (paceMs) or raise the cap`)
+        return false
+      }, { timeoutMs: 20000, intervalMs: 10, what: `${count} more successful requests` })
     },
     stop () {
       stopped = true
