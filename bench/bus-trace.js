@@ -28,6 +28,7 @@
 
 const cluster = require('cluster')
 const { numberArg } = require('./lib/args')
+const { stopForked, waitCtl } = require('./lib/forked')
 const { underFifo } = require('./lib/realtime')
 
 const TOPIC = 'bench:tick'
@@ -336,22 +337,7 @@ function print (rows, rounds, burstCount, bytes) {
 }
 
 async function stopSet (set) {
-  await Promise.all(set.forked.map((worker) => new Promise((resolve) => {
-    const timer = setTimeout(() => { try { process.kill(worker.process.pid, 'SIGKILL') } catch {} resolve() }, 2000)
-    worker.once('exit', () => { clearTimeout(timer); resolve() })
-    worker.send({ type: 'ctl', cmd: 'exit' })
-  }).then(() => pids.delete(worker.process.pid))))
-}
-
-function waitCtl (worker, predicate) {
-  return new Promise((resolve) => {
-    worker.on('message', function onCtl (message) {
-      if (message && message.type === 'ctl' && predicate(message)) {
-        worker.removeListener('message', onCtl)
-        resolve(message)
-      }
-    })
-  })
+  await stopForked(set.forked, pids)
 }
 
 if (cluster.isWorker) runWorker()
