@@ -28,7 +28,7 @@
 
 const cluster = require('cluster')
 const { numberArg } = require('./lib/args')
-const { stopForked, waitCtl } = require('./lib/forked')
+const { pids, killForked: killAll, stopForked, waitCtl } = require('./lib/forked')
 const { underFifo } = require('./lib/realtime')
 
 const TOPIC = 'bench:tick'
@@ -173,14 +173,6 @@ function runWorker () {
 
 // ---- primary ------------------------------------------------------------------
 
-const pids = new Set()
-function killAll () {
-  for (const pid of pids) {
-    try { process.kill(pid, 'SIGKILL') } catch {}
-  }
-  pids.clear()
-}
-process.on('exit', killAll)
 
 async function runPrimary () {
   const rounds = numberArg('--rounds', 3)
@@ -337,7 +329,7 @@ function print (rows, rounds, burstCount, bytes) {
 }
 
 async function stopSet (set) {
-  await stopForked(set.forked, pids)
+  await stopForked(set.forked)
 }
 
 if (cluster.isWorker) runWorker()

@@ -29,7 +29,7 @@
 const cluster = require('cluster')
 
 const { numberArg } = require('./lib/args')
-const { stopForked, waitCtl } = require('./lib/forked')
+const { pids, killForked: killAll, stopForked, waitCtl } = require('./lib/forked')
 const { underFifo } = require('./lib/realtime')
 const arg = (name, fallback) => numberArg('--' + name, fallback)
 
@@ -138,14 +138,6 @@ function runWorker () {
 
 // ---- primary ------------------------------------------------------------------
 
-const pids = new Set()
-function killAll () {
-  for (const pid of pids) {
-    try { process.kill(pid, 'SIGKILL') } catch {}
-  }
-  pids.clear()
-}
-process.on('exit', killAll)
 for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => { killAll(); process.exit(130) })
 
 async function runPrimary () {
@@ -248,7 +240,7 @@ async function paced (set, bytes) {
 
 async function stopSet (set) {
   set.teardown()
-  await stopForked(set.forked, pids)
+  await stopForked(set.forked)
 }
 
 function printTable (results, workers, messages, rounds) {

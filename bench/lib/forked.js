@@ -1,13 +1,27 @@
 'use strict'
 
-/** Control of cluster workers forked by a bench script (the bus benches). */
+/**
+ * Control of cluster workers forked by a bench script (the bus benches): the
+ * pids it forked, killed by PID when the script exits, however it exits.
+ */
+
+/** Pids of the workers a bench script forked and has not seen exit. */
+const pids = new Set()
+
+/** SIGKILL every forked worker still recorded. */
+function killForked () {
+  for (const pid of pids) {
+    try { process.kill(pid, 'SIGKILL') } catch {}
+  }
+  pids.clear()
+}
+process.on('exit', killForked)
 
 /**
  * Ask each worker to exit ({ type: 'ctl', cmd: 'exit' }); SIGKILL it by PID after 2 s.
  * @param {import('cluster').Worker[]} forked
- * @param {Set<number>} pids the script's record of live pids (each one is removed)
  */
-function stopForked (forked, pids) {
+function stopForked (forked) {
   return Promise.all(forked.map((worker) => new Promise((resolve) => {
     const timer = setTimeout(() => { try { process.kill(worker.process.pid, 'SIGKILL') } catch { resolve() } }, 2000)
     worker.once('exit', () => { clearTimeout(timer); resolve() })
@@ -27,4 +41,4 @@ function waitCtl (worker, predicate) {
   })
 }
 
-module.exports = { stopForked, waitCtl }
+module.exports = { pids, killForked, stopForked, waitCtl }

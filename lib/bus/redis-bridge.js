@@ -19,7 +19,7 @@ const os = require('os')
 const crypto = require('crypto')
 const debug = require('debug')('clusterize:bus')
 const { createCodec } = require('./codec')
-const { parseRedisTarget, describeRedisTarget } = require('../redis/target')
+const { parseRedisTarget, describeRedisTarget, topologyOf } = require('../redis/target')
 const { createPubSub } = require('../redis/pubsub')
 const { explainRedisError } = require('../redis/explain')
 
@@ -189,7 +189,7 @@ function createRedisBridge (options) {
         connected: healthy && pubsub.ready,
         publisher: pubsub.publisherStatus,
         subscriber: pubsub.subscriberStatus,
-        topology: target.kind.replace('-client', '').replace('client', 'node'),
+        topology: topologyOf(target),
         pubsub: pubsub.mode,
         channel,
         host,

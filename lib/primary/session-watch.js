@@ -13,10 +13,9 @@
  * @returns {{ degradation: () => string }}
  */
 function watchSessionStores (supervisor, log, notify) {
-  const down = new WeakSet()
   // Records whose store is down now; the outage is logged once for the
   // cluster, when the first worker sees it, and ends when none does.
-  let downCount = 0
+  const down = new Set()
 
   supervisor.on('record:heartbeat', function onHeartbeat (record) {
     const session = record.session
@@ -24,25 +23,19 @@ function watchSessionStores (supervisor, log, notify) {
     if (isDown === down.has(record)) return
     if (isDown) {
       down.add(record)
-      downCount++
-      if (downCount === 1) {
+      if (down.size === 1) {
         log.warn(`session store ${session.store} unavailable: ${session.lastError}; session requests get 503 until it recovers (seen by worker ${record.id})`, { pid: record.pid })
       }
       if (notify) notify('session:down', { id: record.id, pid: record.pid, store: session.store, lastError: session.lastError })
     } else {
-      forget(record)
-      if (downCount === 0) log.info(`session store ${session ? session.store : ''} available again`, { pid: record.pid })
+      down.delete(record)
+      if (down.size === 0) log.info(`session store ${session ? session.store : ''} available again`, { pid: record.pid })
       if (notify) notify('session:up', { id: record.id, pid: record.pid, store: session ? session.store : '' })
     }
   })
 
-  function forget (record) {
-    if (!down.has(record)) return
-    down.delete(record)
-    downCount--
-  }
   // A worker that exits while its store is down no longer counts.
-  supervisor.on('record:exit', forget)
+  supervisor.on('record:exit', (record) => down.delete(record))
 
   return {
     /** Why the service is degraded though ready (shown by /ready), or ''. */

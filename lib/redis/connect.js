@@ -35,9 +35,10 @@ function failFast (timeoutMs) {
 
 /**
  * @param {{ kind: string, url?: string, options?: object, nodes?: Array }} target from parseRedisTarget (not a client)
- * @param {{ timeoutMs?: number, offlineQueue?: boolean, cluster?: object }} [settings]
- *   timeoutMs: fail fast with this command timeout (else ioredis's defaults);
- *   offlineQueue: keep ioredis's offline queue (a subscriber's SUBSCRIBE waits for the connection);
+ * @param {{ timeoutMs?: number, offlineQueue?: false, maxRetriesPerRequest?: number, cluster?: object }} [settings]
+ *   timeoutMs: fail fast with this command timeout (else ioredis's defaults, offline queue
+ *   included, so a subscriber's SUBSCRIBE waits for the connection);
+ *   offlineQueue: false: no queue while disconnected (a publisher that drops instead);
  *   cluster: extra ClusterOptions (e.g. shardedSubscribers)
  * @returns {import('ioredis').Redis | import('ioredis').Cluster}
  */
@@ -45,7 +46,6 @@ function connectRedis (target, settings) {
   const { Redis, Cluster } = require('ioredis')
   settings = settings || {}
   const ours = settings.timeoutMs ? failFast(settings.timeoutMs) : {}
-  if (settings.offlineQueue) delete ours.enableOfflineQueue
   if (settings.offlineQueue === false) ours.enableOfflineQueue = false
   if (settings.maxRetriesPerRequest !== undefined) ours.maxRetriesPerRequest = settings.maxRetriesPerRequest
 

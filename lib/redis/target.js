@@ -220,9 +220,19 @@ function describeRedisTarget (target) {
   }
 }
 
+/**
+ * What the target points at, whoever built the client.
+ * @returns {'node'|'sentinel'|'cluster'}
+ */
+function topologyOf (target) {
+  if (target.kind === 'client') return 'node'
+  if (target.kind === 'cluster-client') return 'cluster'
+  return target.kind
+}
+
 /** @returns {boolean} whether the target is a Redis Cluster */
 function isClusterTarget (target) {
   return target.kind === 'cluster' || target.kind === 'cluster-client'
 }
 
-module.exports = { parseRedisTarget, describeRedisTarget, isClusterTarget, isClusterClient, isRedisClient, redact }
+module.exports = { parseRedisTarget, describeRedisTarget, topologyOf, isClusterTarget, isClusterClient, isRedisClient, redact }

@@ -14,7 +14,6 @@ const { ClusterStore } = require('./cluster-store')
 const { ClusterizeRedisStore, redisTarget } = require('./redis-store')
 const { SessionStoreUnavailableError } = require('./unavailable')
 const { ClusterizeOptionError } = require('../errors')
-const { parseRedisTarget } = require('../redis/target')
 
 /**
  * @param {ReturnType<typeof import('./options').resolveSessionOptions>} opts
@@ -46,8 +45,8 @@ function createStore (opts, env) {
       throw new ClusterizeOptionError("session: store 'redis' needs the redis option (a URL, ioredis options, cluster nodes or a client) or REDIS_URL", 'redis')
     }
     // REDIS_URL is checked as strictly as the option, and named in the error.
-    if (opts.redis === undefined || opts.redis === null || opts.redis === false) parseRedisTarget(target, 'REDIS_URL', 'session')
-    const store = new ClusterizeRedisStore({ redis: target, prefix: opts.prefix, ttl: opts.ttl, timeoutMs: opts.timeoutMs })
+    const option = opts.redis === undefined || opts.redis === null || opts.redis === false ? 'REDIS_URL' : 'redis'
+    const store = new ClusterizeRedisStore({ redis: target, option, prefix: opts.prefix, ttl: opts.ttl, timeoutMs: opts.timeoutMs })
     return {
       kind,
       store,

@@ -17,7 +17,7 @@ const { toUnavailable, SessionStoreUnavailableError } = require('./unavailable')
 const { callOnce } = require('./callback')
 const { inflatableOrNull, whyNotInflatable, Unreadable } = require('./inflatable')
 const { spreadOverSlots } = require('./redis-cluster-keys')
-const { parseRedisTarget, isClusterTarget } = require('../redis/target')
+const { parseRedisTarget, isClusterTarget, topologyOf } = require('../redis/target')
 const { connectRedis } = require('../redis/connect')
 const { explainRedisError } = require('../redis/explain')
 
@@ -100,18 +100,19 @@ class ClusterizeRedisStore extends RedisStore {
    * @param {object} options
    * @param {*} options.redis a Redis target: URL (redis://, redis+sentinel://, redis+cluster://), ioredis
    *   options, a list of cluster nodes, or an ioredis Redis or Cluster client (see lib/redis/target.js)
+   * @param {string} [options.option='redis'] where `redis` came from, named in a startup error ('REDIS_URL')
    * @param {string} [options.prefix='sess:']
    * @param {number} [options.ttl=86400] seconds, when the cookie has no expiry
    * @param {number} [options.timeoutMs=2000] command timeout for a client we build
    */
   constructor (options) {
     const timeoutMs = options.timeoutMs || 2000
-    const target = parseRedisTarget(options.redis, 'redis', 'session')
+    const target = parseRedisTarget(options.redis, options.option || 'redis', 'session')
     const ownsClient = target.client === undefined
     const client = ownsClient ? connectRedis(target, { timeoutMs }) : target.client
     super({ client, prefix: options.prefix === undefined ? DEFAULT_PREFIX : options.prefix, ttl: options.ttl, serializer })
     this.redis = client
-    this.topology = target.kind === 'client' ? 'node' : target.kind.replace('-client', '')
+    this.topology = topologyOf(target)
     if (isClusterTarget(target)) spreadOverSlots(this.client, client)
     // Millisecond expiry: connect-redis computes whole seconds (rounded up) and
     // sends EX; _getTTL below gives it milliseconds and we send PX instead.
@@ -261,7 +262,8 @@ class ClusterizeRedisStore extends RedisStore {
     if (!sess || !sess.cookie) return this.redis.pexpire(key, ms)
     // A save of this same session object just stored it with (almost) this expiry.
     const set = this.justSet.get(sess)
-    if (set !== undefined && set.sid === sid && Date.now() + ms - set.deadline >= 0 && Date.now() + ms - set.deadline < TOUCH_AFTER_SET_MS) {
+    const moved = set === undefined ? -1 : Date.now() + ms - set.deadline
+    if (set !== undefined && set.sid === sid && moved >= 0 && moved < TOUCH_AFTER_SET_MS) {
       debug('touch %s: saved just before, skipped', sid)
       return
     }

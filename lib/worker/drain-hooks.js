@@ -16,9 +16,7 @@ const hooks = new Set()
  * @returns {() => void} removes the hook
  */
 function onDrain (fn) {
-  if (typeof fn !== 'function') throw new TypeError('onDrain(fn): fn must be a function')
-  hooks.add(fn)
-  return function removeDrainHook () { hooks.delete(fn) }
+  return register(hooks, fn, 'onDrain')
 }
 
 /**
@@ -47,9 +45,14 @@ const CLOSED_GRACE_MS = 1000
  * @returns {() => void} removes the hook
  */
 function onConnectionsClosed (fn) {
-  if (typeof fn !== 'function') throw new TypeError('onConnectionsClosed(fn): fn must be a function')
-  closedHooks.add(fn)
-  return function removeClosedHook () { closedHooks.delete(fn) }
+  return register(closedHooks, fn, 'onConnectionsClosed')
+}
+
+/** Add `fn` to `set`; the returned function removes it. */
+function register (set, fn, name) {
+  if (typeof fn !== 'function') throw new TypeError(`${name}(fn): fn must be a function`)
+  set.add(fn)
+  return function removeHook () { set.delete(fn) }
 }
 
 /**
