@@ -28,7 +28,7 @@
 
 const cluster = require('cluster')
 const { numberArg } = require('./lib/args')
-const { pids, killForked: killAll, stopForked, waitCtl } = require('./lib/forked')
+const { pids, killForked: killAll, stopForked, waitCtl, wireBusWorker } = require('./lib/forked')
 const { underFifo } = require('./lib/realtime')
 
 const TOPIC = 'bench:tick'
@@ -97,15 +97,10 @@ function runWorker () {
     for (const seq of seqsOf(message, [])) if (seq < COUNT) stamps.t4[seq] = t
   })
   if (mode === 'ours') {
-    const ipc = require('../lib/ipc')
-    const busHooks = require('../lib/bus')
-    stampWrites(ipc.Channel, () => active ? stamps.t1 : null)
-    const channel = new ipc.Channel(process)
-    busHooks.busRuntime.configure({ serialization: 'json' }, { role: 'worker' })
-    busHooks.busRuntime.attachToPrimary({ channel, id, generation: 1 })
-    ipc.listen(process, (message) => { if (message.kind === 'bus') busHooks.busRuntime.onPrimaryMessage(message) })
-    busHooks.bus.on(TOPIC, (data) => onTick(data))
-    send = (data) => busHooks.bus.broadcast(TOPIC, data)
+    // Patched before the channel exists: every write of the sender's channel is stamped.
+    stampWrites(require('../lib/ipc').Channel, () => active ? stamps.t1 : null)
+    const bus = wireBusWorker(id, TOPIC, (data) => onTick(data))
+    send = (data) => bus.broadcast(TOPIC, data)
   } else {
     process.on('message', (message) => { if (message && message.topic === TOPIC) onTick(message.data) })
     send = (data) => {

@@ -29,7 +29,7 @@
 const cluster = require('cluster')
 
 const { numberArg } = require('./lib/args')
-const { pids, killForked: killAll, stopForked, waitCtl } = require('./lib/forked')
+const { pids, killForked: killAll, stopForked, waitCtl, wireBusWorker } = require('./lib/forked')
 const { underFifo } = require('./lib/realtime')
 const arg = (name, fallback) => numberArg('--' + name, fallback)
 
@@ -51,15 +51,9 @@ function runWorker () {
   /** ours: wait for room after ERR_CLUSTERIZE_BUS_BACKPRESSURE (a 1 KiB burst can queue past bus.maxQueuedBytes on a busy box) */
   let drained = null
   if (mode === 'ours') {
-    const ipc = require('../lib/ipc')
-    const busHooks = require('../lib/bus')
-    const channel = new ipc.Channel(process)
-    busHooks.busRuntime.configure({ serialization: 'json' }, { role: 'worker' })
-    busHooks.busRuntime.attachToPrimary({ channel, id, generation: 1 })
-    ipc.listen(process, (message) => { if (message.kind === 'bus') busHooks.busRuntime.onPrimaryMessage(message) })
-    busHooks.bus.on(TOPIC, (data) => onTick(data))
-    send = (data) => busHooks.bus.broadcast(TOPIC, data)
-    drained = () => busHooks.bus.drained()
+    const bus = wireBusWorker(id, TOPIC, (data) => onTick(data))
+    send = (data) => bus.broadcast(TOPIC, data)
+    drained = () => bus.drained()
   } else {
     process.on('message', (message) => { if (message && message.topic === TOPIC) onTick(message.data) })
     send = (data) => process.send({ topic: TOPIC, data })

@@ -11,15 +11,12 @@
 const { describe, it, after } = require('node:test')
 const assert = require('node:assert/strict')
 const path = require('path')
-const { privateRedis, redisServerPath } = require('./helpers/redis')
+const { privateRedis, redisServerSuite } = require('./helpers/redis')
 const { freePort } = require('./helpers/net')
 const { startCluster, stopAll } = require('./helpers/cluster')
 const { eventually } = require('./helpers/wait')
 
 const FIXTURE = path.join(__dirname, 'fixtures', 'session-cluster.js')
-const IN_CI = process.env.CI === 'true' || process.env.CI === '1'
-const missing = redisServerPath() ? false : 'redis-server is not installed (apt-get install redis-server)'
-if (missing && IN_CI) throw new Error(`${missing}: under CI=true the Redis tests must run`)
 
 function lines (output, pattern) {
   return output.split('\n').filter((line) => pattern.test(line))
@@ -46,7 +43,7 @@ async function clusterOn (url) {
   return { cluster, answers }
 }
 
-describe('Redis refusing us at startup', { skip: missing, timeout: 60000 }, () => {
+describe('Redis refusing us at startup', redisServerSuite('Redis tests', 60000), () => {
   after(() => stopAll())
 
   it('a wrong password: 503 naming WRONGPASS with a hint, one log line for the store and one for the bus', async () => {

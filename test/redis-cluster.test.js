@@ -14,15 +14,12 @@ const crypto = require('crypto')
 const Redis = require('ioredis')
 const { ClusterizeRedisStore } = require('../lib/session/redis-store')
 const { startRedisCluster } = require('./helpers/redis-topology')
-const { redisServerPath } = require('./helpers/redis')
+const { redisServerSuite } = require('./helpers/redis')
 const { stopAll } = require('./helpers/cluster')
 const { sessionExpiringIn } = require('./helpers/session')
 const { call, twoBusClusters, broadcastReaches, failoverUnderLoad } = require('./helpers/redis-failover')
 
-const IN_CI = process.env.CI === 'true' || process.env.CI === '1'
-const missing = redisServerPath() ? false : 'redis-server is not installed (apt-get install redis-server)'
-if (missing && IN_CI) throw new Error(`${missing}: under CI=true the Redis Cluster tests must run`)
-const options = { skip: missing, timeout: 120000 }
+const options = redisServerSuite('Redis Cluster tests', 120000)
 
 describe('Redis Cluster', options, () => {
   let redis

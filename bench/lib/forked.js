@@ -41,4 +41,20 @@ function waitCtl (worker, predicate) {
   })
 }
 
-module.exports = { pids, killForked, stopForked, waitCtl }
+/**
+ * In a forked bench worker: clusterize's bus, wired with the hooks the
+ * runtime itself uses (lib/bus), not a copy; `onTick` gets every `topic` message.
+ * @returns {import('../../lib/bus').bus}
+ */
+function wireBusWorker (id, topic, onTick) {
+  const ipc = require('../../lib/ipc')
+  const { busRuntime, bus } = require('../../lib/bus')
+  const channel = new ipc.Channel(process)
+  busRuntime.configure({ serialization: 'json' }, { role: 'worker' })
+  busRuntime.attachToPrimary({ channel, id, generation: 1 })
+  ipc.listen(process, (message) => { if (message.kind === 'bus') busRuntime.onPrimaryMessage(message) })
+  bus.on(topic, (data) => onTick(data))
+  return bus
+}
+
+module.exports = { pids, killForked, stopForked, waitCtl, wireBusWorker }
