@@ -3,16 +3,22 @@
 /**
  * bench/socketio.js: socket.io broadcast fan-out across 2 workers, side by
  * side: clusterize's adapter (clusterize-express/socket.io, 'sticky' with
- * sticky.sid), the canonical @socket.io/cluster-adapter + @socket.io/sticky
- * setup on raw node:cluster, and one process with socket.io's default
- * adapter. N WebSocket clients (socket.io-client, in this process) are split
- * over the workers; one client asks its worker to io.emit() a burst of
- * small messages; every client counts what it receives and the
- * emit-to-receive latency (timestamps in the message, same machine).
+ * sticky.sid; also with `coalesceWrites: false`, to show what coalescing
+ * gives), the canonical @socket.io/cluster-adapter + @socket.io/sticky setup
+ * on raw node:cluster, and one process with socket.io's default adapter. N
+ * WebSocket clients in this process are split over the workers; one client
+ * asks its worker to io.emit() a burst of small messages; every client counts
+ * what it receives and the emit-to-receive latency (timestamps in the
+ * message, same machine). Two kinds of client: socket.io-client, and a bare
+ * client (test/helpers/bare-socketio-client.js) that costs far less per
+ * message, so that the servers rather than the clients set the pace.
  *
- *   node bench/socketio.js [--clients 200,1000] [--messages 200] [--rounds 3]
+ *   node bench/socketio.js [--clients=200,1000] [--messages=200] [--rounds=3]
+ *                          [--client=socket.io,bare] [--busy=0,2]
  *
- * Loopback only, ~2 min, stops every process it started by PID.
+ * --busy=2 repeats the run with 2 CPU-spinning processes beside it (the
+ * machine busy). Loopback only, a few minutes, stops every process it
+ * started by PID.
  */
 
 const path = require('path')
@@ -21,10 +27,15 @@ const { startProcess, waitForLine, stopProcess, freePort, installCleanup, sleep 
 const { median, ratio, fmt, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { percentile } = require('./lib/load')
+const { connectBareClient } = require('../test/helpers/bare-socketio-client')
+const { startCpuBurners } = require('./lib/busy')
 
 const CLIENT_COUNTS = (process.argv.find((a) => a.startsWith('--clients=')) || '--clients=200,1000').split('=')[1].split(',').map(Number)
 const MESSAGES = Number((process.argv.find((a) => a.startsWith('--messages=')) || '--messages=200').split('=')[1])
 const ROUNDS = Number((process.argv.find((a) => a.startsWith('--rounds=')) || '--rounds=3').split('=')[1])
+const CLIENT_KINDS = (process.argv.find((a) => a.startsWith('--client=')) || '--client=socket.io,bare').split('=')[1].split(',')
+const BUSY = (process.argv.find((a) => a.startsWith('--busy=')) || '--busy=0').split('=')[1].split(',').map(Number)
+for (const kind of CLIENT_KINDS) if (!['socket.io', 'bare'].includes(kind)) throw new Error(`--client takes socket.io and/or bare, got ${kind}`)
 const SELF = __filename
 
 // ---- the servers (this file, run as `node bench/socketio.js server <kind> <port>`)
@@ -51,12 +62,12 @@ function runServer (kind, port) {
     const { server, Server } = appServer()
     onConnection(new Server(server, { transports: ['websocket'] }))
     server.listen(port, '127.0.0.1', () => console.log('READY'))
-  } else if (kind === 'clusterize') {
+  } else if (kind === 'clusterize' || kind === 'clusterize-uncoalesced') {
     const { clusterize } = require('..')
     const handle = clusterize(() => {
       const { server, Server } = appServer()
       const { createAdapter } = require('../socket.io')
-      onConnection(new Server(server, { transports: ['websocket'], adapter: createAdapter() }))
+      onConnection(new Server(server, { transports: ['websocket'], adapter: createAdapter({ coalesceWrites: kind === 'clusterize' }) }))
       return server
     }, { port, host: '127.0.0.1', workers: 2, scheduling: 'sticky', sticky: { sid: true }, logger: false })
     if (cluster.isPrimary) handle.ready.then(() => console.log('READY'))
@@ -82,7 +93,7 @@ function runServer (kind, port) {
 
 // ---- the measurement
 
-async function round (kind, clients) {
+async function round (kind, clients, client) {
   const { io } = require('socket.io-client')
   const port = await freePort()
   const proc = startProcess({ args: [SELF, 'server', kind, String(port)], name: kind })
@@ -92,7 +103,16 @@ async function round (kind, clients) {
     await sleep(500)
     const latencies = []
     let received = 0
-    for (let i = 0; i < clients; i++) {
+    for (let i = 0; i < clients && client === 'bare'; i++) {
+      const socket = connectBareClient(port, {
+        onEvent (frame) {
+          if (++received % 7 === 0) latencies.push(performance.timeOrigin + performance.now() - Number(frame.slice(frame.indexOf(',') + 1, -1)))
+        }
+      })
+      socket.disconnect = socket.close
+      sockets.push(socket)
+    }
+    for (let i = 0; i < clients && client !== 'bare'; i++) {
       const socket = io(`http://127.0.0.1:${port}`, { transports: ['websocket'], reconnection: false, forceNew: true })
       socket.on('m', (sentAt) => {
         received++
@@ -100,7 +120,7 @@ async function round (kind, clients) {
       })
       sockets.push(socket)
     }
-    await Promise.all(sockets.map((s) => new Promise((resolve, reject) => {
+    await Promise.all(sockets.map((s) => s.ready || new Promise((resolve, reject) => {
       if (s.connected) return resolve()
       s.once('connect', resolve)
       s.once('connect_error', reject)
@@ -108,7 +128,7 @@ async function round (kind, clients) {
     await sleep(300)
     const expected = clients * MESSAGES
     const started = performance.now()
-    await new Promise((resolve) => sockets[0].emit('burst', MESSAGES, resolve))
+    await (client === 'bare' ? sockets[0].request('burst', MESSAGES) : new Promise((resolve) => sockets[0].emit('burst', MESSAGES, resolve)))
     const deadline = Date.now() + 60000
     while (received < expected && Date.now() < deadline) await sleep(5)
     const seconds = (performance.now() - started) / 1000
@@ -121,25 +141,43 @@ async function round (kind, clients) {
 
 async function main () {
   installCleanup()
-  const kinds = [['single', 'one process (default adapter)'], ['cluster-adapter', '@socket.io/cluster-adapter + sticky (2 workers)'], ['clusterize', 'clusterize adapter (2 workers)']]
+  const kinds = [
+    ['single', 'one process (default adapter)'],
+    ['cluster-adapter', '@socket.io/cluster-adapter + sticky (2 workers)'],
+    ['clusterize', 'clusterize adapter (2 workers)'],
+    ['clusterize-uncoalesced', 'clusterize adapter, coalesceWrites: false (2 workers)']
+  ]
+  const started = Date.now()
   console.log(`## socket.io broadcast fan-out: one io.emit() burst of ${MESSAGES} messages to every client (medians of ${ROUNDS} rounds)\n`)
   console.log(machineLine())
-  console.log('\nWebSocket clients (socket.io-client) in the bench process, split over the workers; delivered = messages received by all clients per second from the first emit to the last receipt; latency = emit to receipt (every 7th message). The clients share the 2 cores with the servers.\n')
+  console.log('\nClients in the bench process, split over the workers; delivered = messages received by all clients per second from the first emit to the last receipt; latency = emit to receipt (every 7th message). The clients share the 2 cores with the servers. "busy": that many extra processes spin a CPU each during the rounds.\n')
   const rows = []
-  for (const clients of CLIENT_COUNTS) {
-    const results = new Map(kinds.map(([kind]) => [kind, []]))
-    for (let r = 0; r < ROUNDS; r++) {
-      const order = r % 2 === 0 ? kinds : kinds.slice().reverse()
-      for (const [kind] of order) results.get(kind).push(await round(kind, clients))
-    }
-    const anchor = median(results.get('cluster-adapter').map((x) => x.delivered))
-    for (const [kind, label] of kinds) {
-      const list = results.get(kind)
-      const delivered = median(list.map((x) => x.delivered))
-      rows.push([String(clients), label, fmt(delivered), ratio(delivered, anchor), fmt(median(list.map((x) => x.p50)), 1), fmt(median(list.map((x) => x.p99)), 1), list.reduce((a, x) => a + x.lost, 0)])
+  for (const busy of BUSY) {
+    const burners = startCpuBurners(busy)
+    try {
+      for (const client of CLIENT_KINDS) {
+        for (const clients of CLIENT_COUNTS) {
+          const results = new Map(kinds.map(([kind]) => [kind, []]))
+          for (let r = 0; r < ROUNDS; r++) {
+            const order = r % 2 === 0 ? kinds : kinds.slice().reverse()
+            for (const [kind] of order) results.get(kind).push(await round(kind, clients, client))
+          }
+          const anchor = results.get('cluster-adapter')
+          for (const [kind, label] of kinds) {
+            const list = results.get(kind)
+            const delivered = median(list.map((x) => x.delivered))
+            const p99 = median(list.map((x) => x.p99))
+            rows.push([client, String(busy), String(clients), label, fmt(delivered), ratio(delivered, median(anchor.map((x) => x.delivered))),
+              fmt(median(list.map((x) => x.p50)), 1), fmt(p99, 1), ratio(p99, median(anchor.map((x) => x.p99))), list.reduce((a, x) => a + x.lost, 0)])
+          }
+        }
+      }
+    } finally {
+      await burners.stop()
     }
   }
-  console.log(markdownTable(['clients', 'setup', 'delivered msg/s', 'vs cluster-adapter', 'p50 ms', 'p99 ms', 'lost'], rows))
+  console.log(markdownTable(['client', 'busy', 'clients', 'setup', 'delivered msg/s', 'vs cluster-adapter', 'p50 ms', 'p99 ms', 'p99 vs cluster-adapter', 'lost'], rows))
+  console.log(`\nTotal run time ${((Date.now() - started) / 1000).toFixed(0)} s.`)
 }
 
 if (process.argv[2] === 'server') {

@@ -116,6 +116,63 @@ test("long polling across 2 workers, all clients from one address (as behind a p
   await cluster.stop()
 })
 
+test('a burst of broadcasts reaches every client once and in order, in far fewer TCP writes than messages (coalesceWrites), also after an upgrade from polling', async () => {
+  const { connectBareClient } = require('./helpers/bare-socketio-client')
+  const BURST = 200
+  const cluster = await startCluster(fixture, { env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 2, scheduling: 'sticky', sticky: { sid: true } }), CZ_SIO_TRANSPORTS: 'polling,websocket' } })
+  const receivers = []
+  function track (tcp) {
+    const receiver = { seq: [], chunks: 0, counting: false }
+    tcp.on('data', () => { if (receiver.counting) receiver.chunks++ })
+    receivers.push(receiver)
+    return receiver
+  }
+  // Bare WebSocket clients until both workers hold one.
+  const workers = new Set()
+  const bare = []
+  for (let i = 0; i < 8 && workers.size < 2; i++) {
+    let receiver
+    const hello = new Promise((resolve) => {
+      const client = connectBareClient(cluster.port, {
+        onEvent (frame) {
+          const [name, data] = JSON.parse(frame.slice(2))
+          if (name === 'hello') resolve(data.worker)
+          else if (name === 'seq') receiver.seq.push(data)
+        }
+      })
+      bare.push(client)
+      client.ready.then(() => { receiver = track(client.tcp()) })
+    })
+    workers.add(await hello)
+  }
+  assert.strictEqual(workers.size, 2, 'bare clients on both workers')
+  // A socket.io-client that starts with long polling and upgrades to WebSocket.
+  const upgraded = connectClient(`http://127.0.0.1:${cluster.port}`, { reconnection: false, forceNew: true })
+  clients.push(upgraded)
+  await new Promise((resolve, reject) => {
+    upgraded.io.engine.once('upgrade', resolve)
+    upgraded.once('connect_error', reject)
+  })
+  const viaUpgrade = track(upgraded.io.engine.transport.ws._socket)
+  upgraded.on('seq', (i) => viaUpgrade.seq.push(i))
+
+  for (const receiver of receivers) receiver.counting = true
+  assert.deepStrictEqual(await bare[0].request('burst', BURST), [], 'the burst was emitted')
+  const expected = Array.from({ length: BURST }, (_, i) => i)
+  await eventually(() => receivers.every((r) => r.seq.length >= BURST), { what: `${BURST} messages on every client` })
+  for (const receiver of receivers) {
+    assert.deepStrictEqual(receiver.seq, expected, 'every message once, in order')
+    assert.ok(receiver.chunks <= BURST / 10, `the ${BURST} frames came in ${receiver.chunks} TCP reads: writes were not coalesced`)
+  }
+  for (const client of bare) client.close()
+  await cluster.stop()
+})
+
+test('bad input: createAdapter({ coalesceWrites }) takes a boolean', () => {
+  const { createAdapter } = require('clusterize-express/socket.io')
+  assert.throws(() => createAdapter({ coalesceWrites: 'yes' }), /createAdapter\(\{ coalesceWrites \}\) must be true or false, got yes/)
+})
+
 test('two clusters on one Redis (bus.redis): a room broadcast on one reaches the clients of the other', async (t) => {
   const { REDIS_URL, uniquePrefix, redisTestOptions } = require('./helpers/redis')
   const { skip } = await redisTestOptions()

@@ -6,6 +6,11 @@ export interface ClusterizeAdapterOptions {
   /** ms without a heartbeat before a server is considered gone. Default 10000. */
   heartbeatTimeout?: number
   /**
+   * Write the packets engine.io queued while a write was in flight with one TCP write per WebSocket
+   * client (frames unchanged; a lone packet is written at once). Default true.
+   */
+  coalesceWrites?: boolean
+  /**
    * Bounds of socket.io's connectionStateRecovery state, kept in the primary (used only when the
    * Server has `connectionStateRecovery`). Packets are also dropped after maxDisconnectionDuration.
    */

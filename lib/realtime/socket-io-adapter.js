@@ -18,6 +18,7 @@
 const debug = require('debug')('clusterize:socket.io')
 const { internalBus } = require('../bus')
 const { createRecovery } = require('./socket-io-recovery')
+const { coalesceWebSocketWrites } = require('./coalesce-writes')
 
 const TOPIC_PREFIX = '$cz:sio:'
 const kNamed = Symbol('clusterize.sessionIdsBySlot')
@@ -34,19 +35,28 @@ function loadBase () {
 /**
  * Make engine.io session ids carry this worker's slot (`w<slot>.<random>`),
  * so that the primary's 'sticky' scheduling with `sticky.sid` sends every
- * long-polling request of a session to the worker that holds it. The engine
- * exists once the server is attached, right after the adapter is built.
+ * long-polling request of a session to the worker that holds it.
  */
-function nameSessionsBySlot (server) {
-  if (process.env.CLUSTERIZE_WORKER_ID === undefined) return
-  process.nextTick(function patchEngine () {
+function nameSessionsBySlot (engine) {
+  if (process.env.CLUSTERIZE_WORKER_ID === undefined || engine[kNamed]) return
+  engine[kNamed] = true
+  const generate = engine.generateId.bind(engine)
+  engine.generateId = async function generateSlotId (req) {
+    return `w${process.env.CLUSTERIZE_WORKER_ID}.${await generate(req)}`
+  }
+}
+
+/**
+ * Set up socket.io's engine.io server: sessions named by slot, WebSocket
+ * writes coalesced (unless `coalesceWrites: false`). The engine exists once
+ * the server is attached, right after the adapter is built.
+ */
+function prepareEngine (server, options) {
+  process.nextTick(function prepareEngineOnceAttached () {
     const engine = server && server.engine
-    if (!engine || engine[kNamed]) return
-    engine[kNamed] = true
-    const generate = engine.generateId.bind(engine)
-    engine.generateId = async function generateSlotId (req) {
-      return `w${process.env.CLUSTERIZE_WORKER_ID}.${await generate(req)}`
-    }
+    if (!engine) return
+    nameSessionsBySlot(engine)
+    if (!(options && options.coalesceWrites === false)) coalesceWebSocketWrites(engine)
   })
 }
 
@@ -65,12 +75,16 @@ function recoveryOptions (options) {
 }
 
 /**
- * @param {{ heartbeatInterval?: number, heartbeatTimeout?: number, recovery?: { maxPackets?: number, maxSessions?: number, liveWaitMs?: number } }} [options]
- *   heartbeat*: passed to socket.io-adapter; recovery: bounds of connectionStateRecovery's state in the primary
+ * @param {{ heartbeatInterval?: number, heartbeatTimeout?: number, coalesceWrites?: boolean, recovery?: { maxPackets?: number, maxSessions?: number, liveWaitMs?: number } }} [options]
+ *   heartbeat*: passed to socket.io-adapter; coalesceWrites: one TCP write per engine.io flush
+ *   (default true, see ./coalesce-writes.js); recovery: bounds of connectionStateRecovery's state in the primary
  * @returns {(nsp: object) => object} what io.adapter() takes
  */
 function createAdapter (options) {
   const { ClusterAdapterWithHeartbeat, Adapter, MessageType } = loadBase()
+  if (options && options.coalesceWrites !== undefined && typeof options.coalesceWrites !== 'boolean') {
+    throw new TypeError(`clusterize-express/socket.io: createAdapter({ coalesceWrites }) must be true or false, got ${String(options.coalesceWrites)}`)
+  }
 
   class ClusterizeAdapter extends ClusterAdapterWithHeartbeat {
     constructor (nsp) {
@@ -91,7 +105,7 @@ function createAdapter (options) {
       }
       internalBus.on(this.topic, this.onBusMessage)
       debug('adapter for namespace %s (uid %s)', nsp.name, this.uid)
-      nameSessionsBySlot(nsp.server)
+      prepareEngine(nsp.server, options)
       this.init()
     }
 

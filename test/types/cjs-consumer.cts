@@ -30,3 +30,6 @@ import sio = require('clusterize-express/socket.io')
 sio.createAdapter({ heartbeatInterval: 500, recovery: { maxPackets: 1000, maxSessions: 5000, liveWaitMs: 2000 } })
 // @ts-expect-error recovery.maxPackets is a number
 sio.createAdapter({ recovery: { maxPackets: 'many' } })
+sio.createAdapter({ coalesceWrites: false })
+// @ts-expect-error coalesceWrites is a boolean
+sio.createAdapter({ coalesceWrites: 'yes' })
