@@ -3,8 +3,8 @@
 /**
  * Warm spares (`spare: 1`): a ready worker in no slot takes no traffic (with
  * 'rr' and with 'none', where it must not even listen), takes a crashed
- * worker's slot at once, and is replaced behind it; after a reload the
- * spare runs the new generation.
+ * worker's slot at once (its HTTP warm-up never reaches the app), and is
+ * replaced behind it; after a reload the spare runs the new generation.
  */
 
 const { test, after } = require('node:test')
@@ -40,7 +40,13 @@ for (const scheduling of ['rr', 'none']) {
     process.kill(victim.pid, 'SIGKILL')
     const promoted = await cluster.waitEvent('worker:ready', (d) => d.pid === spare.pid && d.id === 0)
     assert.strictEqual(promoted.data.state, 'ready')
-    await eventually(async () => (await cluster.get('/')).json.pid === spare.pid, { timeoutMs: 20000, intervalMs: 20 })
+    let firstServed = null
+    await eventually(async () => {
+      const answer = (await cluster.get('/')).json
+      if (answer.pid === spare.pid) firstServed = answer
+      return firstServed !== null
+    }, { timeoutMs: 20000, intervalMs: 20 })
+    assert.strictEqual(firstServed.requests, 1, "the spare's HTTP warm-up did not reach the app")
     assert.ok(cluster.output.includes('worker 0 replaced by a warm spare'))
     const next = await spareOf(cluster)
     assert.notStrictEqual(next.pid, spare.pid, 'a new spare was forked')

@@ -80,6 +80,7 @@ class Supervisor extends EventEmitter {
     record.restarts = this.restarts[slot]
     this.slots[slot] = record
     record.channel.postNow(protocol.promote(slot))
+    debug('spare pid %d promoted to slot %d', record.pid, slot)
     this.log.info(`worker ${slot} replaced by a warm spare`, { pid: record.pid, generation: record.generation })
     this.emit('worker:ready', record.publicView())
     this.emit('record:ready', record)

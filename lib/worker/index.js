@@ -8,6 +8,7 @@
 
 const cluster = require('cluster')
 const net = require('net')
+const { warmUpHttp } = require('./warm-up')
 const path = require('path')
 const debug = require('debug')('clusterize:worker')
 const ipc = require('../ipc')
@@ -107,6 +108,7 @@ function startWorker (createApp, config) {
     handle.app = built.app
     handle.server = built.server
     tracker = built.tracker
+    if (spare) await warmUpHttp()
     const address = listenMode === 'handoff' || spare ? { port, handoff: listenMode === 'handoff' } : await listen()
     sampler = createHealthSampler(tracker)
     channel.postNow(protocol.ready(address))
