@@ -159,3 +159,45 @@ test('a lone broadcast is written in the same tick at every hop: the sender to t
   receiver.onPrimaryMessage(overTheWire(records[1].channel.peer.writes[0]))
   assert.deepStrictEqual(got, [[{ n: 1 }, 0]], 'delivered before onPrimaryMessage() returned')
 })
+
+test("library requests (the cluster session store's) made in one loop turn share one IPC write each way; a user's lone request is still written at once", async () => {
+  const { BusCore } = require('../lib/bus/core')
+  const { createCodec } = require('../lib/bus/codec')
+  const { createWorkerTransport } = require('../lib/bus/worker')
+  const { createPrimaryTransport } = require('../lib/bus/primary')
+  const { setImmediate: turn } = require('timers/promises')
+  function instrumentedPeer () {
+    const writes = []
+    return { writes, connected: true, send (message, callback) { writes.push(message); process.nextTick(callback, null); return true } }
+  }
+  const newCore = () => Object.assign(new BusCore(), { codec: createCodec({}) })
+  const overTheWire = (message) => JSON.parse(JSON.stringify(message))
+  const unpack = (write) => write.kind === 'batch' ? write.items : [write]
+
+  const workerCore = newCore()
+  const toPrimary = instrumentedPeer()
+  const worker = createWorkerTransport(workerCore, { channel: new ipc.Channel(toPrimary), id: 0, generation: 1 })
+  const answers = []
+  for (let i = 0; i < 5; i++) answers.push(worker.request('$cz:test-store', { op: 'get', i }, 5000, true, 32))
+  assert.strictEqual(toPrimary.writes.length, 0, 'library requests wait for the end of the loop turn')
+  await turn()
+  assert.strictEqual(toPrimary.writes.length, 1, 'five library requests, one write')
+  const requests = unpack(toPrimary.writes[0])
+  assert.strictEqual(requests.length, 5)
+
+  const primaryCore = newCore()
+  primaryCore.setHandler('$cz:test-store', (data) => ({ got: data.i }))
+  const primary = createPrimaryTransport(primaryCore)
+  const record = { id: 0, pid: 100, generation: 1, state: 'ready', channel: new ipc.Channel(instrumentedPeer()) }
+  primary.addWorker(record)
+  for (const request of requests) primary.onWorkerMessage(record, overTheWire(request))
+  await eventually(() => record.channel.peer.writes.length > 0)
+  await turn()
+  assert.strictEqual(record.channel.peer.writes.length, 1, 'five answers, one write')
+  for (const response of unpack(record.channel.peer.writes[0])) worker.onPrimaryMessage(overTheWire(response))
+  assert.deepStrictEqual((await Promise.all(answers)).map((a) => a.got), [0, 1, 2, 3, 4])
+
+  worker.request('user-topic', workerCore.codec.encode('user-topic', { n: 1 }), 5000).catch(() => {})
+  assert.strictEqual(toPrimary.writes.length, 2, "a user's lone request is written before request() returns")
+})
+

@@ -74,6 +74,14 @@ function createPrimaryTransport (core) {
     }
   }
 
+  function postBatched (record, message) {
+    try {
+      record.channel.post(message)
+    } catch (err) {
+      debug('post to worker %s failed: %s', record.id, err.message)
+    }
+  }
+
   /** The record that `send(workerId)` should reach: the READY one of that slot, else the newest live one. */
   function recordForSlot (workerId) {
     let best = null
@@ -257,7 +265,10 @@ function createPrimaryTransport (core) {
         core.invoke(topic, payload, localMeta(topic, record.id, record.generation), 'the primary', raw).then(function reply (answer) {
           // A worker that exited meanwhile gets nothing: its request died with it.
           if (!records.has(record)) return
-          post(record, busMessage.response(id, answer.ok, answer.d, answer.e, raw))
+          const response = busMessage.response(id, answer.ok, answer.d, answer.e, raw)
+          // Answers to library requests share one write per loop turn, as the requests do.
+          if (raw) postBatched(record, response)
+          else post(record, response)
         })
         return
       }
