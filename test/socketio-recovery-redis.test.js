@@ -20,7 +20,7 @@ const { RecoveryService } = require('../lib/realtime/recovery-service')
 const { startCluster, stopAll } = require('./helpers/cluster')
 const { eventually } = require('./helpers/wait')
 const { freePort } = require('./helpers/net')
-const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix } = require('./helpers/redis')
+const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix, privateRedis, redisServerSuite } = require('./helpers/redis')
 
 const fixture = path.join(__dirname, 'fixtures/socketio-recovery.js')
 const sockets = []
@@ -271,4 +271,48 @@ test('two clusters on one Redis: a client cut from cluster A reconnects to clust
   for (const socket of sockets) socket.disconnect()
   await a.stop()
   await b.stop()
+})
+
+test('Redis unreachable, then back: no broadcast lost and nothing crashes; the host numbers them meanwhile (logged once), then the stream again', redisServerSuite('the Redis outage test', 120000), async () => {
+  const redis = await privateRedis()
+  cleanups.push(() => redis.stop())
+  await redis.start()
+  const bus = { redis: redis.url, channel: uniquePrefix('sio-rec-outage') }
+  const cluster = await startCluster(fixture, { env: env({ workers: 2, bus }) })
+  const clients = [receiver(cluster.port, 'r', 'one'), receiver(cluster.port, 'r', 'two')]
+  const from = sender(cluster.port)
+  await eventually(() => clients.every((c) => c.socket.connected) && from.connected, { what: 'every client connected' })
+  const isStreamId = (offset) => /^\d+-\d+$/.test(offset)
+  let n = 0
+  /** One message at a time, each received by every client before the next. */
+  async function send () {
+    const sent = ++n
+    await ask(from, 'send', 'r', sent)
+    await eventually(() => clients.every((c) => c.got.includes(sent)), { what: () => `message ${sent} on every client\n--- cluster ---\n${cluster.output}` })
+    return clients[0].offsets[clients[0].got.indexOf(sent)]
+  }
+  // Through the stream once the reader is up.
+  await eventually(async () => isStreamId(await send()), { what: 'a message through the Redis stream' })
+
+  await redis.stop()
+  const during = []
+  for (let i = 0; i < 5; i++) during.push(await send())
+  assert.ok(during.slice(1).every((offset) => !isStreamId(offset)), `numbered by the host while Redis is down: ${during}`)
+  await cluster.waitOutput(/socket\.io recovery: Redis .* cannot take broadcasts/)
+
+  await redis.start()
+  await eventually(async () => isStreamId(await send()), { what: 'messages through the stream again' })
+  await cluster.waitOutput(/socket\.io recovery: Redis .* reachable again/)
+  for (let i = 0; i < 3; i++) assert.ok(isStreamId(await send()))
+
+  for (const c of clients) {
+    assert.deepStrictEqual(c.got, Array.from({ length: n }, (_, i) => i + 1), `${c.name}: every message once, in order`)
+    assert.strictEqual(new Set(c.offsets).size, c.offsets.length, `${c.name}: distinct offsets`)
+    assert.deepStrictEqual(c.connects.length, 1, `${c.name}: never cut`)
+  }
+  assert.strictEqual(cluster.output.match(/cannot take broadcasts/g).length, 1, 'logged once for the outage')
+  assert.ok((await ask(from, 'whoami')).pid, 'the workers still serve')
+  assert.strictEqual(cluster.child.exitCode, null, 'the primary is alive')
+  for (const socket of sockets) socket.disconnect()
+  await cluster.stop()
 })
