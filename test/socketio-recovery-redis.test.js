@@ -94,6 +94,11 @@ test('in process: two primaries share one stream (one order) and a session persi
   await a.service.onStateRequest({ op: 'persist', n: '/', session: session('p2', ['sid-p2']) })
   assert.strictEqual(await b.service.onStateRequest({ op: 'restore', n: '/', s: 'p2', o: '1-0' }), null)
 
+  // A malformed offset restores nothing and leaves the session for a well-formed one.
+  await a.service.onStateRequest({ op: 'persist', n: '/', session: session('p3', ['sid-p3']) })
+  assert.strictEqual(await b.service.onStateRequest({ op: 'restore', n: '/', s: 'p3', o: 'garbage' }), null)
+  assert.deepStrictEqual((await b.service.onStateRequest({ op: 'restore', n: '/', s: 'p3', o: offsets[4] })).missed, [])
+
   // The keys carry the bus channel as a hash tag (one slot on a Redis Cluster; apps on one Redis apart).
   const redis = new Redis(REDIS_URL)
   cleanups.push(() => redis.quit())

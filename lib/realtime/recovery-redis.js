@@ -113,6 +113,7 @@ function createRedisLog (options) {
   /** @type {Map<string, string>} stream key -> namespace */
   const names = new Map()
   let wakeId = null
+  let wakeLocating = false
   let closed = false
   let up = false
   let reading = false
@@ -144,26 +145,34 @@ function createRedisLog (options) {
     if (options.onStateChange) options.onStateChange(value, cause)
   }
 
-  /** Locate the wake stream, then every namespace not located yet; start the read loop. */
+  /**
+   * Locate the wake stream (then start the read loop) and every namespace not
+   * located yet. The XREVRANGEs are sent in this tick: any XADD of this host
+   * comes after them on the connection, so after the position they return.
+   */
   function locateAll () {
     if (closed || cmd.status !== 'ready') return
-    const located = wakeId !== null
-      ? Promise.resolve()
-      : cmd.xrevrange(wakeKey, '+', '-', 'COUNT', 1).then((last) => { if (wakeId === null) wakeId = last.length ? last[0][0] : '0-0' })
-    located.then(() => {
-      if (!reading) read()
-      for (const name of streams.keys()) locate(name)
-    }, (err) => debug('recovery: cannot locate %s: %s', wakeKey, err.message))
+    if (wakeId === null && !wakeLocating) {
+      wakeLocating = true
+      cmd.xrevrange(wakeKey, '+', '-', 'COUNT', 1).then((last) => {
+        wakeLocating = false
+        if (wakeId === null) wakeId = last.length ? last[0][0] : '0-0'
+        if (!reading) read()
+      }, (err) => {
+        wakeLocating = false
+        debug('recovery: cannot locate %s: %s', wakeKey, err.message)
+      })
+    }
+    for (const name of streams.keys()) locate(name)
   }
 
   /**
    * Read a namespace's stream after its last entry now: entries before are
    * none of this host's business (no socket of this namespace is here yet).
-   * The XADDs of this host come after on the same connection, so after it.
    */
   function locate (name) {
     const stream = streams.get(name)
-    if (stream.lastId !== null || stream.locating || cmd.status !== 'ready' || wakeId === null) return
+    if (stream.lastId !== null || stream.locating || cmd.status !== 'ready') return
     stream.locating = true
     cmd.xrevrange(stream.key, '+', '-', 'COUNT', 1).then((last) => {
       stream.locating = false
@@ -276,8 +285,7 @@ function createRedisLog (options) {
       const key = streamKey(name)
       streams.set(name, { key, lastId: null, locating: false })
       names.set(key, name)
-      if (wakeId === null) locateAll()
-      else locate(name)
+      locateAll()
     },
 
     /**

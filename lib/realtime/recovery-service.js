@@ -292,19 +292,24 @@ class RecoveryService {
 
   /** XADD the packet; if Redis fails it, deliver it here after all (skipped if it shows up in the stream anyway). */
   publishShared (state, data) {
+    const redis = this.redis
     let appended
     try {
-      appended = this.redis.append(state.name, data.m, state.maxPackets)
+      appended = redis.append(state.name, data.m, state.maxPackets)
     } catch (err) {
       debug('recovery: packet not added to the stream: %s', err.message)
       return this.publishHere(state, data, {}, true)
     }
-    appended.added.catch((err) => {
-      this.redis.skip(appended.uid)
+    appended.added.then(() => {
+      // An outage seen as failed XADDs ends with one that works (the connection may never have closed).
+      if (this.degraded && this.redis === redis) this.recovered()
+    }, (err) => {
+      redis.skip(appended.uid)
+      if (this.redis !== redis) return // closed meanwhile (shutdown)
       this.degrade(err.message)
       // Not forwarded: it may have reached the stream (and the other hosts) after all.
       this.publishHere(state, data, {}, false)
-    })
+    }).catch((err) => debug('recovery: fallback delivery failed: %s', err.message))
   }
 
   /** An entry of the shared stream, in stream order: to this host's workers (m null: skipped, only the position moves). */
@@ -471,6 +476,8 @@ class RecoveryService {
   async restoreShared (state, pid, offset) {
     const { isStreamId, compareIds } = redisLog()
     const redis = this.redis
+    // An offset of neither kind: no restore (and the session is left alone).
+    if (!isStreamId(offset) && state.seqOf(offset) === null) return null
     let session = state.takeSession(pid, Date.now())
     if (session === null) {
       if (!redis.ready) return null
@@ -483,7 +490,7 @@ class RecoveryService {
     }
     if (state.streamFloor !== null && compareIds(offset, state.streamFloor) <= 0) return null
     // An offset given by another host may be ahead of this host's reader: wait until it is delivered here.
-    if (!(await this.reached(state.name, offset))) return null
+    if (!(await this.reached(redis, state.name, offset))) return null
     // Up to what this host's workers have been sent: what comes after reaches the restoring worker as usual.
     const head = redis.lastDelivered(state.name)
     const entries = await redis.range(state.name, offset, head)
@@ -498,9 +505,9 @@ class RecoveryService {
   }
 
   /** @returns {Promise<boolean>|boolean} this host's reader has delivered the stream entry `id` of `name` (false after liveWaitMs) */
-  reached (name, id) {
+  reached (redis, name, id) {
     const { compareIds } = redisLog()
-    const last = this.redis.lastDelivered(name)
+    const last = redis.lastDelivered(name)
     if (last !== null && compareIds(last, id) >= 0) return true
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
