@@ -108,7 +108,7 @@ function createRedisLog (options) {
   let counter = 0
   /** @type {Map<string, number>} entry uid -> when this host delivered it itself */
   const skipped = new Map()
-  /** @type {Map<string, { key: string, lastId: string|null }>} namespaces read, by name */
+  /** @type {Map<string, { key: string, lastId: string|null, located: Promise|null }>} namespaces read, by name (located: the XREVRANGE in flight) */
   const streams = new Map()
   /** @type {Map<string, string>} stream key -> namespace */
   const names = new Map()
@@ -169,22 +169,25 @@ function createRedisLog (options) {
   /**
    * Read a namespace's stream after its last entry now: entries before are
    * none of this host's business (no socket of this namespace is here yet).
+   * This host's XADDs to it wait for the answer (see append()), so they come
+   * after that position whatever retries the client makes meanwhile.
    */
   function locate (name) {
     const stream = streams.get(name)
-    if (stream.lastId !== null || stream.locating || cmd.status !== 'ready') return
-    stream.locating = true
-    cmd.xrevrange(stream.key, '+', '-', 'COUNT', 1).then((last) => {
-      stream.locating = false
-      if (stream.lastId !== null) return
-      stream.lastId = last.length ? last[0][0] : '0-0'
+    if (stream.lastId !== null || stream.located !== null || cmd.status !== 'ready') return
+    const located = stream.located = cmd.xrevrange(stream.key, '+', '-', 'COUNT', 1).then((last) => {
+      stream.located = null
+      if (stream.lastId === null) stream.lastId = last.length ? last[0][0] : '0-0'
       debug('recovery: reading %s after %s', stream.key, stream.lastId)
-      // Wake the readers blocked on the streams they knew (ours included) so they add this one.
-      return cmd.xadd(wakeKey, 'MAXLEN', '~', 100, '*', 'n', name).then(() => cmd.pexpire(wakeKey, 24 * 3600 * 1000))
-    }).catch((err) => {
-      stream.locating = false
+    }, (err) => {
+      stream.located = null
       debug('recovery: cannot start reading %s: %s', stream.key, err.message)
+      throw err
     })
+    // Wake the readers blocked on the streams they knew (ours included) so they add this one.
+    located.then(() => cmd.xadd(wakeKey, 'MAXLEN', '~', 100, '*', 'n', name))
+      .then(() => cmd.pexpire(wakeKey, 24 * 3600 * 1000))
+      .catch((err) => debug('recovery: cannot wake the readers: %s', err.message))
   }
 
   /** The read loop: one XREAD BLOCK at a time on the reader's connection, for as long as we run. */
@@ -283,7 +286,7 @@ function createRedisLog (options) {
     register (name) {
       if (streams.has(name)) return
       const key = streamKey(name)
-      streams.set(name, { key, lastId: null, locating: false })
+      streams.set(name, { key, lastId: null, located: null })
       names.set(key, name)
       locateAll()
     },
@@ -294,9 +297,17 @@ function createRedisLog (options) {
      * @returns {{ uid: string, added: Promise<string> }} the entry's uid, and its id once Redis took it
      */
     append (name, m, maxPackets) {
-      const payload = encode(streamKey(name), m)
+      const key = streamKey(name)
+      const payload = encode(key, m)
       const uid = `${instance}.${++counter}`
-      return { uid, added: cmd.xadd(streamKey(name), 'MAXLEN', '~', maxPackets, '*', 'u', uid, 'd', payload) }
+      const add = () => cmd.xadd(key, 'MAXLEN', '~', maxPackets, '*', 'u', uid, 'd', payload)
+      const stream = streams.get(name)
+      if (stream !== undefined && stream.lastId === null) {
+        // Not located yet: after it (in order: the callbacks run in the order they were added).
+        locate(name)
+        if (stream.located !== null) return { uid, added: stream.located.then(add) }
+      }
+      return { uid, added: add() }
     },
 
     /** This host delivered entry `uid` itself (its XADD failed): skip it if it shows up in the stream after all. */
