@@ -197,6 +197,7 @@ class RecoveryService {
     this.degraded = false
     /** @type {Map<string, Array<{ id: string, wake: Function }>>} restores waiting for the reader to reach an offset */
     this.reaching = new Map()
+    this.closed = false
   }
 
   get log () {
@@ -209,7 +210,7 @@ class RecoveryService {
       state = new NamespaceState(name)
       this.namespaces.set(name, state)
       this.startSweeping()
-      if (this.options.redis) this.sharedLog().register(name)
+      if (this.options.redis && !this.closed) this.sharedLog().register(name)
     }
     return state
   }
@@ -548,6 +549,7 @@ class RecoveryService {
 
   /** Close the Redis connections (shutdown). */
   close () {
+    this.closed = true
     if (this.timer !== null) clearInterval(this.timer)
     this.timer = null
     const redis = this.redis
