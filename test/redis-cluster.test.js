@@ -17,6 +17,7 @@ const { startRedisCluster } = require('./helpers/redis-topology')
 const { redisServerSuite } = require('./helpers/redis')
 const { stopAll } = require('./helpers/cluster')
 const { sessionExpiringIn } = require('./helpers/session')
+const { eventually } = require('./helpers/wait')
 const { call, twoBusClusters, broadcastReaches, failoverUnderLoad } = require('./helpers/redis-failover')
 
 const options = redisServerSuite('Redis Cluster tests', 120000)
@@ -111,6 +112,43 @@ describe('Redis Cluster', options, () => {
       await broadcastReaches(pair, 'classic')
     } finally {
       await pair.stop()
+    }
+  })
+
+  it('socket.io recovery with bus.redis on the cluster: two primaries read one stream in one order; a session persisted by one restores on the other', async () => {
+    const { RecoveryService } = require('../lib/realtime/recovery-service')
+    const channel = 'cz-sio-' + crypto.randomBytes(3).toString('hex')
+    const hosts = [0, 1].map(() => {
+      const sent = []
+      const service = new RecoveryService({ broadcast: (topic, data) => { if (data.o !== undefined) sent.push(data) } }, { redis: redis.url, channel })
+      service.onQueueMessage({ op: 'cfg', n: '/', d: 60000, l: 5000 }, {})
+      return { service, sent }
+    })
+    const publish = (host, n) => host.service.onQueueMessage({ op: 'pub', n: '/', k: 1, m: { uid: 'u', packet: { type: 2, data: ['m', n] }, opts: { rooms: [], except: [], flags: {} } } }, {})
+    const streamed = (host) => host.sent.filter((d) => /^\d+-\d+$/.test(d.o))
+    try {
+      // Each primary reads the stream from where it is when it starts: publish until the other one reads it.
+      await eventually(() => {
+        publish(hosts[0], 'probe')
+        return streamed(hosts[1]).length > 0
+      }, { what: 'a packet read from the stream by the other primary', intervalMs: 100 })
+      publish(hosts[0], 'marker')
+      await eventually(() => hosts.every((h) => streamed(h).some((d) => d.m.packet.data[1] === 'marker')), { what: 'the marker on both' })
+      for (const host of hosts) host.sent.length = 0
+      for (let n = 1; n <= 6; n++) publish(hosts[n % 2], n)
+      await eventually(() => hosts.every((h) => h.sent.length === 6), { what: 'six packets on both' })
+      const order = (host) => host.sent.map((d) => [d.o, d.m.packet.data[1]])
+      assert.deepEqual(order(hosts[0]), order(hosts[1]), 'one order, one set of offsets')
+      await hosts[0].service.onStateRequest({ op: 'persist', n: '/', session: { sid: 's', pid: 'p', rooms: ['s'], data: { x: 1 } } })
+      const restored = await hosts[1].service.onStateRequest({ op: 'restore', n: '/', s: 'p', o: order(hosts[0])[1][0] })
+      assert.deepEqual(restored.session.data, { x: 1 })
+      assert.deepEqual(restored.missed.map(([, data]) => data[1]), order(hosts[0]).slice(2).map(([, n]) => n))
+      // Every key of the app in the slot of its hash tag: one master.
+      const owners = new Set()
+      for (const key of ['log:/', 'wake', 'idx:/', 's:/:p']) owners.add(await redis.masterFor(`{${channel}}:sio:${key}`))
+      assert.equal(owners.size, 1)
+    } finally {
+      for (const host of hosts) await host.service.close()
     }
   })
 

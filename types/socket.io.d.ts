@@ -11,24 +11,29 @@ export interface ClusterizeAdapterOptions {
    */
   coalesceWrites?: boolean
   /**
-   * Bounds of socket.io's connectionStateRecovery state, kept in the primary (used only when the
-   * Server has `connectionStateRecovery`). Packets are also dropped after maxDisconnectionDuration.
+   * Bounds of socket.io's connectionStateRecovery state, kept in the primary, or in Redis with
+   * `bus.redis` (used only when the Server has `connectionStateRecovery`). Packets are also dropped
+   * after maxDisconnectionDuration.
    */
   recovery?: ClusterizeRecoveryOptions
 }
 
 export interface ClusterizeRecoveryOptions {
-  /** Packets kept per namespace for replay. Default 10000. */
+  /** Packets kept per namespace for replay (with bus.redis: the stream's MAXLEN ~). Default 10000. */
   maxPackets?: number
   /** Disconnected sessions kept per namespace (oldest dropped first). Default 100000. */
   maxSessions?: number
-  /** ms a restore waits for the old worker to persist a socket it is still closing. Default 5000. */
+  /**
+   * ms a restore waits for the old worker (on this host) to persist a socket it is still closing, and,
+   * with bus.redis, for this host to have read an offset given by another host. Default 5000.
+   */
   liveWaitMs?: number
 }
 
 /**
  * For io.adapter(): io.emit, rooms, fetchSockets, serverSideEmit... reach every worker (and host with bus.redis).
  * With the Server's `connectionStateRecovery`, a client cut by a reload is recovered on a new worker
- * (missed packets once and in order, rooms, socket.data): the state lives in the primary, per host.
+ * (missed packets once and in order, rooms, socket.data): the state lives in the primary, per host,
+ * or with bus.redis in Redis (keys `{<bus.channel>}:sio:...`), so the client recovers on any host.
  */
 export declare function createAdapter(options?: ClusterizeAdapterOptions): (nsp: any) => any

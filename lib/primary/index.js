@@ -23,7 +23,7 @@ const { watchSessionStores } = require('./session-watch')
 const { buildStats } = require('./stats')
 const { busRuntime, internalBus } = require('../bus')
 const { attachSessionBackend, backendFor } = require('../session/cluster-service')
-const { attachRecoveryService } = require('../realtime/recovery-service')
+const { attachRecoveryService, recoveryOptions } = require('../realtime/recovery-service')
 const { handleSignals } = require('../signals')
 const { createLogger } = require('../logger')
 const { explainListenError } = require('../errors')
@@ -63,7 +63,7 @@ function startPrimary (createApp, config) {
   // The cluster session store's sessions live here; cheap until a worker uses it (an empty Map).
   attachSessionBackend(internalBus)
   // socket.io connection-state recovery (lib/realtime): empty until a worker's adapter uses it.
-  const recovery = attachRecoveryService(internalBus)
+  const recovery = attachRecoveryService(internalBus, recoveryOptions(config, log))
   forwardEvents()
 
   Object.defineProperty(handle, 'bus', { enumerable: true, get: () => require('../bus').bus })
@@ -260,6 +260,7 @@ function startPrimary (createApp, config) {
       const forced = retiring.some((record) => record.forced || record.drainTimedOut)
       if (parts.health) parts.health.stop()
       if (parts.probes) await parts.probes.close()
+      await recovery.close()
       await busRuntime.close()
       const code = forced || exitCode === 1 ? 1 : 0
       log.info(forced ? 'shutdown forced: some workers were killed at the deadline' : 'shutdown complete', { code })

@@ -21,13 +21,19 @@
  * connects as a new socket (socket.recovered false), like with socket.io's
  * own in-memory adapter.
  *
- * With bus.redis, each host's primary numbers the packets of its own workers
- * and those coming from other hosts ('pub' is forwarded over Redis, the
- * numbered broadcast stays on the host): a client recovers when it
- * reconnects to a worker of the same host.
+ * With bus.redis, the log and the sessions live in Redis instead
+ * (./recovery-redis.js): the primary adds a broadcast to the namespace's
+ * Redis Stream, and every host's primary reads the stream and sends the
+ * entries to its workers, the entry id as the offset. One order for every
+ * host, so a client cut from one host recovers on any other. While Redis is
+ * unreachable, broadcasts fall back to the numbering above (this host's
+ * clients keep getting them and can recover on this host; logged once per
+ * outage), and back to the stream when it returns.
  */
 
 const debug = require('debug')('clusterize:socket.io')
+// Loaded only with bus.redis (it brings ioredis).
+const redisLog = () => require('./recovery-redis')
 
 /** Fire-and-forget messages from workers (and other hosts): pub, cfg, live, gone. */
 const QUEUE_TOPIC = '$cz:sioq'
@@ -67,6 +73,10 @@ class NamespaceState {
     this.maxPackets = DEFAULTS.maxPackets
     this.maxSessions = DEFAULTS.maxSessions
     this.configured = false
+    /** With bus.redis: packets were numbered here (Redis unreachable) since the last stream entry. */
+    this.mixed = false
+    /** With bus.redis: stream offsets up to this id cannot be recovered exactly (packets were numbered here after them). */
+    this.streamFloor = null
   }
 
   get size () { return this.entries.length - this.first }
@@ -108,22 +118,44 @@ class NamespaceState {
    * A session restores once.
    */
   restore (pid, offset, now) {
+    const session = this.takeSession(pid, now)
+    if (session === null) return null
+    const missed = this.missedAfter(offset, session.rooms)
+    if (missed === null) return null
+    return { session, missed, head: this.seq, epoch: this.epoch }
+  }
+
+  /** The persisted session of `pid`, taken out (null if unknown or expired). */
+  takeSession (pid, now) {
     const entry = this.sessions.get(pid)
     if (entry === undefined) return null
     this.sessions.delete(pid)
-    if (entry.expiresAt < now) return null
+    return entry.expiresAt < now ? null : entry.session
+  }
+
+  /** [seq, data] of the packets after `offset` for `rooms`, or null when some are missing (or the offset is not ours). */
+  missedAfter (offset, rooms) {
     const after = this.seqOf(offset)
     if (after === null) return null
     // The packets right after the offset must still be here, or some would be missing.
     const oldest = this.size > 0 ? this.entries[this.first].seq : this.seq + 1
     if (after + 1 < oldest) return null
-    const rooms = entry.session.rooms
     const missed = []
     for (let i = this.first + Math.max(0, after + 1 - oldest); i < this.entries.length; i++) {
       const packet = this.entries[i]
       if (shouldInclude(rooms, packet)) missed.push([packet.seq, packet.data])
     }
-    return { session: entry.session, missed, head: this.seq, epoch: this.epoch }
+    return missed
+  }
+
+  /**
+   * With bus.redis: a packet went by that this log does not hold (from the
+   * shared stream): no offset of this log can be recovered exactly anymore.
+   */
+  invalidate () {
+    this.seq++
+    this.entries = []
+    this.first = 0
   }
 
   /** The sequence number in `offset` if it is one of ours and not in the future, else null. */
@@ -143,9 +175,12 @@ class NamespaceState {
 class RecoveryService {
   /**
    * @param {object} bus internalBus
+   * @param {{ redis?: *, channel?: string, serialization?: 'json'|'advanced', maxMessageBytes?: number, log?: object }} [options]
+   *   the bus options: with `redis`, the log and sessions live in Redis (shared by every host)
    */
-  constructor (bus) {
+  constructor (bus, options) {
     this.bus = bus
+    this.options = options || {}
     /** @type {Map<string, NamespaceState>} */
     this.namespaces = new Map()
     /** @type {Map<string, number>} `${nsp}\n${pid}` -> pid of the worker process holding that socket */
@@ -156,6 +191,17 @@ class RecoveryService {
     this.waiting = new Map()
     this.liveWaitMs = DEFAULTS.liveWaitMs
     this.timer = null
+    /** With bus.redis (created with the first namespace): the shared log, see ./recovery-redis.js */
+    this.redis = null
+    /** Redis unreachable and broadcasts numbered here (logged once per outage). */
+    this.degraded = false
+    /** @type {Map<string, Array<{ id: string, wake: Function }>>} restores waiting for the reader to reach an offset */
+    this.reaching = new Map()
+    this.closed = false
+  }
+
+  get log () {
+    return this.options.log || { info () {}, warn () {} }
   }
 
   namespace (name) {
@@ -164,8 +210,25 @@ class RecoveryService {
       state = new NamespaceState(name)
       this.namespaces.set(name, state)
       this.startSweeping()
+      if (this.options.redis && !this.closed) this.sharedLog().register(name)
     }
     return state
+  }
+
+  /** The Redis log (bus.redis), created on first use: no Redis connection unless recovery is used. */
+  sharedLog () {
+    if (this.redis === null) {
+      this.redis = redisLog().createRedisLog({
+        redis: this.options.redis,
+        channel: this.options.channel || 'clusterize:bus',
+        serialization: this.options.serialization,
+        maxMessageBytes: this.options.maxMessageBytes,
+        log: this.log,
+        onEntry: (name, id, m) => this.fromStream(name, id, m),
+        onStateChange: (up) => { if (up) this.recovered() }
+      })
+    }
+    return this.redis
   }
 
   /** Expire old packets and sessions even when nothing happens (unref'd: never keeps the primary alive). */
@@ -173,7 +236,10 @@ class RecoveryService {
     if (this.timer !== null) return
     this.timer = setInterval(() => {
       const now = Date.now()
-      for (const state of this.namespaces.values()) state.trim(now)
+      for (const state of this.namespaces.values()) {
+        state.trim(now)
+        if (this.redis !== null) this.redis.trim(state.name, state.maxDisconnectionDuration, now)
+      }
     }, 10000)
     this.timer.unref()
   }
@@ -190,19 +256,93 @@ class RecoveryService {
     }
   }
 
-  /** Number the packet (if it is to be kept), send it to this host's workers, and to the other hosts to number. */
+  /**
+   * A broadcast of a worker of this host, or forwarded by another host. With
+   * bus.redis a replayable one of this host goes to the shared stream (the
+   * reader sends it to this host's workers, and every other host's reader to
+   * theirs); otherwise it is numbered here.
+   */
   publish (data, meta) {
     const m = data.m
     if (!m || !m.packet || !m.opts) return
     const state = this.namespace(data.n)
+    if (this.redis !== null && data.k === 1 && meta.host === undefined) {
+      if (this.redis.ready) return this.publishShared(state, data)
+      this.degrade('not connected')
+    }
+    this.publishHere(state, data, meta, true)
+  }
+
+  /** Number the packet here (if it is to be kept), send it to this host's workers, and to the other hosts to number if `forward`. */
+  publishHere (state, data, meta, forward) {
+    const m = data.m
     const offset = data.k === 1 ? state.append(m.packet, m.opts, Date.now()) : undefined
     const message = { t: 's', m }
     if (offset !== undefined) {
       message.o = offset
       message.q = state.seq
+      if (this.redis !== null) {
+        // Offsets of the stream given before this packet cannot replay it: not recovered exactly anymore.
+        state.mixed = true
+        state.streamFloor = this.redis.lastDelivered(state.name)
+      }
     }
     this.bus.broadcast('$cz:sio:' + data.n, message, { scope: 'host' })
-    if (meta.host === undefined) this.bus.broadcast(QUEUE_TOPIC, data, { scope: 'remote' })
+    if (forward && meta.host === undefined) this.bus.broadcast(QUEUE_TOPIC, data, { scope: 'remote' })
+  }
+
+  /** XADD the packet; if Redis fails it, deliver it here after all (skipped if it shows up in the stream anyway). */
+  publishShared (state, data) {
+    const redis = this.redis
+    let appended
+    try {
+      appended = redis.append(state.name, data.m, state.maxPackets)
+    } catch (err) {
+      debug('recovery: packet not added to the stream: %s', err.message)
+      return this.publishHere(state, data, {}, true)
+    }
+    appended.added.then(() => {
+      // An outage seen as failed XADDs ends with one that works (the connection may never have closed).
+      if (this.degraded && this.redis === redis) this.recovered()
+    }, (err) => {
+      redis.skip(appended.uid)
+      if (this.redis !== redis) return // closed meanwhile (shutdown)
+      this.degrade(err.message)
+      // Not forwarded: it may have reached the stream (and the other hosts) after all.
+      this.publishHere(state, data, {}, false)
+    }).catch((err) => debug('recovery: fallback delivery failed: %s', err.message))
+  }
+
+  /** An entry of the shared stream, in stream order: to this host's workers (m null: skipped, only the position moves). */
+  fromStream (name, id, m) {
+    const state = this.namespaces.get(name)
+    if (state === undefined) return
+    if (m !== null) {
+      if (state.mixed) {
+        state.mixed = false
+        state.invalidate()
+      }
+      this.bus.broadcast('$cz:sio:' + name, { t: 's', m, o: id, q: id }, { scope: 'host' })
+    }
+    const waiters = this.reaching.get(name)
+    if (waiters === undefined) return
+    const { compareIds } = redisLog()
+    const still = waiters.filter((waiter) => compareIds(waiter.id, id) > 0 || waiter.wake(true))
+    if (still.length === 0) this.reaching.delete(name)
+    else this.reaching.set(name, still)
+  }
+
+  degrade (cause) {
+    if (this.degraded) return
+    this.degraded = true
+    this.log.warn(`socket.io recovery: Redis (${this.redis.where}) cannot take broadcasts (${cause}): until it can, this host numbers them itself; ` +
+      'its clients keep getting them but recover only on this host, and other hosts get them only if the bus bridge is up', { prefix: this.redis.prefix })
+  }
+
+  recovered () {
+    if (!this.degraded) return
+    this.degraded = false
+    this.log.info(`socket.io recovery: Redis (${this.redis.where}) reachable again: broadcasts go through the shared log`)
   }
 
   /** A worker's socket.io settings for a namespace: the first sets them, later ones can only raise them. */
@@ -261,12 +401,37 @@ class RecoveryService {
     if (data.op === 'persist') {
       const session = data.session
       if (!session || typeof session.pid !== 'string' || typeof session.sid !== 'string' || !Array.isArray(session.rooms)) throw new TypeError('recovery: malformed session')
-      this.namespace(data.n).persist(session, Date.now())
+      const state = this.namespace(data.n)
+      if (this.redis !== null && this.redis.ready) return this.persistShared(state, session)
+      state.persist(session, Date.now())
       this.markGone(data.n, session.pid)
       return true
     }
     if (data.op === 'restore') return this.restore(data.n, data.s, data.o)
     throw new TypeError(`recovery: unknown op ${data.op}`)
+  }
+
+  /** Persist in Redis (any host can restore it); in this primary if Redis fails it. */
+  persistShared (state, session) {
+    const here = () => {
+      state.persist(session, Date.now())
+      this.markGone(state.name, session.pid)
+      return true
+    }
+    let persisting
+    try {
+      persisting = this.redis.persist(state.name, session, state.maxDisconnectionDuration, state.maxSessions)
+    } catch (err) {
+      debug('recovery: session %s not persisted in Redis: %s', session.pid, err.message)
+      return here()
+    }
+    return persisting.then(() => {
+      this.markGone(state.name, session.pid)
+      return true
+    }, (err) => {
+      debug('recovery: session %s not persisted in Redis: %s', session.pid, err.message)
+      return here()
+    })
   }
 
   /**
@@ -279,7 +444,8 @@ class RecoveryService {
     const state = this.namespaces.get(nsp)
     if (state === undefined) return null
     const key = nsp + '\n' + pid
-    if (!this.live.has(key) || state.seqOf(offset) === null) return state.restore(pid, offset, Date.now())
+    const known = state.seqOf(offset) !== null || (this.redis !== null && redisLog().isStreamId(offset))
+    if (!this.live.has(key) || !known) return this.restoreNow(state, pid, offset)
     debug('recovery: restore of %s waits for its old worker to persist it', pid)
     return new Promise((resolve) => {
       let waiters = this.waiting.get(key)
@@ -290,10 +456,82 @@ class RecoveryService {
       const timer = setTimeout(wake, this.liveWaitMs)
       timer.unref()
       waiters.push(wake)
+      const self = this
       function wake () {
         clearTimeout(timer)
-        resolve(state.restore(pid, offset, Date.now()))
+        resolve(self.restoreNow(state, pid, offset))
       }
+    })
+  }
+
+  restoreNow (state, pid, offset) {
+    return this.redis === null ? state.restore(pid, offset, Date.now()) : this.restoreShared(state, pid, offset)
+  }
+
+  /**
+   * With bus.redis: the session from this primary (persisted while Redis was
+   * unreachable) or from Redis (persisted by any host), and the packets
+   * after the offset from the stream (or from this primary's log for an
+   * offset it gave while Redis was unreachable). Null when not exact.
+   */
+  async restoreShared (state, pid, offset) {
+    const { isStreamId, compareIds } = redisLog()
+    const redis = this.redis
+    // An offset of neither kind: no restore (and the session is left alone).
+    if (!isStreamId(offset) && state.seqOf(offset) === null) return null
+    let session = state.takeSession(pid, Date.now())
+    if (session === null) {
+      if (!redis.ready) return null
+      session = await redis.take(state.name, pid)
+      if (session === null || !Array.isArray(session.rooms)) return null
+    }
+    if (!isStreamId(offset)) {
+      const missed = state.missedAfter(offset, session.rooms)
+      return missed === null ? null : { session, missed, head: state.seq, epoch: state.epoch }
+    }
+    if (state.streamFloor !== null && compareIds(offset, state.streamFloor) <= 0) return null
+    // An offset given by another host may be ahead of this host's reader: wait until it is delivered here.
+    if (!(await this.reached(redis, state.name, offset))) return null
+    // Up to what this host's workers have been sent: what comes after reaches the restoring worker as usual.
+    const head = redis.lastDelivered(state.name)
+    const entries = await redis.range(state.name, offset, head)
+    // The offset's own entry first, or packets after it were trimmed (or it is no offset of this stream).
+    if (entries.length === 0 || entries[0][0] !== offset) return null
+    const missed = []
+    for (let i = 1; i < entries.length; i++) {
+      const m = entries[i][1]
+      if (m !== null && m.packet && m.opts && shouldInclude(session.rooms, m.opts)) missed.push([entries[i][0], m.packet.data])
+    }
+    return { session, missed, head }
+  }
+
+  /** @returns {Promise<boolean>|boolean} this host's reader has delivered the stream entry `id` of `name` (false after liveWaitMs) */
+  reached (redis, name, id) {
+    const { compareIds } = redisLog()
+    const last = redis.lastDelivered(name)
+    if (last !== null && compareIds(last, id) >= 0) return true
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        const waiters = this.reaching.get(name) || []
+        const index = waiters.indexOf(waiter)
+        if (index !== -1) waiters.splice(index, 1)
+        resolve(false)
+      }, this.liveWaitMs)
+      timer.unref()
+      const waiter = {
+        id,
+        wake (value) {
+          clearTimeout(timer)
+          resolve(value)
+          return false
+        }
+      }
+      let waiters = this.reaching.get(name)
+      if (waiters === undefined) {
+        waiters = []
+        this.reaching.set(name, waiters)
+      }
+      waiters.push(waiter)
     })
   }
 
@@ -304,7 +542,19 @@ class RecoveryService {
       packets += state.size
       sessions += state.sessions.size
     }
-    return { namespaces: this.namespaces.size, packets, sessions, live: this.live.size }
+    const stats = { namespaces: this.namespaces.size, packets, sessions, live: this.live.size }
+    if (this.redis !== null) stats.redis = { ready: this.redis.ready, degraded: this.degraded }
+    return stats
+  }
+
+  /** Close the Redis connections (shutdown). */
+  close () {
+    this.closed = true
+    if (this.timer !== null) clearInterval(this.timer)
+    this.timer = null
+    const redis = this.redis
+    this.redis = null
+    return redis === null ? Promise.resolve() : redis.close()
   }
 }
 
@@ -313,16 +563,28 @@ class RecoveryService {
  * single process with `workers: 0`). Idempotent per bus; cheap until a worker
  * uses it.
  * @param {object} bus internalBus
+ * @param {object} [options] the bus options and the logger (see RecoveryService)
  * @returns {RecoveryService}
  */
-function attachRecoveryService (bus) {
+function attachRecoveryService (bus, options) {
   const existing = attached.get(bus)
   if (existing) return existing
-  const service = new RecoveryService(bus)
+  const service = new RecoveryService(bus, options)
   bus.on(QUEUE_TOPIC, (data, meta) => service.onQueueMessage(data, meta))
   bus.handle(STATE_TOPIC, (data) => service.onStateRequest(data))
   attached.set(bus, service)
   return service
 }
 
-module.exports = { attachRecoveryService, RecoveryService, NamespaceState, shouldInclude, QUEUE_TOPIC, STATE_TOPIC, DEFAULTS }
+/**
+ * What the service needs of the configuration: the bus options (with
+ * bus.redis the state lives in Redis) and the logger.
+ * @param {{ bus: object }} config resolved configuration
+ * @param {object} log
+ */
+function recoveryOptions (config, log) {
+  const bus = config.bus || {}
+  return { redis: bus.redis, channel: bus.channel, serialization: bus.serialization, maxMessageBytes: bus.maxMessageBytes, log }
+}
+
+module.exports = { attachRecoveryService, recoveryOptions, RecoveryService, NamespaceState, shouldInclude, QUEUE_TOPIC, STATE_TOPIC, DEFAULTS }

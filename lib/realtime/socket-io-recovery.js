@@ -20,10 +20,22 @@ const debug = require('debug')('clusterize:socket.io')
 const { internalBus } = require('../bus')
 const { onConnectionsClosed } = require('../worker/drain-hooks')
 const { QUEUE_TOPIC, STATE_TOPIC, DEFAULTS, shouldInclude } = require('./recovery-service')
+const { compareIds } = require('./recovery-redis')
 
 /** socket.io's own rule for packets that can be replayed: events without ack, not volatile. */
 function isReplayable (packet, opts) {
   return packet.type === 2 && packet.id === undefined && !(opts.flags && opts.flags.volatile)
+}
+
+/**
+ * Is the packet numbered `seq` after `head`? Numbers (this host's log) or
+ * stream ids (bus.redis: '<ms>-<n>'); a packet of the other kind (Redis
+ * became unreachable or came back meanwhile) was not in the answer: after.
+ */
+function isAfter (seq, head) {
+  if (typeof seq === 'number' && typeof head === 'number') return seq > head
+  if (typeof seq === 'string' && typeof head === 'string') return compareIds(seq, head) > 0
+  return true
 }
 
 /** How many packets a restore in flight may see go by before it gives up (the client then connects afresh). */
@@ -140,10 +152,11 @@ function createRecovery (adapter, options) {
         const answer = await internalBus.request(STATE_TOPIC, { op: 'restore', n: name, s: pid, o: offset }, { timeoutMs: liveWaitMs + PERSIST_TIMEOUT_MS })
         if (!answer || watch.overflow) return null
         const rooms = answer.session.rooms
-        const missedPackets = answer.missed.map(([seq, data]) => data.concat(`${answer.epoch}:${seq}`))
+        // With bus.redis the offset is the stream entry's id (no epoch).
+        const missedPackets = answer.missed.map(([seq, data]) => data.concat(answer.epoch === undefined ? seq : `${answer.epoch}:${seq}`))
         // Delivered here after the primary answered (before this socket joined its rooms).
         for (const packet of watch.seen) {
-          if (packet.seq > answer.head && shouldInclude(rooms, packet)) missedPackets.push(packet.data.slice())
+          if (isAfter(packet.seq, answer.head) && shouldInclude(rooms, packet)) missedPackets.push(packet.data.slice())
         }
         debug('recovery: session %s restored with %d missed packets', pid, missedPackets.length)
         return Object.assign({}, answer.session, { missedPackets })

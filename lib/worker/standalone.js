@@ -11,7 +11,7 @@ const { listenServer } = require('./listen')
 const { prepareServer, drainServer } = require('./serve')
 const { busRuntime, internalBus } = require('../bus')
 const { attachSessionBackend, backendFor } = require('../session/cluster-service')
-const { attachRecoveryService } = require('../realtime/recovery-service')
+const { attachRecoveryService, recoveryOptions } = require('../realtime/recovery-service')
 const { setSessionLogger } = require('../session/log')
 const { handleSignals } = require('../signals')
 const { createLogger } = require('../logger')
@@ -34,7 +34,7 @@ function startStandalone (createApp, config) {
   busRuntime.configure(config.bus, { logger: log, role: 'local' })
   setSessionLogger(log)
   attachSessionBackend(internalBus)
-  attachRecoveryService(internalBus)
+  const recovery = attachRecoveryService(internalBus, recoveryOptions(config, log))
   Object.defineProperty(handle, 'bus', { enumerable: true, get: () => require('../bus').bus })
 
   handle.ready = (async () => {
@@ -65,6 +65,7 @@ function startStandalone (createApp, config) {
     shutdownPromise = (async () => {
       const forced = await drainServer({ server: handle.server, tracker, listening: true, log }, config.shutdown.timeoutMs, 'shutdown')
       if (sampler) sampler.stop()
+      await recovery.close()
       await busRuntime.close()
       log.info(forced ? 'shutdown forced at the deadline' : 'shutdown complete')
       return { code: forced ? 1 : 0, forced }

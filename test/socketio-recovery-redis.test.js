@@ -1,0 +1,323 @@
+'use strict'
+
+/**
+ * socket.io connection-state recovery with bus.redis (#12): the log and the
+ * sessions live in Redis, so a client cut from one cluster recovers on
+ * another cluster sharing the Redis. In process (two primaries' recovery
+ * services on the real Redis), then end to end (two real clusters, a real
+ * socket.io-client moved from one to the other by a TCP proxy), then with
+ * Redis unreachable (broadcasts fall back to the host, logged once).
+ * No mocks, no timing thresholds.
+ */
+
+const { test, after } = require('node:test')
+const assert = require('node:assert')
+const net = require('net')
+const path = require('path')
+const Redis = require('ioredis')
+const { io: connectClient } = require('socket.io-client')
+const { RecoveryService } = require('../lib/realtime/recovery-service')
+const { startCluster, stopAll } = require('./helpers/cluster')
+const { eventually } = require('./helpers/wait')
+const { freePort } = require('./helpers/net')
+const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix, privateRedis, redisServerSuite } = require('./helpers/redis')
+
+const fixture = path.join(__dirname, 'fixtures/socketio-recovery.js')
+const sockets = []
+const cleanups = []
+
+after(async () => {
+  for (const socket of sockets) socket.disconnect()
+  for (const cleanup of cleanups) await cleanup()
+  await stopAll()
+})
+
+const toAll = { rooms: [], except: [], flags: {} }
+const session = (pid, rooms, data) => ({ sid: 'sid-' + pid, pid, rooms, data: data || { name: pid } })
+
+/** A primary's recovery service on the shared Redis; `sent` collects what it sends its workers. */
+function primary (channel, log) {
+  const sent = []
+  const bus = { broadcast: (topic, data, options) => sent.push({ topic, data, options }) }
+  const service = new RecoveryService(bus, { redis: REDIS_URL, channel, log })
+  cleanups.push(() => service.close())
+  return { service, sent, delivered: () => sent.filter((s) => s.data.o !== undefined) }
+}
+
+function publish (host, n, opts) {
+  host.service.onQueueMessage({ op: 'pub', n: '/', k: 1, m: { uid: 'u', packet: { type: 2, nsp: '/', data: ['m', n] }, opts: opts || toAll } }, {})
+}
+
+test('in process: two primaries share one stream (one order) and a session persisted by one restores on the other, once', async (t) => {
+  const { skip } = await redisTestOptions()
+  if (skip) return t.skip(skip)
+  const channel = uniquePrefix('sio-rec-unit')
+  cleanups.push(() => deletePrefix('{' + channel))
+  const a = primary(channel)
+  const b = primary(channel)
+  for (const host of [a, b]) host.service.onQueueMessage({ op: 'cfg', n: '/', d: 60000, p: 1000, x: 10, l: 5000 }, {})
+  // Each host reads from where the stream is when it starts: publish until both readers see the same packets.
+  await eventually(() => a.service.redis.ready && b.service.redis.ready, { what: 'both connected to Redis' })
+  let probe = 0
+  await eventually(() => {
+    publish(a, `probe-${++probe}`)
+    return b.delivered().some((s) => /^\d+-\d+$/.test(s.data.o))
+  }, { what: 'a packet of A read from the stream by B', intervalMs: 100 })
+  // From the next packet on, both read everything: wait for a marker on both.
+  publish(a, 'marker')
+  const marked = (host) => host.delivered().some((s) => s.data.m.packet.data[1] === 'marker')
+  await eventually(() => marked(a) && marked(b), { what: 'the marker on both hosts' })
+  for (const host of [a, b]) host.sent.length = 0
+
+  publish(a, 1)
+  publish(b, 2, { rooms: ['r'], except: [], flags: {} })
+  publish(a, 3, { rooms: ['other'], except: [], flags: {} })
+  publish(b, 4, { rooms: [], except: ['r'], flags: {} })
+  publish(a, 5)
+  await eventually(() => a.delivered().length === 5 && b.delivered().length === 5, { what: 'five packets on both hosts' })
+  const order = (host) => host.delivered().map((s) => [s.data.o, s.data.m.packet.data[1]])
+  assert.deepStrictEqual(order(a), order(b), 'the same packets, with the same offsets, in the same order on both hosts')
+  assert.ok(a.delivered().every((s) => s.options.scope === 'host' && s.data.o === s.data.q && /^\d+-\d+$/.test(s.data.o)), 'offsets are stream ids')
+  const offsets = order(a).map(([o]) => o)
+
+  // Cut on A after the first packet of the stream (A's and B's XADDs race: the stream's order is the order);
+  // restored on B: the later ones for its rooms: 1, 2 and 5, not 3 (other room) nor 4 (except r).
+  assert.strictEqual(await a.service.onStateRequest({ op: 'persist', n: '/', session: session('p1', ['sid-p1', 'r'], { name: 'moving', n: 1 }) }), true)
+  const restored = await b.service.onStateRequest({ op: 'restore', n: '/', s: 'p1', o: offsets[0] })
+  assert.deepStrictEqual(restored.session.data, { name: 'moving', n: 1 })
+  assert.deepStrictEqual(restored.session.rooms, ['sid-p1', 'r'])
+  assert.deepStrictEqual(restored.missed, order(a).slice(1).filter(([, n]) => [1, 2, 5].includes(n)).map(([o, n]) => [o, ['m', n]]))
+  assert.strictEqual(restored.head, offsets[4])
+  assert.strictEqual(await a.service.onStateRequest({ op: 'restore', n: '/', s: 'p1', o: offsets[0] }), null, 'a session restores once, whichever host asks')
+
+  // An offset that is not in the stream (forged, or trimmed) is not recovered.
+  await a.service.onStateRequest({ op: 'persist', n: '/', session: session('p2', ['sid-p2']) })
+  assert.strictEqual(await b.service.onStateRequest({ op: 'restore', n: '/', s: 'p2', o: '1-0' }), null)
+
+  // A malformed offset restores nothing and leaves the session for a well-formed one.
+  await a.service.onStateRequest({ op: 'persist', n: '/', session: session('p3', ['sid-p3']) })
+  assert.strictEqual(await b.service.onStateRequest({ op: 'restore', n: '/', s: 'p3', o: 'garbage' }), null)
+  assert.deepStrictEqual((await b.service.onStateRequest({ op: 'restore', n: '/', s: 'p3', o: offsets[4] })).missed, [])
+
+  // The keys carry the bus channel as a hash tag (one slot on a Redis Cluster; apps on one Redis apart).
+  const redis = new Redis(REDIS_URL)
+  cleanups.push(() => redis.quit())
+  const keys = (await redis.keys('*' + channel + '*')).sort()
+  assert.ok(keys.length > 0 && keys.every((key) => key.startsWith(`{${channel}}:sio:`)), keys.join(', '))
+  assert.ok(keys.includes(`{${channel}}:sio:log:/`), 'the stream of namespace /')
+
+  // maxSessions (10): the oldest go first.
+  for (let i = 0; i < 12; i++) await a.service.onStateRequest({ op: 'persist', n: '/', session: session('s' + i, []) })
+  assert.strictEqual(await redis.zcard(`{${channel}}:sio:idx:/`), 10)
+  assert.ok((await redis.pttl(`{${channel}}:sio:idx:/`)) > 0, 'the session index expires')
+  assert.strictEqual(await redis.exists(`{${channel}}:sio:s:/:s0`), 0, 'the oldest session was dropped')
+  assert.strictEqual(await redis.exists(`{${channel}}:sio:s:/:s11`), 1)
+  assert.ok((await redis.pttl(`{${channel}}:sio:s:/:s11`)) > 50000, 'a session expires after maxDisconnectionDuration')
+})
+
+/**
+ * A TCP proxy on loopback in front of one cluster: cut() closes every
+ * connection through it and holds new ones; release(port) sends them, and
+ * every later one, to the cluster on `port`. What a load balancer does when a
+ * host goes away.
+ */
+async function createProxy (port) {
+  const pairs = new Set()
+  const proxy = { target: port, held: null }
+  const server = net.createServer((client) => {
+    client.on('error', () => {})
+    if (proxy.held !== null) {
+      client.pause()
+      proxy.held.push(client)
+    } else {
+      forward(client)
+    }
+  })
+  function forward (client) {
+    if (client.destroyed) return
+    const upstream = net.connect(proxy.target, '127.0.0.1')
+    upstream.on('error', () => {})
+    const pair = [client, upstream]
+    pairs.add(pair)
+    const close = () => {
+      pairs.delete(pair)
+      client.destroy()
+      upstream.destroy()
+    }
+    client.once('close', close)
+    upstream.once('close', close)
+    client.pipe(upstream)
+    upstream.pipe(client)
+    client.resume()
+  }
+  proxy.cut = () => {
+    proxy.held = []
+    for (const [client, upstream] of pairs) {
+      client.destroy()
+      upstream.destroy()
+    }
+  }
+  proxy.release = (port) => {
+    proxy.target = port
+    const held = proxy.held || []
+    proxy.held = null
+    for (const client of held) forward(client)
+  }
+  proxy.close = () => new Promise((resolve) => {
+    for (const [client, upstream] of pairs) {
+      client.destroy()
+      upstream.destroy()
+    }
+    server.close(() => resolve())
+  })
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
+  proxy.port = server.address().port
+  cleanups.push(proxy.close)
+  return proxy
+}
+
+function env (extra) {
+  return {
+    DEBUG: process.env.CZ_TEST_DEBUG || '',
+    CZ_SIO_RECOVERY: '1',
+    CZ_TEST_OPTIONS: JSON.stringify(Object.assign({ workers: 1, health: { heartbeatMs: 200 } }, extra))
+  }
+}
+
+/** A client in `room` that records the messages it gets and its (re)connections. */
+function receiver (port, room, name) {
+  const socket = connectClient(`http://127.0.0.1:${port}`, { transports: ['websocket'], forceNew: true, query: { room, name }, reconnectionDelay: 50, reconnectionDelayMax: 200 })
+  sockets.push(socket)
+  const client = { socket, name, got: [], offsets: [], connects: [], cuts: [] }
+  socket.on('msg', (data, offset) => {
+    client.got.push(data.n)
+    client.offsets.push(offset)
+  })
+  socket.on('disconnect', (reason) => client.cuts.push(reason))
+  socket.on('connect', () => client.connects.push({ id: socket.id, recovered: socket.recovered }))
+  return client
+}
+
+/** Ask the server with an ack; rejects on the client's ack timeout. */
+function ask (socket, event, ...args) {
+  return new Promise((resolve, reject) => {
+    socket.timeout(5000).emit(event, ...args, (err, value) => err ? reject(err) : resolve(value))
+  })
+}
+
+function sender (port) {
+  const socket = connectClient(`http://127.0.0.1:${port}`, { transports: ['websocket'], forceNew: true })
+  sockets.push(socket)
+  return socket
+}
+
+test('two clusters on one Redis: a client cut from cluster A reconnects to cluster B and is recovered, every message once and in order', { timeout: 120000 }, async (t) => {
+  const { skip } = await redisTestOptions()
+  if (skip) return t.skip(skip)
+  const bus = { redis: REDIS_URL, channel: uniquePrefix('sio-rec-move') }
+  cleanups.push(() => deletePrefix('{' + bus.channel))
+  const a = await startCluster(fixture, { env: env({ workers: 2, bus }) })
+  const b = await startCluster(fixture, { env: env({ bus }) })
+  const proxy = await createProxy(a.port)
+  const moving = receiver(proxy.port, 'r', 'moving')
+  const onB = receiver(b.port, 'r', 'stays-on-b')
+  const fromA = sender(a.port)
+  const fromB = sender(b.port)
+  await eventually(() => [moving, onB].every((c) => c.socket.connected) && fromA.connected && fromB.connected, { what: 'every client connected' })
+  const before = await ask(moving.socket, 'whoami')
+  assert.ok(a.workerPids.has(before.pid), 'the moving client is on cluster A')
+
+  // Each host reads the stream once its workers' namespace is known: send until each hears the other.
+  // (The probes are strings; the messages counted below are numbers.)
+  let probe = 0
+  await eventually(async () => {
+    await ask(fromB, 'send', 'r', `probe-b-${++probe}`)
+    await ask(fromA, 'send', 'r', `probe-a-${probe}`)
+    return moving.got.some((m) => /^probe-b/.test(m)) && onB.got.some((m) => /^probe-a/.test(m))
+  }, { what: () => `both clusters hear each other\n--- A ---\n${a.output}\n--- B ---\n${b.output}`, intervalMs: 200 })
+  const numbers = (c) => c.got.filter((m) => typeof m === 'number')
+  const offsets = (c) => c.offsets.filter((o, i) => typeof c.got[i] === 'number')
+
+  let n = 0
+  const send = async (count) => {
+    for (let i = 0; i < count; i++) await ask(++n % 2 ? fromA : fromB, 'send', 'r', n)
+  }
+  await send(4)
+  await eventually(() => numbers(moving).length === 4, { what: 'messages 1-4 on the moving client' })
+
+  // Cluster A goes away for this client: the connection is cut (a recoverable "transport close" on both sides).
+  const redis = new Redis(REDIS_URL)
+  cleanups.push(() => redis.quit())
+  proxy.cut()
+  await eventually(() => moving.cuts.length === 1, { what: 'the moving client cut' })
+  // A's worker persists the session in Redis (the client is held by the proxy meanwhile).
+  await eventually(async () => (await redis.zcard(`{${bus.channel}}:sio:idx:/`)) === 1, { what: 'the session persisted in Redis' })
+  await send(6)
+  await eventually(() => numbers(onB).length === 10, { what: 'messages 1-10 on cluster B' })
+  proxy.release(b.port)
+  await eventually(() => moving.connects.length === 2, { what: 'the moving client reconnected' })
+  await send(4)
+  await eventually(() => numbers(moving).length >= 14 && numbers(onB).length === 14, { what: 'messages 11-14 everywhere' })
+
+  const now = await ask(moving.socket, 'whoami')
+  assert.ok(b.workerPids.has(now.pid), 'the moving client is on cluster B now')
+  assert.strictEqual(moving.socket.recovered, true, 'recovered on the client')
+  assert.deepStrictEqual(moving.connects.map((c) => c.recovered), [false, true])
+  assert.strictEqual(now.recovered, true, 'recovered on the server')
+  assert.strictEqual(now.id, before.id, 'the same socket id')
+  assert.deepStrictEqual(now.rooms.sort(), [before.id, 'r'].sort(), 'rooms restored')
+  assert.deepStrictEqual(now.data, { name: 'moving', firstWorkerPid: before.pid }, 'socket.data restored (set on cluster A)')
+  // Every message once, in the one order of the stream (what a client that never moved got), offsets included.
+  assert.deepStrictEqual(numbers(moving), numbers(onB))
+  assert.deepStrictEqual(numbers(moving).sort((x, y) => x - y), Array.from({ length: 14 }, (_, i) => i + 1))
+  assert.deepStrictEqual(offsets(moving), offsets(onB), 'the same offsets (stream ids) on both clusters')
+  assert.ok(offsets(moving).every((o) => /^\d+-\d+$/.test(o)))
+  t.diagnostic(`cut: ${moving.cuts.join(', ')}; order: ${numbers(moving).join(' ')}`)
+  for (const socket of sockets) socket.disconnect()
+  await a.stop()
+  await b.stop()
+})
+
+test('Redis unreachable, then back: no broadcast lost and nothing crashes; the host numbers them meanwhile (logged once), then the stream again', redisServerSuite('the Redis outage test', 120000), async () => {
+  const redis = await privateRedis()
+  cleanups.push(() => redis.stop())
+  await redis.start()
+  const bus = { redis: redis.url, channel: uniquePrefix('sio-rec-outage') }
+  const cluster = await startCluster(fixture, { env: env({ workers: 2, bus }) })
+  const clients = [receiver(cluster.port, 'r', 'one'), receiver(cluster.port, 'r', 'two')]
+  const from = sender(cluster.port)
+  await eventually(() => clients.every((c) => c.socket.connected) && from.connected, { what: 'every client connected' })
+  const isStreamId = (offset) => /^\d+-\d+$/.test(offset)
+  let n = 0
+  /** One message at a time, each received by every client before the next. */
+  async function send () {
+    const sent = ++n
+    await ask(from, 'send', 'r', sent)
+    await eventually(() => clients.every((c) => c.got.includes(sent)), { what: () => `message ${sent} on every client\n--- cluster ---\n${cluster.output}` })
+    return clients[0].offsets[clients[0].got.indexOf(sent)]
+  }
+  // Through the stream once the reader is up.
+  await eventually(async () => isStreamId(await send()), { what: 'a message through the Redis stream' })
+
+  await redis.stop()
+  const during = []
+  for (let i = 0; i < 5; i++) during.push(await send())
+  assert.ok(during.slice(1).every((offset) => !isStreamId(offset)), `numbered by the host while Redis is down: ${during}`)
+  await cluster.waitOutput(/socket\.io recovery: Redis .* cannot take broadcasts/)
+
+  await redis.start()
+  await eventually(async () => isStreamId(await send()), { what: 'messages through the stream again' })
+  await cluster.waitOutput(/socket\.io recovery: Redis .* reachable again/)
+  for (let i = 0; i < 3; i++) assert.ok(isStreamId(await send()))
+
+  for (const c of clients) {
+    assert.deepStrictEqual(c.got, Array.from({ length: n }, (_, i) => i + 1), `${c.name}: every message once, in order`)
+    assert.strictEqual(new Set(c.offsets).size, c.offsets.length, `${c.name}: distinct offsets`)
+    assert.deepStrictEqual(c.connects.length, 1, `${c.name}: never cut`)
+  }
+  assert.strictEqual(cluster.output.match(/cannot take broadcasts/g).length, 1, 'logged once for the outage')
+  assert.ok((await ask(from, 'whoami')).pid, 'the workers still serve')
+  assert.strictEqual(cluster.child.exitCode, null, 'the primary is alive')
+  for (const socket of sockets) socket.disconnect()
+  await cluster.stop()
+})
