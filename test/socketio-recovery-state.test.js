@@ -91,3 +91,34 @@ test('a restore that arrives before the old worker persisted the socket waits fo
   assert.deepStrictEqual(sent.map((s) => s.options.scope), ['host'])
   assert.deepStrictEqual(service.stats(), { namespaces: 1, packets: 3, sessions: 0, live: 0 })
 })
+
+test("a restore waits for a draining old worker past liveWaitMs (it persists or exits); for a serving one, liveWaitMs bounds the wait", async () => {
+  const { setTimeout: sleep } = require('timers/promises')
+  const keepAlive = setInterval(() => {}, 1000) // the service's timers are unref'd
+  try {
+    const sent = []
+    const draining = new Set([111])
+    const service = new RecoveryService({ broadcast: (topic, data) => sent.push(data) }, { isRetiring: (pid) => draining.has(pid), retireWaitMs: 60000 })
+    service.onQueueMessage({ op: 'cfg', n: '/', d: 60000, l: 0 }, {})
+    service.onQueueMessage({ op: 'live', n: '/', s: 'p1', w: 111 }, {})
+    service.onQueueMessage({ op: 'live', n: '/', s: 'p2', w: 222 }, {})
+    service.onQueueMessage({ op: 'pub', n: '/', k: 1, m: { uid: 'u', packet: { type: 2, data: ['m', 1] }, opts: toAll } }, {})
+    const offset = sent[0].o
+    service.onQueueMessage({ op: 'pub', n: '/', k: 1, m: { uid: 'u', packet: { type: 2, data: ['m', 2] }, opts: toAll } }, {})
+
+    const onDraining = service.onStateRequest({ op: 'restore', n: '/', s: 'p1', o: offset })
+    const onServing = service.onStateRequest({ op: 'restore', n: '/', s: 'p2', o: offset })
+    // liveWaitMs is 0: the serving worker's socket is given up on at once...
+    assert.strictEqual(await onServing, null, 'a socket its serving worker still holds: a new socket after liveWaitMs')
+    await sleep(20)
+    // ...while the draining worker's persist, however late, is still waited for.
+    service.onStateRequest({ op: 'persist', n: '/', session: session('p1', ['sid-p1']) })
+    const restored = await onDraining
+    assert.ok(restored, 'recovered: the restore waited for the draining worker')
+    assert.deepStrictEqual(restored.missed.map(([, data]) => data[1]), [2])
+    await service.close()
+  } finally {
+    clearInterval(keepAlive)
+  }
+})
+

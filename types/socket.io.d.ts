@@ -24,8 +24,9 @@ export interface ClusterizeRecoveryOptions {
   /** Disconnected sessions kept per namespace (oldest dropped first). Default 100000. */
   maxSessions?: number
   /**
-   * ms a restore waits for the old worker (on this host) to persist a socket it is still closing, and,
-   * with bus.redis, for this host to have read an offset given by another host. Default 5000.
+   * ms a restore waits for a worker that still serves (on this host) to persist a socket it holds, and,
+   * with bus.redis, for this host to have read an offset given by another host. A draining worker
+   * (reload, shutdown) is waited for until it persists the socket or exits. Default 5000.
    */
   liveWaitMs?: number
 }

@@ -63,7 +63,7 @@ function startPrimary (createApp, config) {
   // The cluster session store's sessions live here; cheap until a worker uses it (an empty Map).
   attachSessionBackend(internalBus)
   // socket.io connection-state recovery (lib/realtime): empty until a worker's adapter uses it.
-  const recovery = attachRecoveryService(internalBus, recoveryOptions(config, log))
+  const recovery = attachRecoveryService(internalBus, recoveryOptions(config, log, supervisor.isRetiringPid.bind(supervisor)))
   forwardEvents()
 
   Object.defineProperty(handle, 'bus', { enumerable: true, get: () => require('../bus').bus })

@@ -320,6 +320,12 @@ class Supervisor extends EventEmitter {
   }
 
   /** Workers that may receive new connections. */
+  /** Is the worker process `pid` draining or stopping? */
+  isRetiringPid (pid) {
+    for (const record of this.records) if (record.pid === pid) return record.isRetiring()
+    return false
+  }
+
   readyRecords () {
     const ready = []
     for (const record of this.slots) {

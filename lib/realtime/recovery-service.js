@@ -50,6 +50,9 @@ const DEFAULTS = {
 
 const attached = new WeakMap()
 
+/** Beyond a draining worker's deadline, before a restore waiting for it gives up. */
+const RETIRE_WAIT_MARGIN_MS = 5000
+
 /** Is a packet sent with `opts` meant for a socket in `rooms`? (socket.io-adapter's rule) */
 function shouldInclude (rooms, opts) {
   const included = opts.rooms.length === 0 || rooms.some((room) => opts.rooms.includes(room))
@@ -453,7 +456,14 @@ class RecoveryService {
         waiters = []
         this.waiting.set(key, waiters)
       }
-      const timer = setTimeout(wake, this.liveWaitMs)
+      // An old worker that is draining (a reload) will persist the socket or exit, and either
+      // wakes this restore: under load that can take longer than liveWaitMs, and giving up
+      // early would turn a recoverable client into a new socket. Only a socket still
+      // held by a serving worker (the client came back before the server saw it go) waits
+      // no longer than liveWaitMs.
+      const holder = this.live.get(key)
+      const retiring = typeof this.options.isRetiring === 'function' && this.options.isRetiring(holder)
+      const timer = setTimeout(wake, retiring ? Math.max(this.liveWaitMs, this.options.retireWaitMs || 0) : this.liveWaitMs)
       timer.unref()
       waiters.push(wake)
       const self = this
@@ -582,9 +592,17 @@ function attachRecoveryService (bus, options) {
  * @param {{ bus: object }} config resolved configuration
  * @param {object} log
  */
-function recoveryOptions (config, log) {
+/**
+ * The service's options from clusterize's config.
+ * @param {object} config
+ * @param {object} log
+ * @param {(workerPid: number) => boolean} [isRetiring] is that worker process draining or stopping?
+ */
+function recoveryOptions (config, log, isRetiring) {
   const bus = config.bus || {}
-  return { redis: bus.redis, channel: bus.channel, serialization: bus.serialization, maxMessageBytes: bus.maxMessageBytes, log }
+  // A draining worker is killed at its deadline at the latest, and its exit wakes the waiters: this is only a backstop.
+  const retireWaitMs = Math.max((config.reload && config.reload.drainTimeoutMs) || 0, (config.shutdown && config.shutdown.timeoutMs) || 0) + RETIRE_WAIT_MARGIN_MS
+  return { redis: bus.redis, channel: bus.channel, serialization: bus.serialization, maxMessageBytes: bus.maxMessageBytes, log, isRetiring, retireWaitMs }
 }
 
 module.exports = { attachRecoveryService, recoveryOptions, RecoveryService, NamespaceState, shouldInclude, QUEUE_TOPIC, STATE_TOPIC, DEFAULTS }
