@@ -74,6 +74,28 @@ test("load-aware 'rr': new connections avoid a worker whose event loop is overlo
   await cluster.stop()
 })
 
+test("'rr': new connections pass over a worker whose event loop is blocked, before any heartbeat could say so", async () => {
+  // No overload skipping (maxEventLoopDelayMs 0): only the handoffs still in
+  // flight to the blocked worker (it does not read its IPC channel) steer.
+  const cluster = await startCluster(fixture, {
+    env: env({ workers: 2, health: { heartbeatMs: 100, heartbeatTimeoutMs: 30000, maxEventLoopDelayMs: 0 } })
+  })
+  const blocking = cluster.get('/block?ms=4000')
+  await sleep(500) // the /block request reaches its worker and blocks it
+  const answers = []
+  for (let i = 0; i < 10; i++) {
+    const answer = pidFrom(cluster)
+    answers.push(answer)
+    // One at a time while they are answered; one that waits (on the blocked worker) is left behind.
+    await Promise.race([answer, sleep(300)])
+  }
+  const blocked = (await blocking).json.pid
+  const pids = await Promise.all(answers)
+  const toBlocked = pids.filter((pid) => pid === blocked).length
+  assert.ok(toBlocked <= 2, `at most two new connections went to the blocked worker (one written, one queued behind it): ${pids}, blocked ${blocked}`)
+  await cluster.stop()
+})
+
 test("'reuseport': on Node >= 22.12 every worker binds the port and a reload under load loses nothing; elsewhere a warning and a fallback to 'rr'", async () => {
   const cluster = await startCluster(fixture, { env: env({ workers: 2, scheduling: 'reuseport' }) })
   const pids = new Set()
