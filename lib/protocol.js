@@ -5,7 +5,7 @@
  * a builder for each, so senders and the routing tables agree on one name.
  * The envelope itself (`{ $cz: 1, kind, ...fields }`, batching) is lib/ipc.js.
  *
- *   worker -> primary: READY, HEARTBEAT, BOOT_ERROR, DRAINED, ACCEPTED, BUS
+ *   worker -> primary: READY, HEARTBEAT, BOOT_ERROR, DRAINED, BUS
  *   primary -> worker: CONN (with a socket handle), DRAIN, PROMOTE, BUS
  */
 
@@ -20,8 +20,6 @@ const KIND = Object.freeze({
   BOOT_ERROR: 'boot-error',
   /** The worker finished draining and is about to exit. `{ timedOut }` */
   DRAINED: 'drained',
-  /** The worker took a handed connection (load-aware 'rr'). */
-  ACCEPTED: 'accepted',
   /** A connection handed over by the primary's acceptor, as the message's handle. */
   CONN: 'conn',
   /** Stop accepting, finish in-flight work, exit. `{ timeoutMs, reason }` */
@@ -85,7 +83,6 @@ const bus = {
 }
 
 /** Envelopes without fields are built once. */
-const ACCEPTED_MESSAGE = envelope(KIND.ACCEPTED)
 const CONN_MESSAGE = envelope(KIND.CONN)
 
 /**
@@ -119,7 +116,6 @@ module.exports = {
   drained: (timedOut) => envelope(KIND.DRAINED, { timedOut }),
   drain: (timeoutMs, reason) => envelope(KIND.DRAIN, { timeoutMs, reason }),
   promote: (slot) => envelope(KIND.PROMOTE, { slot }),
-  accepted: () => ACCEPTED_MESSAGE,
   conn: () => CONN_MESSAGE,
   /** A handed connection whose first bytes the primary already read ('sticky' with sid routing). */
   connWithHead: (head) => envelope(KIND.CONN, { head: head.toString('latin1') })

@@ -42,16 +42,14 @@ function startSupervisor (options) {
   const log = collectingLog()
   const runtime = { listenMode: 'handoff', port: 0, route: null }
   const supervisor = new Supervisor(config, log, runtime)
-  const extra = {}
   runtime.route = protocol.createRouter({
     [protocol.KIND.READY]: (record, message) => supervisor.onReady(record, message),
     [protocol.KIND.HEARTBEAT]: (record, message) => supervisor.onHeartbeat(record, message),
     [protocol.KIND.BOOT_ERROR]: (record, message) => supervisor.onBootError(record, message),
-    [protocol.KIND.DRAINED]: (record, message) => supervisor.onDrained(record, message),
-    [protocol.KIND.ACCEPTED]: (record) => { if (extra.dispatcher) extra.dispatcher.onAccepted(record) }
+    [protocol.KIND.DRAINED]: (record, message) => supervisor.onDrained(record, message)
   }, () => {})
   current = supervisor
-  return { supervisor, config, log, extra }
+  return { supervisor, config, log }
 }
 
 const allReady = (supervisor, n) => eventually(() => supervisor.readyRecords().length === n && supervisor.readyRecords().every((r) => r.heartbeatAt > 0))
@@ -139,9 +137,8 @@ test('reloader: a canary that dies while baking is rolled back; a good one repla
 })
 
 test('dispatcher: hands bare connections round robin, counts them, refuses once closed', async () => {
-  const { supervisor, extra } = startSupervisor({ workers: 2 })
+  const { supervisor } = startSupervisor({ workers: 2 })
   const dispatcher = createDispatcher({ mode: 'rr', port: 0, host: '127.0.0.1' }, supervisor, { isOverloaded: () => false })
-  extra.dispatcher = dispatcher
   const { port } = await dispatcher.listen()
   supervisor.start()
   await allReady(supervisor, 2)

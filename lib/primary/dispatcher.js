@@ -5,9 +5,12 @@
  * node:cluster's round robin, it takes each accepted TCP handle straight from
  * the listening handle (no net.Socket is built, no byte is read, so TLS
  * passes through untouched) and hands it to a worker over IPC:
- * - 'rr': round robin over ready workers, preferring those that have
- *   acknowledged every connection handed so far, skipping any whose heartbeat
- *   says its event loop is overloaded (never all of them);
+ * - 'rr': round robin over the ready workers with no connection still on
+ *   its way to them (see hand()), skipping any whose heartbeat says its
+ *   event loop is overloaded (never all of them); when every one has a
+ *   connection on its way, new ones wait here in arrival order and go to
+ *   the first worker that takes its own, as in node:cluster (up to
+ *   MAX_PENDING; past that, to the worker with the fewest on their way);
  * - 'sticky': rendezvous hashing of the client address over stable slots;
  *   with `sticky.sid`, the primary reads the request line first and sends
  *   every request of one engine.io (socket.io) session to the worker that
@@ -21,7 +24,7 @@ const debug = require('debug')('clusterize:scheduling')
 const protocol = require('../protocol')
 const { pickRendezvous } = require('./rendezvous')
 
-/** Connections held while no worker is ready (boot, crash of the only worker). */
+/** Connections held while no worker is ready (boot, crash of the only worker) or free ('rr'). */
 const MAX_PENDING = 1024
 /** With sid routing: how long a new connection may take to send its request line. */
 const FIRST_BYTES_TIMEOUT_MS = 10000
@@ -34,9 +37,7 @@ class Handoffs {
   constructor () {
     /** Connections handed to it, in all. */
     this.total = 0
-    /** Handed but not yet acknowledged by the worker. */
-    this.unacknowledged = 0
-    /** Handles still being written to it. */
+    /** Handles still on their way to it: written or queued, their write callback not yet called. */
     this.inFlight = new Set()
   }
 }
@@ -70,13 +71,14 @@ function createDispatcher (options, supervisor, health) {
     // A failed accept (EMFILE, a client that reset at once) has no handle.
     if (err || !handle) return debug('accept failed: %s', err)
     if (options.sid) return readRequestLine(handle)
-    const record = choose(handle)
-    if (!record) {
-      if (pending.length >= MAX_PENDING || closed) return handle.close()
-      pending.push(handle)
-      return
+    // Behind the ones already waiting, unless too many wait: arrival order is kept.
+    if (pending.length === 0 || pending.length >= MAX_PENDING) {
+      const record = choose(handle)
+      if (record) return hand(record, handle)
     }
-    hand(record, handle)
+    if (pending.length >= MAX_PENDING || closed) return handle.close()
+    pending.push(handle)
+    if (pending.length > 1) flushPending()
   }
 
   /**
@@ -125,47 +127,51 @@ function createDispatcher (options, supervisor, health) {
     for (let i = 0; i < ready.length; i++) if (!health.isOverloaded(ready[i])) healthy++
     // Excluding every worker would stall the service; then all take turns.
     const skipOverloaded = healthy > 0 && healthy < ready.length
-    // Like node:cluster's free list: prefer a worker that has taken every
-    // connection handed to it so far; a worker stuck in a long handler has not.
+    // Like node:cluster's free list: a worker with no connection on its way
+    // to it. A worker stuck in a long handler does not read its IPC channel,
+    // so what is handed to it stays in flight (see hand()). With none free
+    // the connection waits (null), unless too many already do.
+    const mayWait = pending.length < MAX_PENDING
     let fewest = null
     let fewestCount = Infinity
     for (let i = 0; i < ready.length; i++) {
       cursor = (cursor + 1) % ready.length
       const candidate = ready[cursor]
       if (skipOverloaded && health.isOverloaded(candidate)) continue
-      const unacknowledged = handoffsOf(candidate).unacknowledged
-      if (unacknowledged === 0) return candidate
-      if (unacknowledged < fewestCount) {
+      const inFlight = handoffsOf(candidate).inFlight.size
+      if (inFlight === 0) return candidate
+      if (inFlight < fewestCount) {
         fewest = candidate
-        fewestCount = unacknowledged
+        fewestCount = inFlight
       }
     }
-    return fewest
+    return mayWait ? null : fewest
   }
 
   /**
    * Send the bare TCP handle with the message, as node:cluster does; our
    * copy of the descriptor is closed once it is written.
+   *
+   * No acknowledgement of our own travels back: Node's IPC already makes the
+   * worker answer every handle (NODE_HANDLE_ACK, sent when its event loop
+   * reads the message) and writes the next handle to that worker only after
+   * that answer, queueing it until then. So a handle whose write callback has
+   * not come yet is one the worker has not taken, or one queued behind a
+   * handle it has not taken: the load signal chooseRoundRobin() reads, at
+   * the price of no extra message per connection. A worker that cannot take
+   * the connection (not serving) closes it; the client sees a reset. Once
+   * the write is done the worker is free again: waiting connections move on.
    */
   function hand (record, handle, message) {
     const handoffs = handoffsOf(record)
     handoffs.total++
-    handoffs.unacknowledged++
     handoffs.inFlight.add(handle)
     record.channel.postNow(message || connMessage, handle, function onHanded (err) {
       handoffs.inFlight.delete(handle)
       handle.close()
-      if (err) {
-        handoffs.unacknowledged--
-        debug('handing a connection to worker %d failed: %s', record.id, err.message)
-      }
+      if (err) debug('handing a connection to worker %d failed: %s', record.id, err.message)
+      if (pending.length > 0) flushPending()
     })
-  }
-
-  /** The worker took a connection (its acknowledgement arrived). */
-  function onAccepted (record) {
-    const handoffs = byRecord.get(record)
-    if (handoffs && handoffs.unacknowledged > 0) handoffs.unacknowledged--
   }
 
   /** A worker died: close the descriptors still queued for it, so those clients are not left hanging. */
@@ -216,7 +222,6 @@ function createDispatcher (options, supervisor, health) {
       listenHandle = null
       return new Promise((resolve) => handle.close(resolve))
     },
-    onAccepted,
     /** Connections handed to this worker so far. */
     connectionsHanded: (record) => (byRecord.has(record) ? byRecord.get(record).total : 0)
   }

@@ -90,7 +90,6 @@ function startPrimary (createApp, config) {
       [protocol.KIND.HEARTBEAT]: (record, message) => supervisor.onHeartbeat(record, message),
       [protocol.KIND.BOOT_ERROR]: (record, message) => supervisor.onBootError(record, message),
       [protocol.KIND.DRAINED]: (record, message) => supervisor.onDrained(record, message),
-      [protocol.KIND.ACCEPTED]: (record) => { if (parts.dispatcher) parts.dispatcher.onAccepted(record) },
       [protocol.KIND.BUS]: (record, message) => busRuntime.onWorkerMessage(record, message)
     }, (record, message) => debug('ignoring %s from worker %d', message.kind, record.id))
   }

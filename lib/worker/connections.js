@@ -36,11 +36,14 @@ function trackConnections (server, options) {
     socket[kActive] = 0
     socket[kIdleSince] = Date.now()
     socket[kLongestPause] = 0
-    socket.once('close', function onSocketClose () {
-      sockets.delete(socket)
-      checkDrained()
-    })
+    // 'close' fires once: one shared listener, no closure per connection.
+    socket.on('close', onSocketClose)
   })
+
+  function onSocketClose () {
+    sockets.delete(this)
+    checkDrained()
+  }
 
   // Runs before the app so the Connection header can still be changed.
   server.prependListener('request', function onRequest (req, res) {

@@ -51,8 +51,6 @@ function startWorker (createApp, config) {
     [protocol.KIND.CONN]: function onConnection (_, message, socketHandle) {
       if (socketHandle && handle.server) acceptHandedConnection(handle.server, socketHandle, message.head)
       else if (socketHandle) socketHandle.close()
-      // Tells the primary this worker is taking connections (load-aware rr).
-      channel.post(protocol.accepted())
     },
     [protocol.KIND.DRAIN]: (_, message) => shutdown(message.timeoutMs, message.reason),
     [protocol.KIND.PROMOTE]: (_, message) => promote(message.slot),
