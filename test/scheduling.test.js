@@ -96,24 +96,6 @@ test("'rr': new connections pass over a worker whose event loop is blocked, befo
   await cluster.stop()
 })
 
-test("'rr': while every worker is busy, new connections wait in the primary and go to the first worker that is free again", async () => {
-  const cluster = await startCluster(fixture, {
-    env: env({ workers: 2, health: { heartbeatMs: 100, heartbeatTimeoutMs: 30000, maxEventLoopDelayMs: 0 } })
-  })
-  // Two free workers: these two go one to each.
-  const long = cluster.get('/block?ms=4000')
-  const short = cluster.get('/block?ms=1500')
-  await sleep(500) // both workers are blocked now
-  const answers = []
-  for (let i = 0; i < 8; i++) answers.push(pidFrom(cluster))
-  const [longPid, shortPid] = [(await long).json.pid, (await short).json.pid]
-  assert.notStrictEqual(longPid, shortPid, 'the two blocking requests went to different workers')
-  const pids = await Promise.all(answers)
-  const toLong = pids.filter((pid) => pid === longPid).length
-  assert.ok(toLong <= 2, `at most two connections were committed to the longer-blocked worker, the rest waited for the first free one: ${pids}, long ${longPid}, short ${shortPid}`)
-  await cluster.stop()
-})
-
 test("'reuseport': on Node >= 22.12 every worker binds the port and a reload under load loses nothing; elsewhere a warning and a fallback to 'rr'", async () => {
   const cluster = await startCluster(fixture, { env: env({ workers: 2, scheduling: 'reuseport' }) })
   const pids = new Set()
