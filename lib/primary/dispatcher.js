@@ -5,12 +5,9 @@
  * node:cluster's round robin, it takes each accepted TCP handle straight from
  * the listening handle (no net.Socket is built, no byte is read, so TLS
  * passes through untouched) and hands it to a worker over IPC:
- * - 'rr': round robin over the ready workers with no connection still on
- *   its way to them (see hand()), skipping any whose heartbeat says its
- *   event loop is overloaded (never all of them); when every one has a
- *   connection on its way, new ones wait here in arrival order and go to
- *   the first worker that takes its own, as in node:cluster (up to
- *   MAX_PENDING; past that, to the worker with the fewest on their way);
+ * - 'rr': round robin over ready workers, preferring those with no
+ *   connection still on its way to them (see hand()), skipping any whose
+ *   heartbeat says its event loop is overloaded (never all of them);
  * - 'sticky': rendezvous hashing of the client address over stable slots;
  *   with `sticky.sid`, the primary reads the request line first and sends
  *   every request of one engine.io (socket.io) session to the worker that
@@ -24,7 +21,7 @@ const debug = require('debug')('clusterize:scheduling')
 const protocol = require('../protocol')
 const { pickRendezvous } = require('./rendezvous')
 
-/** Connections held while no worker is ready (boot, crash of the only worker) or free ('rr'). */
+/** Connections held while no worker is ready (boot, crash of the only worker). */
 const MAX_PENDING = 1024
 /** With sid routing: how long a new connection may take to send its request line. */
 const FIRST_BYTES_TIMEOUT_MS = 10000
@@ -71,14 +68,13 @@ function createDispatcher (options, supervisor, health) {
     // A failed accept (EMFILE, a client that reset at once) has no handle.
     if (err || !handle) return debug('accept failed: %s', err)
     if (options.sid) return readRequestLine(handle)
-    // Behind the ones already waiting, unless too many wait: arrival order is kept.
-    if (pending.length === 0 || pending.length >= MAX_PENDING) {
-      const record = choose(handle)
-      if (record) return hand(record, handle)
+    const record = choose(handle)
+    if (!record) {
+      if (pending.length >= MAX_PENDING || closed) return handle.close()
+      pending.push(handle)
+      return
     }
-    if (pending.length >= MAX_PENDING || closed) return handle.close()
-    pending.push(handle)
-    if (pending.length > 1) flushPending()
+    hand(record, handle)
   }
 
   /**
@@ -127,11 +123,9 @@ function createDispatcher (options, supervisor, health) {
     for (let i = 0; i < ready.length; i++) if (!health.isOverloaded(ready[i])) healthy++
     // Excluding every worker would stall the service; then all take turns.
     const skipOverloaded = healthy > 0 && healthy < ready.length
-    // Like node:cluster's free list: a worker with no connection on its way
-    // to it. A worker stuck in a long handler does not read its IPC channel,
-    // so what is handed to it stays in flight (see hand()). With none free
-    // the connection waits (null), unless too many already do.
-    const mayWait = pending.length < MAX_PENDING
+    // Like node:cluster's free list: prefer a worker with no connection on
+    // its way to it. A worker stuck in a long handler does not read its IPC
+    // channel, so what is handed to it stays in flight (see hand()).
     let fewest = null
     let fewestCount = Infinity
     for (let i = 0; i < ready.length; i++) {
@@ -145,7 +139,7 @@ function createDispatcher (options, supervisor, health) {
         fewestCount = inFlight
       }
     }
-    return mayWait ? null : fewest
+    return fewest
   }
 
   /**
@@ -159,8 +153,7 @@ function createDispatcher (options, supervisor, health) {
    * not come yet is one the worker has not taken, or one queued behind a
    * handle it has not taken: the load signal chooseRoundRobin() reads, at
    * the price of no extra message per connection. A worker that cannot take
-   * the connection (not serving) closes it; the client sees a reset. Once
-   * the write is done the worker is free again: waiting connections move on.
+   * the connection (not serving) closes it; the client sees a reset.
    */
   function hand (record, handle, message) {
     const handoffs = handoffsOf(record)
@@ -170,7 +163,6 @@ function createDispatcher (options, supervisor, health) {
       handoffs.inFlight.delete(handle)
       handle.close()
       if (err) debug('handing a connection to worker %d failed: %s', record.id, err.message)
-      if (pending.length > 0) flushPending()
     })
   }
 
