@@ -31,7 +31,7 @@ const crypto = require('crypto')
 const debug = require('debug')('clusterize:socket.io')
 const { createCodec } = require('../bus/codec')
 const { parseRedisTarget, describeRedisTarget, isClusterTarget } = require('../redis/target')
-const { connectRedis } = require('../redis/connect')
+const { connectRedis, disconnectQuietly: quit } = require('../redis/connect')
 const { explainRedisError } = require('../redis/explain')
 
 /** Commands fail after this instead of queueing: a broadcast then falls back to this host (see recovery-service.js). */
@@ -358,24 +358,6 @@ function createRedisLog (options) {
       return Promise.all(closing).then(() => undefined)
     }
   }
-}
-
-function quit (client) {
-  if (client.status === 'end') return Promise.resolve()
-  return new Promise(function disconnect (resolve) {
-    const timer = setTimeout(resolve, 1000)
-    if (timer.unref) timer.unref()
-    client.once('end', function ended () {
-      clearTimeout(timer)
-      resolve()
-    })
-    try {
-      client.disconnect()
-    } catch (err) {
-      debug('recovery: disconnect failed: %s', err.message)
-      resolve()
-    }
-  })
 }
 
 module.exports = { createRedisLog, isStreamId, compareIds, keyPrefix }

@@ -6,6 +6,8 @@
  * our defaults; a client the user passed in is never built here.
  */
 
+const debug = require('debug')('clusterize:redis')
+
 const MAX_RECONNECT_DELAY_MS = 1000
 
 function reconnectDelay (times) {
@@ -77,4 +79,28 @@ function connectRedis (target, settings) {
   return new Redis(Object.assign(defaults, target.options))
 }
 
-module.exports = { connectRedis, reconnectDelay }
+/**
+ * Disconnect a client we opened, resolving once it has ended (or after 1 s,
+ * or at once if disconnect() throws): closing never hangs nor throws.
+ * @param {object} client an ioredis Redis or Cluster
+ * @returns {Promise<void>}
+ */
+function disconnectQuietly (client) {
+  if (client.status === 'end') return Promise.resolve()
+  return new Promise(function disconnect (resolve) {
+    const timer = setTimeout(resolve, 1000)
+    if (timer.unref) timer.unref()
+    client.once('end', function ended () {
+      clearTimeout(timer)
+      resolve()
+    })
+    try {
+      client.disconnect()
+    } catch (err) {
+      debug('disconnect failed: %s', err.message)
+      resolve()
+    }
+  })
+}
+
+module.exports = { connectRedis, reconnectDelay, disconnectQuietly }

@@ -14,7 +14,7 @@
  */
 
 const debug = require('debug')('clusterize:redis')
-const { connectRedis } = require('./connect')
+const { connectRedis, disconnectQuietly: quietly } = require('./connect')
 const { isClusterTarget } = require('./target')
 
 /**
@@ -108,24 +108,6 @@ function createPubSub (options) {
       return Promise.all(closing).then(() => undefined)
     }
   }
-}
-
-function quietly (client) {
-  if (client.status === 'end') return Promise.resolve()
-  return new Promise(function disconnect (resolve) {
-    const timer = setTimeout(resolve, 1000)
-    if (timer.unref) timer.unref()
-    client.once('end', function ended () {
-      clearTimeout(timer)
-      resolve()
-    })
-    try {
-      client.disconnect()
-    } catch (err) {
-      debug('disconnect failed: %s', err.message)
-      resolve()
-    }
-  })
 }
 
 module.exports = { createPubSub }
