@@ -182,6 +182,43 @@ test('recovery through a reload delivers every message once: 3 reloads, rooms, s
   await cluster.stop()
 })
 
+test('a session restored on a connection that closes before its socket connects is put back: the next attempt recovers it', { timeout: 60000 }, async () => {
+  const { connectBareClient } = require('./helpers/bare-socketio-client')
+  const cluster = await startCluster(fixture, { env: env(true, { workers: 1 }) })
+  const client = receiver(cluster.port, 'a', 'cut')
+  const sender = receiver(cluster.port, 'b', 'sender')
+  const [first] = await connectAll([client, sender])
+  await ask(sender.socket, 'send', 'a', 1)
+  await eventually(() => client.got.includes(1), { what: 'message 1' })
+  // What socket.io-client would send to be recovered.
+  const auth = { pid: client.socket._pid, offset: client.socket._lastOffset }
+  assert.strictEqual(typeof auth.pid, 'string')
+  client.socket.io.reconnection(false)
+  client.socket.io.engine.close() // "transport close": a recoverable reason, persisted
+  await ask(sender.socket, 'send', 'a', 2) // missed while away
+
+  // An attempt that hangs up right after its CONNECT: socket.io drops the socket it was restoring.
+  const hangUp = connectBareClient(cluster.port, { auth, hangUpAfterConnect: true })
+  await hangUp.closed
+  // The session must still be there for the next attempt (retried: the put-back is asynchronous).
+  let recovered = null
+  await eventually(async () => {
+    const events = []
+    const attempt = connectBareClient(cluster.port, { auth, onEvent: (frame) => events.push(JSON.parse(frame.slice(2))) })
+    const answer = await attempt.ready
+    if (answer.sid !== first.id) {
+      attempt.close()
+      return false
+    }
+    recovered = { attempt, events }
+    return true
+  }, { what: 'a later attempt recovers the session', intervalMs: 100 })
+  await eventually(() => recovered.events.some(([name, data]) => name === 'msg' && data.n === 2), { what: 'the missed message replayed' })
+  assert.ok(!recovered.events.some(([name, data]) => name === 'msg' && data.n === 1), 'nothing received before the cut is replayed')
+  recovered.attempt.close()
+  await cluster.stop()
+})
+
 test('without connectionStateRecovery nothing changes: no offsets, a reload gives new sockets', { timeout: 60000 }, async () => {
   const cluster = await startCluster(fixture, { env: env(false) })
   const clients = [receiver(cluster.port, 'a', 'one'), receiver(cluster.port, 'a', 'two')]

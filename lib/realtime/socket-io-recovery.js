@@ -62,12 +62,20 @@ function createRecovery (adapter, options) {
   const persisting = new Set()
   /** pids persisted by this worker whose 'disconnect' has not fired yet. */
   const persistedPids = new Set()
+  /** Restored sessions whose socket has not connected yet: pid -> the watch on its connection. */
+  const awaitingConnect = new Map()
+  const restoringClients = watchRestoringClients(nsp)
 
   internalBus.send('primary', QUEUE_TOPIC, { op: 'cfg', n: name, d: settings.maxDisconnectionDuration, p: options.maxPackets, x: options.maxSessions, l: liveWaitMs })
 
   function onConnection (socket) {
     if (typeof socket.pid !== 'string') return
     const pid = socket.pid
+    const waiting = awaitingConnect.get(pid)
+    if (waiting !== undefined) {
+      awaitingConnect.delete(pid)
+      waiting.conn.off('close', waiting.onClose)
+    }
     send({ op: 'live', n: name, s: pid, w: process.pid })
     socket.once('disconnect', function onDisconnect () {
       if (persistedPids.delete(pid)) return
@@ -80,6 +88,45 @@ function createRecovery (adapter, options) {
   if (!drainHookAdded) {
     drainHookAdded = true
     onConnectionsClosed(persistBeforeExit)
+  }
+
+  /**
+   * socket.io drops a socket whose connection closed while it was being
+   * restored (Namespace#_add: "next called after client was closed"), after
+   * the session was taken from the primary: under load that window is wide
+   * enough to hit. Put the session back then, so the client's next attempt
+   * recovers.
+   */
+  function putBackIfDropped (conn, stored) {
+    if (!conn || typeof conn.once !== 'function') return
+    const pid = stored.pid
+    if (conn.readyState !== 'open') return sendPersist(stored)
+    const onClose = function onClosedWhileRestoring () {
+      awaitingConnect.delete(pid)
+      debug('recovery: session %s restored on a connection that closed before it connected: put back', pid)
+      sendPersist(stored)
+    }
+    conn.once('close', onClose)
+    awaitingConnect.set(pid, { conn, onClose })
+  }
+
+  /** Persist a session in the primary; the drain waits for it. */
+  function sendPersist (session) {
+    let request
+    try {
+      request = internalBus.request(STATE_TOPIC, { op: 'persist', n: name, session }, { timeoutMs: PERSIST_TIMEOUT_MS })
+    } catch (err) {
+      // socket.data the bus cannot carry, backpressure: this socket will not be recovered.
+      debug('recovery: session %s not persisted: %s', session.pid, err.message)
+      return false
+    }
+    const done = request.then(function persisted () {
+      debug('recovery: session %s persisted', session.pid)
+    }, function notPersisted (err) {
+      debug('recovery: session %s not persisted: %s', session.pid, err.message)
+    }).finally(() => persisting.delete(done))
+    persisting.add(done)
+    return true
   }
 
   function send (data) {
@@ -125,27 +172,14 @@ function createRecovery (adapter, options) {
     },
 
     persist (session) {
-      let request
-      try {
-        request = internalBus.request(STATE_TOPIC, { op: 'persist', n: name, session }, { timeoutMs: PERSIST_TIMEOUT_MS })
-      } catch (err) {
-        // socket.data the bus cannot carry, backpressure: this socket will not be recovered.
-        debug('recovery: session %s not persisted: %s', session.pid, err.message)
-        return
-      }
-      persistedPids.add(session.pid)
-      const done = request.then(function persisted () {
-        debug('recovery: session %s persisted', session.pid)
-      }, function notPersisted (err) {
-        debug('recovery: session %s not persisted: %s', session.pid, err.message)
-      }).finally(() => persisting.delete(done))
-      persisting.add(done)
+      if (sendPersist(session)) persistedPids.add(session.pid)
     },
 
     /**
      * @returns {Promise<object|null>} what socket.io's restoreSession() returns
      */
     async restore (pid, offset) {
+      const conn = restoringClients.take(pid)
       const watch = { seen: [], overflow: false }
       restoring.add(watch)
       try {
@@ -159,6 +193,7 @@ function createRecovery (adapter, options) {
           if (isAfter(packet.seq, answer.head) && shouldInclude(rooms, packet)) missedPackets.push(packet.data.slice())
         }
         debug('recovery: session %s restored with %d missed packets', pid, missedPackets.length)
+        putBackIfDropped(conn, answer.session)
         return Object.assign({}, answer.session, { missedPackets })
       } finally {
         restoring.delete(watch)
@@ -172,7 +207,44 @@ function createRecovery (adapter, options) {
 
     close () {
       nsp.off('connection', onConnection)
+      restoringClients.stop()
       adapters.delete(adapter)
+    }
+  }
+}
+
+/**
+ * The engine.io connection each restore comes on: socket.io calls the
+ * adapter's restoreSession(pid, offset) from Namespace#_add(client, auth),
+ * which is wrapped here to note the client by the pid in its auth. Without
+ * that method (another socket.io version) nothing is noted and nothing changes.
+ */
+function watchRestoringClients (nsp) {
+  const byPid = new Map()
+  const add = nsp._add
+  if (typeof add === 'function') {
+    nsp._add = function addNotingRestore (client, auth, fn) {
+      const pid = auth && typeof auth.pid === 'string' && typeof auth.offset === 'string' && client && client.conn ? auth.pid : null
+      if (pid === null) return add.call(this, client, auth, fn)
+      byPid.set(pid, client.conn)
+      try {
+        return add.call(this, client, auth, fn)
+      } finally {
+        // restoreSession() took it in add's synchronous part, or will not: never kept.
+        byPid.delete(pid)
+      }
+    }
+  }
+  return {
+    /** The connection restoring `pid`, once (restoreSession runs synchronously inside _add). */
+    take (pid) {
+      const conn = byPid.get(pid)
+      byPid.delete(pid)
+      return conn
+    },
+    stop () {
+      if (typeof add === 'function') nsp._add = add
+      byPid.clear()
     }
   }
 }

@@ -16,7 +16,9 @@ const ACK = '43'
 
 /**
  * @param {number} port
- * @param {{ onEvent?: (frame: string) => void }} [options] onEvent gets each event frame as text (`42["name",...]`)
+ * @param {{ onEvent?: (frame: string) => void, auth?: object, hangUpAfterConnect?: boolean }} [options] onEvent gets each event frame as text
+ *   (`42["name",...]`); auth goes in the CONNECT packet (socket.io-client puts `pid` and `offset`
+ *   there to be recovered); hangUpAfterConnect ends the TCP connection right after sending CONNECT
  * @returns {EventEmitter & { ready: Promise<void>, tcp: () => import('net').Socket, send: Function, request: Function, close: Function }}
  */
 function connectBareClient (port, options) {
@@ -25,16 +27,24 @@ function connectBareClient (port, options) {
   const ws = new WebSocket(`ws://127.0.0.1:${port}/socket.io/?EIO=4&transport=websocket`)
   const pendingAcks = new Map()
   let nextAckId = 0
+  /** Resolves with the CONNECT answer's payload (`{ sid, pid }`). */
   client.ready = new Promise((resolve, reject) => {
     ws.once('error', reject)
     client.once('connected', resolve)
   })
+  /** Resolves once the WebSocket is closed, from either side. */
+  client.closed = new Promise((resolve) => ws.once('close', resolve))
+  const connectPacket = '40' + (options && options.auth ? JSON.stringify(options.auth) : '')
   ws.on('message', function onFrame (data) {
     const text = data.toString()
     if (text.startsWith(EVENT)) return onEvent(text)
     if (text === '2') return ws.send('3') // engine.io ping -> pong
-    if (text.charCodeAt(0) === 48 /* '0': engine.io open */) return ws.send('40')
-    if (text.startsWith('40')) return client.emit('connected')
+    if (text.charCodeAt(0) === 48 /* '0': engine.io open */) {
+      ws.send(connectPacket)
+      if (options && options.hangUpAfterConnect) ws._socket.end()
+      return
+    }
+    if (text.startsWith('40')) return client.emit('connected', text.length > 2 ? JSON.parse(text.slice(2)) : {})
     if (text.startsWith(ACK)) {
       const open = text.indexOf('[')
       const id = Number(text.slice(2, open))
