@@ -25,6 +25,20 @@ function startChild () {
   return { child, raw }
 }
 
+// Bus transports over instrumented peers (no process): a peer whose writes are recorded as they are
+// made; completion is reported on the next tick, as Node does for a write the OS took at once.
+const { BusCore } = require('../lib/bus/core')
+const { createCodec } = require('../lib/bus/codec')
+const { createWorkerTransport } = require('../lib/bus/worker')
+const { createPrimaryTransport } = require('../lib/bus/primary')
+
+function instrumentedPeer () {
+  const writes = []
+  return { writes, connected: true, send (message, callback) { writes.push(message); process.nextTick(callback, null); return true } }
+}
+const newCore = () => Object.assign(new BusCore(), { codec: createCodec({}) })
+const overTheWire = (message) => JSON.parse(JSON.stringify(message))
+
 test('post() in one tick is one write (a batch); listen() unpacks it in order', async () => {
   const { child, raw } = startChild()
   const channel = new ipc.Channel(child)
@@ -90,9 +104,6 @@ test('protocol: every kind has one name, builders make envelopes, the router has
 })
 
 test('a raw library request crosses the channel as plain data: the session string is not wrapped in a second JSON encoding', async () => {
-  const { BusCore } = require('../lib/bus/core')
-  const { createCodec } = require('../lib/bus/codec')
-  const { createWorkerTransport } = require('../lib/bus/worker')
   const { child, raw } = startChild()
   const core = new BusCore()
   core.codec = createCodec({})
@@ -124,18 +135,6 @@ test('postSoon() writes a lone message at once on an idle channel; while a write
 })
 
 test('a lone broadcast is written in the same tick at every hop: the sender to the primary, the primary to each other worker, and delivered on arrival', () => {
-  const { BusCore } = require('../lib/bus/core')
-  const { createCodec } = require('../lib/bus/codec')
-  const { createWorkerTransport } = require('../lib/bus/worker')
-  const { createPrimaryTransport } = require('../lib/bus/primary')
-  // A peer whose writes are recorded as they are made; completion is reported on the next tick, as Node does for a write the OS took at once.
-  function instrumentedPeer () {
-    const writes = []
-    return { writes, connected: true, send (message, callback) { writes.push(message); process.nextTick(callback, null); return true } }
-  }
-  const newCore = () => Object.assign(new BusCore(), { codec: createCodec({}) })
-  const overTheWire = (message) => JSON.parse(JSON.stringify(message))
-
   const senderCore = newCore()
   const toPrimary = instrumentedPeer()
   const sender = createWorkerTransport(senderCore, { channel: new ipc.Channel(toPrimary), id: 0, generation: 1 })
@@ -161,17 +160,7 @@ test('a lone broadcast is written in the same tick at every hop: the sender to t
 })
 
 test("library requests (the cluster session store's) made in one loop turn share one IPC write each way; a user's lone request is still written at once", async () => {
-  const { BusCore } = require('../lib/bus/core')
-  const { createCodec } = require('../lib/bus/codec')
-  const { createWorkerTransport } = require('../lib/bus/worker')
-  const { createPrimaryTransport } = require('../lib/bus/primary')
   const { setImmediate: turn } = require('timers/promises')
-  function instrumentedPeer () {
-    const writes = []
-    return { writes, connected: true, send (message, callback) { writes.push(message); process.nextTick(callback, null); return true } }
-  }
-  const newCore = () => Object.assign(new BusCore(), { codec: createCodec({}) })
-  const overTheWire = (message) => JSON.parse(JSON.stringify(message))
   const unpack = (write) => write.kind === 'batch' ? write.items : [write]
 
   const workerCore = newCore()

@@ -66,17 +66,14 @@ function createPrimaryTransport (core) {
     return true
   }
 
-  function post (record, message) {
+  /**
+   * @param {boolean} [batched] share one write per loop turn (answers to library requests, which
+   *   come many per turn); otherwise written at once when the channel is idle
+   */
+  function post (record, message, batched) {
     try {
-      record.channel.postSoon(message)
-    } catch (err) {
-      debug('post to worker %s failed: %s', record.id, err.message)
-    }
-  }
-
-  function postBatched (record, message) {
-    try {
-      record.channel.post(message)
+      if (batched) record.channel.post(message)
+      else record.channel.postSoon(message)
     } catch (err) {
       debug('post to worker %s failed: %s', record.id, err.message)
     }
@@ -265,10 +262,8 @@ function createPrimaryTransport (core) {
         core.invoke(topic, payload, localMeta(topic, record.id, record.generation), 'the primary', raw).then(function reply (answer) {
           // A worker that exited meanwhile gets nothing: its request died with it.
           if (!records.has(record)) return
-          const response = busMessage.response(id, answer.ok, answer.d, answer.e, raw)
           // Answers to library requests share one write per loop turn, as the requests do.
-          if (raw) postBatched(record, response)
-          else post(record, response)
+          post(record, busMessage.response(id, answer.ok, answer.d, answer.e, raw), raw)
         })
         return
       }

@@ -30,8 +30,10 @@ function createWorkerTransport (core, options) {
   /** The 'B' envelope still queued in the channel: broadcasts of one tick share it. */
   let openBroadcasts = null
 
-  function post (message) {
-    channel.postSoon(message)
+  /** @param {boolean} [batched] share one write per loop turn (see request()); otherwise at once when idle */
+  function post (message, batched) {
+    if (batched) channel.post(message)
+    else channel.postSoon(message)
   }
 
   /**
@@ -186,8 +188,7 @@ function createWorkerTransport (core, options) {
       })
       // Library requests (the cluster session store) come from request handlers, many per loop
       // turn under load: they share one IPC write per turn instead of one each (bench/README.md).
-      if (raw) channel.post(busMessage.request(id, topic, payload, raw))
-      else post(busMessage.request(id, topic, payload, raw))
+      post(busMessage.request(id, topic, payload, raw), raw)
       return promise
     },
 

@@ -319,13 +319,13 @@ class Supervisor extends EventEmitter {
     return record.exited
   }
 
-  /** Workers that may receive new connections. */
   /** Is the worker process `pid` draining or stopping? */
   isRetiringPid (pid) {
     for (const record of this.records) if (record.pid === pid) return record.isRetiring()
     return false
   }
 
+  /** Workers that may receive new connections. */
   readyRecords () {
     const ready = []
     for (const record of this.slots) {
