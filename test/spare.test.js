@@ -4,7 +4,8 @@
  * Warm spares (`spare: 1`): a ready worker in no slot takes no traffic (with
  * 'rr' and with 'none', where it must not even listen), takes a crashed
  * worker's slot at once (its HTTP warm-up never reaches the app), and is
- * replaced behind it; after a reload the spare runs the new generation.
+ * replaced behind it; it also takes the slot of a worker recycled for its
+ * memory; after a reload the spare runs the new generation.
  */
 
 const { test, after } = require('node:test')
@@ -12,6 +13,7 @@ const assert = require('node:assert')
 const path = require('path')
 const { startCluster, stopAll } = require('./helpers/cluster')
 const { eventually } = require('./helpers/wait')
+const { startLoad } = require('./helpers/load')
 
 const fixture = path.join(__dirname, 'fixtures/app-cluster.js')
 const env = (options) => ({ CZ_TEST_OPTIONS: JSON.stringify(options) })
@@ -67,5 +69,30 @@ test('after a reload the spare runs the new generation', async () => {
     const spares = (await cluster.stats()).workers.filter((w) => w.state === 'spare')
     return spares.length === 1 && spares[0].generation === 2 && spares[0].heartbeatAgeMs !== null
   })
+  await cluster.stop()
+})
+
+test('a worker recycled for its memory hands its slot to the spare: no fork on the way, zero failed requests, a new spare behind it', async () => {
+  const cluster = await startCluster(fixture, { env: env({ workers: 2, spare: 1, health: { heartbeatMs: 200, maxMemoryMB: 200 } }) })
+  const spare = await spareOf(cluster)
+  const load = startLoad({ port: cluster.port, connections: 4, durationMs: 60000, paceMs: 2 })
+  await load.served(30)
+  const grown = (await cluster.get('/grow?mb=256')).json.pid
+  const slot = (await cluster.stats()).workers.find((w) => w.pid === grown).id
+  const promoted = await cluster.waitEvent('worker:ready', (d) => d.pid === spare.pid && d.id === slot)
+  const exit = await cluster.waitEvent('worker:exit', (d) => d.pid === grown)
+  assert.strictEqual(exit.data.reason, 'memory')
+  assert.strictEqual(exit.data.code, 0, 'drained and exited by itself')
+  assert.strictEqual(promoted.data.state, 'ready')
+  assert.ok(cluster.output.includes(`worker ${slot} replaced by a warm spare (recycled: memory)`), cluster.output)
+  await eventually(async () => (await cluster.get('/')).json.pid === spare.pid, { timeoutMs: 20000, intervalMs: 20 })
+  await load.served(30)
+  const results = await load.stop()
+  assert.strictEqual(results.failed + results.non2xx, 0, JSON.stringify(results.failures.slice(0, 3)))
+  const forkedForSlot = cluster.events.filter((e) => e.event === 'worker:ready' && e.data.id === slot && e.data.pid !== spare.pid && e.data.pid !== grown)
+  assert.deepStrictEqual(forkedForSlot, [], 'the slot took the spare, not a new fork')
+  const next = await spareOf(cluster)
+  assert.notStrictEqual(next.pid, spare.pid, 'a new spare was forked')
+  assert.strictEqual((await cluster.stats()).workers.find((w) => w.id === slot).restarts, 0, 'a recycle is not counted as a restart')
   await cluster.stop()
 })

@@ -64,9 +64,16 @@ function createReloader (config, supervisor, log) {
     return old ? supervisor.retire(old, reason, drainTimeoutMs) : null
   }
 
-  /** Replace a worker gracefully (memory limits): its successor runs the code on disk. */
+  /**
+   * Replace a worker gracefully (memory limits): its successor runs the code on disk. A ready
+   * spare that loaded that code takes the slot at once; otherwise a successor is forked first.
+   */
   async function recycle (record, reason) {
     if (replacing.has(record) || supervisor.stopped || supervisor.slots[record.id] !== record) return
+    if (supervisor.promoteSpare(record.id, reason)) {
+      await supervisor.retire(record, reason, drainTimeoutMs)
+      return
+    }
     try {
       await replaceSlot(record.id, supervisor.codeGeneration, reason)
     } catch (err) {

@@ -3,8 +3,9 @@
 /**
  * Warm spares (`spare: n`): workers forked ahead of need that have loaded
  * the app and report ready but take no traffic (they are in no slot, and
- * with 'none'/'reuseport' they do not listen). When a slot's worker dies, a
- * ready spare takes its slot at once and a new spare is forked behind it.
+ * with 'none'/'reuseport' they do not listen). When a slot's worker dies, or
+ * is recycled for its memory, a ready spare takes its slot at once and a new
+ * spare is forked behind it.
  * Spares run the code they loaded: after a successful reload they are
  * replaced by spares of the new generation; after a rolled-back one they
  * are kept, since they run the code that still serves.
@@ -56,11 +57,12 @@ class Spares {
 
   /**
    * A ready spare for a slot that needs a worker now, or null.
+   * @param {number} [minGeneration=0] only a spare that loaded this code generation or a newer one
    * @returns {import('./worker-record').WorkerRecord|null}
    */
-  take () {
+  take (minGeneration) {
     for (const record of this.records) {
-      if (record.isReady() && record.heartbeatAt > 0) {
+      if (record.isReady() && record.heartbeatAt > 0 && record.generation >= (minGeneration || 0)) {
         this.records.delete(record)
         return record
       }

@@ -68,20 +68,25 @@ class Supervisor extends EventEmitter {
   }
 
   /**
-   * Put a ready spare in an empty slot at once.
+   * Put a ready spare in a slot at once: an empty one (its worker died), or
+   * one whose worker is being recycled (`recycled`: the caller retires it).
+   * @param {number} slot
+   * @param {string} [recycled] why the slot's live worker is replaced (memory); only a spare
+   *   of the code generation now on disk will do then, since a new fork would load that code
    * @returns {boolean} false when no spare was ready
    */
-  promoteSpare (slot) {
-    const record = this.spares.take()
+  promoteSpare (slot, recycled) {
+    const record = this.spares.take(recycled ? this.codeGeneration : 0)
     if (!record) return false
-    this.restarts[slot]++
+    // A recycle is not a crash: the slot's restart count stays.
+    if (!recycled) this.restarts[slot]++
     record.id = slot
     record.spare = false
     record.restarts = this.restarts[slot]
     this.slots[slot] = record
     record.channel.postNow(protocol.promote(slot))
     debug('spare pid %d promoted to slot %d', record.pid, slot)
-    this.log.info(`worker ${slot} replaced by a warm spare`, { pid: record.pid, generation: record.generation })
+    this.log.info(`worker ${slot} replaced by a warm spare${recycled ? ` (recycled: ${recycled})` : ''}`, { pid: record.pid, generation: record.generation })
     this.emit('worker:ready', record.publicView())
     this.emit('record:ready', record)
     this.spares.refillAfterPromotion()
