@@ -82,7 +82,7 @@ function serve (mode, spec) {
     return
   }
   const { clusterize } = require('..')
-  const handle = clusterize(() => createApp(spec.store, spec.prefix, spec.redis), { port: 0, host: '127.0.0.1', workers: spec.workers, logger: false })
+  const handle = clusterize(() => createApp(spec.store, spec.prefix, spec.redis), { port: 0, host: '127.0.0.1', workers: spec.workers, bus: spec.bus, logger: false })
   if (!handle.ready || typeof handle.on !== 'function') return // a worker
   handle.ready.then((info) => {
     process.send({ port: info.port, pids: [process.pid].concat(info.workers.map((w) => w.pid)) })

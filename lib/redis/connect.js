@@ -37,11 +37,13 @@ function failFast (timeoutMs) {
 
 /**
  * @param {{ kind: string, url?: string, options?: object, nodes?: Array }} target from parseRedisTarget (not a client)
- * @param {{ timeoutMs?: number, offlineQueue?: false, maxRetriesPerRequest?: number, cluster?: object }} [settings]
+ * @param {{ timeoutMs?: number, offlineQueue?: false, maxRetriesPerRequest?: number, cluster?: object, autoPipelining?: boolean }} [settings]
  *   timeoutMs: fail fast with this command timeout (else ioredis's defaults, offline queue
  *   included, so a subscriber's SUBSCRIBE waits for the connection);
  *   offlineQueue: false: no queue while disconnected (a publisher that drops instead);
- *   cluster: extra ClusterOptions (e.g. shardedSubscribers)
+ *   cluster: extra ClusterOptions (e.g. shardedSubscribers);
+ *   autoPipelining: commands issued in one event-loop turn go out in one write (ioredis's
+ *   enableAutoPipelining), for a connection many requests share
  * @returns {import('ioredis').Redis | import('ioredis').Cluster}
  */
 function connectRedis (target, settings) {
@@ -50,6 +52,7 @@ function connectRedis (target, settings) {
   const ours = settings.timeoutMs ? failFast(settings.timeoutMs) : {}
   if (settings.offlineQueue === false) ours.enableOfflineQueue = false
   if (settings.maxRetriesPerRequest !== undefined) ours.maxRetriesPerRequest = settings.maxRetriesPerRequest
+  if (settings.autoPipelining) ours.enableAutoPipelining = true
 
   if (target.kind === 'cluster') {
     const user = target.options || {}
@@ -63,6 +66,7 @@ function connectRedis (target, settings) {
       retryDelayOnClusterDown: 200
     }
     if (ours.enableOfflineQueue === false) clusterDefaults.enableOfflineQueue = false
+    if (ours.enableAutoPipelining) clusterDefaults.enableAutoPipelining = true
     const options = Object.assign(clusterDefaults, settings.cluster, user, { redisOptions })
     return new Cluster(target.nodes, options)
   }

@@ -109,7 +109,7 @@ class ClusterizeRedisStore extends RedisStore {
     const timeoutMs = options.timeoutMs || 2000
     const target = parseRedisTarget(options.redis, options.option || 'redis', 'session')
     const ownsClient = target.client === undefined
-    const client = ownsClient ? connectRedis(target, { timeoutMs }) : target.client
+    const client = ownsClient ? connectRedis(target, { timeoutMs, autoPipelining: true }) : target.client
     super({ client, prefix: options.prefix === undefined ? DEFAULT_PREFIX : options.prefix, ttl: options.ttl, serializer })
     this.redis = client
     this.topology = topologyOf(target)
