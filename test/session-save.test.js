@@ -186,3 +186,54 @@ describe('a session write that is not stored is never a 200', () => {
     assert.equal(redirect.headers.location, '/count')
   })
 })
+
+describe('with our own store, the response leaves as soon as the write is stored', () => {
+  /**
+   * An app on the cluster store (in-process backend) whose store callbacks are observed: `ends`
+   * records, right after express-session's callback returns, whether the response had ended.
+   */
+  function observedApp (options) {
+    const app = express()
+    const middleware = session(Object.assign({ store: 'cluster', secret: SECRET, prefix: `save-test-${Math.random()}:` }, options))
+    const ends = []
+    const set = middleware.store.set
+    middleware.store.set = function observedSet (sid, sess, cb) {
+      const res = sess.req && sess.req.res
+      return set.call(this, sid, sess, function stored (err) {
+        cb(err)
+        ends.push({ err: err ? err.message : null, endedInCallback: Boolean(res && res.writableEnded) })
+      })
+    }
+    app.use(middleware)
+    app.get('/count', function count (req, res) {
+      req.session.n = (req.session.n || 0) + 1
+      res.json({ n: req.session.n })
+    })
+    app.get('/big', function big (req, res) {
+      req.session.blob = 'x'.repeat(4000)
+      res.json({ ok: true })
+    })
+    return { app, ends }
+  }
+
+  it('a stored session releases the held response inside the store callback, not a loop turn later', async () => {
+    const { app, ends } = observedApp()
+    const agent = request.agent(app)
+    assert.equal((await agent.get('/count').expect(200)).body.n, 1)
+    assert.equal((await agent.get('/count').expect(200)).body.n, 2)
+    assert.deepEqual(ends, [{ err: null, endedInCallback: true }, { err: null, endedInCallback: true }])
+  })
+
+  it('a write refused inside the callback of the read that ran the route is still a 413, never a 200', async () => {
+    const { app, ends } = observedApp({ maxSessionBytes: 1000 })
+    const agent = request.agent(app)
+    await agent.get('/count').expect(200)
+    // /big runs inside the cluster store's successful get callback; its set is refused synchronously.
+    const res = await agent.get('/big')
+    assert.equal(res.status, 413, res.text)
+    assert.match(res.body.error, /maxSessionBytes/)
+    assert.equal(ends.length, 2)
+    assert.equal(ends[1].endedInCallback, false, 'held until the error arrived')
+    assert.match(ends[1].err, /maxSessionBytes/)
+  })
+})

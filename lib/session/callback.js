@@ -11,6 +11,15 @@
 
 const debug = require('debug')('clusterize:session')
 
+const SUCCEEDED = 1
+const FAILED = 2
+/**
+ * The outcome of the innermost of our store callbacks running right now (0: none is running).
+ * express-session ends the response from inside its store callback, so the response holder
+ * reads this to know, synchronously, whether a store error is still on its way.
+ */
+let answering = 0
+
 /**
  * Wrap a store callback so it runs at most once and its exceptions escape.
  * @param {Function|undefined} cb the caller's callback (may be absent)
@@ -27,8 +36,7 @@ function callOnce (cb, op) {
     called = true
     if (typeof cb !== 'function') return
     try {
-      if (err) cb(err)
-      else cb(null, value)
+      answer(cb, err, value)
     } catch (appError) {
       // Thrown by the app, not by the store: rethrow it outside our promise
       // chains, once, unchanged.
@@ -37,4 +45,31 @@ function callOnce (cb, op) {
   }
 }
 
-module.exports = { callOnce }
+/**
+ * Call a store callback now, noting its outcome while it runs (see answeredSuccessfully()).
+ * @param {Function|undefined} cb
+ * @param {Error|null|undefined} err
+ * @param {*} [value]
+ */
+function answer (cb, err, value) {
+  if (typeof cb !== 'function') return
+  const outer = answering
+  answering = err ? FAILED : SUCCEEDED
+  try {
+    if (err) cb(err)
+    else cb(null, value)
+  } finally {
+    answering = outer
+  }
+}
+
+/**
+ * True while one of our stores' callbacks runs for an operation that succeeded: a response ended
+ * from there has no store error coming after it.
+ * @returns {boolean}
+ */
+function answeredSuccessfully () {
+  return answering === SUCCEEDED
+}
+
+module.exports = { callOnce, answer, answeredSuccessfully }

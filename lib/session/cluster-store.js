@@ -17,7 +17,7 @@ const { SESSION_OP, DEFAULT_MAX_TOTAL_BYTES } = require('./cluster-backend')
 const { TOPIC, attachSessionBackend } = require('./cluster-service')
 const { toUnavailable } = require('./unavailable')
 const { sessionTooLarge } = require('./too-large')
-const { callOnce } = require('./callback')
+const { callOnce, answer } = require('./callback')
 const { inflatableOrNull, whyNotInflatable, Unreadable } = require('./inflatable')
 
 const DEFAULT_TIMEOUT_MS = 2000
@@ -186,7 +186,7 @@ function doneWith (cb) {
 }
 
 function done (cb, err) {
-  if (typeof cb === 'function') cb(err || null)
+  answer(cb, err || null)
 }
 
 /**

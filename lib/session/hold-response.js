@@ -18,6 +18,10 @@
  * express-session reports a store error by deferring next(err) with
  * setImmediate before it calls the end below it; the release is deferred the
  * same way after that end, so the error has always arrived when it runs.
+ * With our own stores the release is not deferred when the end comes from
+ * inside a store callback that succeeded (or from no store operation at all,
+ * inside the callback of an earlier one): no error can follow, and the
+ * response leaves one event-loop turn sooner.
  *
  * A response whose headers were sent before res.end() (a streamed response)
  * cannot become a 503: on a store error it is cut off (the socket is
@@ -25,6 +29,7 @@
  */
 
 const debug = require('debug')('clusterize:session')
+const { answeredSuccessfully } = require('./callback')
 
 /**
  * @param {import('http').IncomingMessage} req
@@ -32,12 +37,13 @@ const debug = require('debug')('clusterize:session')
  * @param {(err: Error, headersWereSent: boolean, end: Function) => void} onFailure sends
  *   the error response with `end` (the response's own end, below every proxy) or,
  *   when the headers were already sent, cuts the response off
+ * @param {boolean} [ownStore] the store is one of ours (lib/session/callback.js notes its outcomes)
  * @returns {{ afterSession: () => void, fail: (err: Error) => boolean }}
  *   afterSession(): call once express-session has passed the request on (its
  *   res.end proxy is in place); fail(err): a store error arrived, returns false
  *   when the response is not being held (the caller handles the error itself)
  */
-function holdResponse (req, res, onFailure) {
+function holdResponse (req, res, onFailure, ownStore) {
   const realWriteHead = res.writeHead
   const realWrite = res.write
   const realEnd = res.end
@@ -61,7 +67,8 @@ function holdResponse (req, res, onFailure) {
   res.end = function heldEnd () {
     if (!holding) return realEnd.apply(this, arguments)
     calls.push([realEnd, arguments])
-    setImmediate(release)
+    if (ownStore && answeredSuccessfully()) release()
+    else setImmediate(release)
     return this
   }
 
