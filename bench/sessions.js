@@ -22,7 +22,11 @@
  * modified: express-session touches it, which is where the Redis store's
  * touch round trips show).
  *
+ * Then CPU per request of each process (primary, workers, redis-server) at a
+ * fixed rate (--cpu-rate req/s for --cpu-seconds), for the 2-worker rows.
+ *
  *   node bench/sessions.js [--duration 3] [--passes 3] [--connections 20] [--failovers 3] [--read-only]
+ *                          [--cpu-rate 2000] [--cpu-seconds 4]
  */
 
 const { numberArg: arg } = require('./lib/args')
@@ -177,6 +181,84 @@ async function redisReachable () {
   }
 }
 
+/** CPU time (user + system) of a process so far, in microseconds, from /proc (10 ms ticks). */
+function cpuMicros (pid) {
+  try {
+    const fields = require('fs').readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')
+    return (Number(fields[11]) + Number(fields[12])) * 10000
+  } catch {
+    return NaN
+  }
+}
+
+/** The pid of the Redis at REDIS_URL when it runs on this machine (its CPU is then readable), else null. */
+async function localRedisPid () {
+  const Redis = require('ioredis')
+  const client = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0 })
+  client.on('error', () => {})
+  try {
+    await client.connect()
+    const pid = Number(/process_id:(\d+)/.exec(await client.info('server'))[1])
+    return Number.isNaN(cpuMicros(pid)) ? null : pid
+  } catch {
+    return null
+  } finally {
+    client.disconnect()
+  }
+}
+
+/**
+ * Microseconds of CPU per request for the primary, the workers and Redis, while
+ * autocannon sends `rate` req/s for `seconds` (fixed rate: the cost per request
+ * does not depend on how fast the machine happens to be during the run).
+ */
+async function measureCpu (server, cookies, rate, seconds, redisPid) {
+  const autocannon = require('autocannon')
+  const workers = server.pids.slice(1)
+  const pids = server.pids.concat(redisPid === null ? [] : [redisPid])
+  const before = pids.map(cpuMicros)
+  let next = 0
+  const result = await autocannon({
+    url: `http://127.0.0.1:${server.port}${process.argv.includes('--read-only') ? '/read' : '/count'}`,
+    connections: 20,
+    overallRate: rate,
+    duration: seconds,
+    setupClient (client) { client.setHeaders({ cookie: cookies[next++ % cookies.length] }) }
+  })
+  const spent = pids.map((pid, i) => cpuMicros(pid) - before[i])
+  const n = result.requests.total || 1
+  const perRequest = (i) => spent[i] / n
+  return {
+    primary: perRequest(0),
+    workers: workers.reduce((sum, pid, i) => sum + perRequest(i + 1), 0),
+    redis: redisPid === null ? null : perRequest(pids.length - 1),
+    errors: result.errors + result.non2xx
+  }
+}
+
+function printCpu (rows, run) {
+  const measured = rows.filter((r) => r.cpu && r.cpu.length > 0)
+  if (measured.length === 0) return
+  const total = (c) => c.primary + c.workers + (c.redis || 0)
+  const medianOf = (r, key) => median(r.cpu.map(key))
+  const anchor = measured.find((r) => r.scalingRef)
+  const anchorTotal = anchor ? medianOf(anchor, total) : NaN
+  const out = []
+  out.push(`### Where the time goes: CPU per request at a fixed ${run.rate} req/s (2 workers, ${run.seconds} s, median of ${run.passes}; user + system from /proc, 10 ms ticks)`)
+  out.push('')
+  out.push('| store | primary µs/req | workers µs/req | redis-server µs/req | total µs/req | total vs MemoryStore, 2 workers | errors |')
+  out.push('|---|---:|---:|---:|---:|---:|---:|')
+  for (const r of measured) {
+    const t = medianOf(r, total)
+    const redis = r.cpu[0].redis === null ? '-' : medianOf(r, (c) => c.redis).toFixed(1)
+    const errors = r.cpu.reduce((sum, c) => sum + c.errors, 0)
+    out.push(`| ${r.name} | ${medianOf(r, (c) => c.primary).toFixed(1)} | ${medianOf(r, (c) => c.workers).toFixed(1)} | ${redis} | ${t.toFixed(1)} | ${(t / anchorTotal).toFixed(2)}x | ${errors} |`)
+  }
+  out.push('')
+  out.push('The load generator (autocannon, in this process) is not counted; on these 2-core machines it takes a share of the same CPUs, so every extra microsecond per request in any of these processes lowers the req/s above.')
+  console.log(out.join('\n') + '\n')
+}
+
 async function cleanRedis (prefix) {
   const Redis = require('ioredis')
   const client = new Redis(REDIS_URL)
@@ -193,6 +275,8 @@ async function main () {
   const duration = arg('--duration', 3)
   const passes = arg('--passes', 3)
   const connections = arg('--connections', 20)
+  const cpuRate = arg('--cpu-rate', 2000)
+  const cpuSeconds = arg('--cpu-seconds', 4)
   const prefix = `cz-bench:${process.pid}:${crypto.randomBytes(3).toString('hex')}:`
   const haveRedis = await redisReachable()
   const scenarios = [
@@ -239,6 +323,15 @@ async function main () {
         scenario.errors = (scenario.errors || 0) + result.errors + result.non2xx
       }
     }
+    // Where the time goes: CPU per request of each process, at a fixed rate every server can hold.
+    const redisPid = haveRedis ? await localRedisPid() : null
+    for (let pass = 0; pass < passes; pass++) {
+      for (const scenario of scenarios) {
+        if (scenario.skipped || scenario.workers !== 2 || scenario.topology) continue
+        const cpu = await measureCpu(scenario.server, scenario.cookies, cpuRate, cpuSeconds, scenario.spec.store === 'redis' ? redisPid : null)
+        ;(scenario.cpu = scenario.cpu || []).push(cpu)
+      }
+    }
   } finally {
     for (const server of live) await stopServer(server)
     if (haveRedis) await cleanRedis(prefix)
@@ -247,6 +340,7 @@ async function main () {
     ? scenario
     : Object.assign({}, scenario, scenario.best, { errors: scenario.errors, non2xx: 0 }))
   print(rows, { duration, passes, connections, seconds: (Date.now() - started) / 1000 })
+  printCpu(rows, { rate: cpuRate, seconds: cpuSeconds, passes })
   if (!topologies) return
   try {
     const failovers = []
