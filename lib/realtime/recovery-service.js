@@ -588,13 +588,9 @@ function attachRecoveryService (bus, options) {
 
 /**
  * What the service needs of the configuration: the bus options (with
- * bus.redis the state lives in Redis) and the logger.
- * @param {{ bus: object }} config resolved configuration
- * @param {object} log
- */
-/**
- * The service's options from clusterize's config.
- * @param {object} config
+ * bus.redis the state lives in Redis), the logger, and how long to wait for
+ * a draining worker.
+ * @param {{ bus: object, reload?: object, shutdown?: object }} config resolved configuration
  * @param {object} log
  * @param {(workerPid: number) => boolean} [isRetiring] is that worker process draining or stopping?
  */
