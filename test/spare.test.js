@@ -49,6 +49,12 @@ for (const scheduling of ['rr', 'none']) {
       return firstServed !== null
     }, { timeoutMs: 20000, intervalMs: 20 })
     assert.strictEqual(firstServed.requests, 1, "the spare's HTTP warm-up did not reach the app")
+    let self = null
+    await eventually(async () => {
+      self = (await cluster.get('/bus-self')).json
+      return self.pid === spare.pid
+    }, { timeoutMs: 20000, intervalMs: 20 })
+    assert.strictEqual(self.from, 0, "the promoted spare's bus messages name its slot, not -1")
     assert.ok(cluster.output.includes('worker 0 replaced by a warm spare'))
     const next = await spareOf(cluster)
     assert.notStrictEqual(next.pid, spare.pid, 'a new spare was forked')

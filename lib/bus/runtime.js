@@ -150,6 +150,16 @@ class BusRuntime extends EventEmitter {
     }
   }
 
+  /**
+   * Worker: this process now serves slot `id` (a warm spare was promoted); the
+   * primary already routes by the new id, this makes the worker's own messages say so.
+   * @param {number} id
+   */
+  setWorkerId (id) {
+    const transport = this.core.transport
+    if (transport && transport.role === 'worker') transport.setId(id)
+  }
+
   /** Worker: an envelope of kind 'bus' from the primary. Never throws. */
   onPrimaryMessage (envelope) {
     const transport = this.core.transport

@@ -21,7 +21,8 @@ const GATHER_GRACE_MS = 2000
  */
 function createWorkerTransport (core, options) {
   const channel = options.channel
-  const selfId = options.id
+  /** This worker's slot id: -1 while it is a warm spare, its slot once promoted (setId). */
+  let selfId = options.id
   const selfGeneration = options.generation === undefined ? null : options.generation
   /** @type {Map<number, { resolve: Function, reject: Function, timer: *, topic: string }>} */
   const pending = new Map()
@@ -153,12 +154,18 @@ function createWorkerTransport (core, options) {
     }
   }
 
-  return {
+  const transport = {
     role: 'worker',
     id: selfId,
     generation: selfGeneration,
     onPrimaryMessage,
     failAll,
+
+    /** A warm spare was promoted: its own messages now name its slot. */
+    setId (id) {
+      selfId = id
+      transport.id = id
+    },
 
     broadcast (topic, payload, self) {
       reserve('bus.broadcast', topic, payload)
@@ -214,6 +221,7 @@ function createWorkerTransport (core, options) {
       return { id: selfId, generation: selfGeneration, pending: pending.size, connected: channel.connected, queuedBytes: channel.queuedBytes, refused: backpressure.refused }
     }
   }
+  return transport
 }
 
 module.exports = { createWorkerTransport }

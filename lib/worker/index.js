@@ -128,6 +128,7 @@ function startWorker (createApp, config) {
     id = slot
     handle.id = slot
     process.env.CLUSTERIZE_WORKER_ID = String(slot)
+    busRuntime.setWorkerId(slot)
     log = createLogger(config.logger, ` worker ${id}`)
     debug('spare promoted to slot %d', slot)
     if (listenMode !== 'handoff' && handle.server) {
