@@ -30,6 +30,7 @@
  */
 
 const { numberArg: arg } = require('./lib/args')
+const { cpuMs } = require('./lib/proc')
 const path = require('path')
 const crypto = require('crypto')
 const http = require('http')
@@ -154,15 +155,21 @@ async function prepare (port) {
   return cookies
 }
 
-async function measure (port, cookies, duration, connections) {
+/**
+ * autocannon on the bench route, each connection with one of the logged-in cookies.
+ * @param {{ duration: number, connections: number, overallRate?: number }} load
+ */
+function runLoad (port, cookies, load) {
   const autocannon = require('autocannon')
   let next = 0
-  const result = await autocannon({
+  return autocannon(Object.assign({
     url: `http://127.0.0.1:${port}${process.argv.includes('--read-only') ? '/read' : '/count'}`,
-    connections,
-    duration,
     setupClient (client) { client.setHeaders({ cookie: cookies[next++ % cookies.length] }) }
-  })
+  }, load))
+}
+
+async function measure (port, cookies, duration, connections) {
+  const result = await runLoad(port, cookies, { duration, connections })
   return { rps: result.requests.average, non2xx: result.non2xx, errors: result.errors, p99: result.latency.p99 }
 }
 
@@ -181,16 +188,6 @@ async function redisReachable () {
   }
 }
 
-/** CPU time (user + system) of a process so far, in microseconds, from /proc (10 ms ticks). */
-function cpuMicros (pid) {
-  try {
-    const fields = require('fs').readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')
-    return (Number(fields[11]) + Number(fields[12])) * 10000
-  } catch {
-    return NaN
-  }
-}
-
 /** The pid of the Redis at REDIS_URL when it runs on this machine (its CPU is then readable), else null. */
 async function localRedisPid () {
   const Redis = require('ioredis')
@@ -199,7 +196,7 @@ async function localRedisPid () {
   try {
     await client.connect()
     const pid = Number(/process_id:(\d+)/.exec(await client.info('server'))[1])
-    return Number.isNaN(cpuMicros(pid)) ? null : pid
+    return Number.isNaN(cpuMs(pid)) ? null : pid
   } catch {
     return null
   } finally {
@@ -213,19 +210,11 @@ async function localRedisPid () {
  * does not depend on how fast the machine happens to be during the run).
  */
 async function measureCpu (server, cookies, rate, seconds, redisPid) {
-  const autocannon = require('autocannon')
   const workers = server.pids.slice(1)
   const pids = server.pids.concat(redisPid === null ? [] : [redisPid])
-  const before = pids.map(cpuMicros)
-  let next = 0
-  const result = await autocannon({
-    url: `http://127.0.0.1:${server.port}${process.argv.includes('--read-only') ? '/read' : '/count'}`,
-    connections: 20,
-    overallRate: rate,
-    duration: seconds,
-    setupClient (client) { client.setHeaders({ cookie: cookies[next++ % cookies.length] }) }
-  })
-  const spent = pids.map((pid, i) => cpuMicros(pid) - before[i])
+  const before = pids.map(cpuMs)
+  const result = await runLoad(server.port, cookies, { duration: seconds, connections: 20, overallRate: rate })
+  const spent = pids.map((pid, i) => (cpuMs(pid) - before[i]) * 1000)
   const n = result.requests.total || 1
   const perRequest = (i) => spent[i] / n
   return {

@@ -154,9 +154,9 @@ function createWorkerTransport (core, options) {
     }
   }
 
-  const transport = {
+  return {
     role: 'worker',
-    id: selfId,
+    get id () { return selfId },
     generation: selfGeneration,
     onPrimaryMessage,
     failAll,
@@ -164,7 +164,6 @@ function createWorkerTransport (core, options) {
     /** A warm spare was promoted: its own messages now name its slot. */
     setId (id) {
       selfId = id
-      transport.id = id
     },
 
     broadcast (topic, payload, self) {
@@ -221,7 +220,6 @@ function createWorkerTransport (core, options) {
       return { id: selfId, generation: selfGeneration, pending: pending.size, connected: channel.connected, queuedBytes: channel.queuedBytes, refused: backpressure.refused }
     }
   }
-  return transport
 }
 
 module.exports = { createWorkerTransport }

@@ -34,7 +34,6 @@ function callOnce (cb, op) {
       return
     }
     called = true
-    if (typeof cb !== 'function') return
     try {
       answer(cb, err, value)
     } catch (appError) {
