@@ -6,6 +6,7 @@
  * and the values it accepts.
  */
 
+const net = require('net')
 const os = require('os')
 const { ClusterizeOptionError, MAX_TIMER_MS } = require('./errors')
 const { createChecks } = require('./check-options')
@@ -73,9 +74,25 @@ const checkInteger = checks.integer
 const checkNumber = checks.number
 const checkOneOf = checks.oneOf
 
-/** Addresses only this machine can reach. */
+/** 127.0.0.0/8 and ::1; BlockList also matches their IPv4-mapped IPv6 forms. */
+const LOOPBACK = new net.BlockList()
+LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4')
+LOOPBACK.addAddress('::1', 'ipv6')
+
+/**
+ * Addresses only this machine can reach: the literal 'localhost' or an IP
+ * address in 127.0.0.0/8 or ::1 (brackets allowed). Parsed, not prefix-matched:
+ * '127.attacker.example' is a DNS name that may resolve anywhere.
+ * @param {string} host
+ * @returns {boolean}
+ */
 function isLoopback (host) {
-  return host === 'localhost' || host === '::1' || /^127\./.test(host)
+  if (typeof host !== 'string') return false
+  if (host.toLowerCase() === 'localhost') return true
+  const bare = host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host
+  const family = net.isIP(bare)
+  if (family === 0) return false
+  return LOOPBACK.check(bare, family === 4 ? 'ipv4' : 'ipv6')
 }
 
 function parsePort (option, value) {
@@ -224,4 +241,4 @@ function resolveConfig (options, env) {
   return config
 }
 
-module.exports = { resolveConfig, availableCpus, DEFAULTS, SCHEDULING }
+module.exports = { resolveConfig, availableCpus, isLoopback, DEFAULTS, SCHEDULING }
