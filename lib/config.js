@@ -200,7 +200,7 @@ function resolveConfig (options, env) {
   if (options.probes === undefined || options.probes === null || options.probes === false) {
     config.probes = null
   } else {
-    const probes = group('probes', options.probes, { port: undefined, host: '127.0.0.1', dashboard: undefined, token: undefined, controlToken: undefined })
+    const probes = group('probes', options.probes, { port: undefined, host: '127.0.0.1', dashboard: undefined, token: undefined, controlToken: undefined, guardStats: undefined, maxStreams: 64, streamBufferBytes: 1024 * 1024, streamsPerMinute: 60 })
     probes.port = parsePort('probes.port', probes.port)
     if (typeof probes.host !== 'string' || probes.host === '') throw fail('probes.host', 'a non-empty string', probes.host)
     for (const key of ['token', 'controlToken']) {
@@ -216,6 +216,15 @@ function resolveConfig (options, env) {
     }
     // On by default where only this machine can reach it, or behind a token.
     if (probes.dashboard === undefined) probes.dashboard = loopback || Boolean(probes.token)
+    if (probes.guardStats !== undefined && typeof probes.guardStats !== 'boolean') throw fail('probes.guardStats', 'true or false', probes.guardStats)
+    if (probes.guardStats === true && !probes.token) {
+      throw new ClusterizeOptionError('clusterize: option "probes.guardStats" needs "probes.token": it makes /stats and /metrics ask for that token', 'probes.guardStats')
+    }
+    // A token protects everything the dashboard shows unless the user opens /stats and /metrics again.
+    if (probes.guardStats === undefined) probes.guardStats = Boolean(probes.token)
+    checkInteger('probes.maxStreams', probes.maxStreams, 1, 100000)
+    checkInteger('probes.streamBufferBytes', probes.streamBufferBytes, 1024, 1024 * 1024 * 1024)
+    checkInteger('probes.streamsPerMinute', probes.streamsPerMinute, 1, 1000000)
     config.probes = probes
   }
 

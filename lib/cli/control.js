@@ -71,13 +71,13 @@ async function reload (flags, io) {
   if (reply) return reportReload(io, flags, info, reply.result)
   const reloadSignal = info.reloadSignal || 'SIGUSR2'
   const target = probesTarget(info)
-  const before = target ? await fetchStats(target).catch(() => null) : null
+  const before = target ? await fetchStats(target, io.env).catch(() => null) : null
   signal(info.pid, reloadSignal)
   if (!before) {
     report(io, flags, { requested: true, pid: info.pid }, `reload requested (${reloadSignal} sent to primary ${info.pid}); follow the primary's logs for the result\n`)
     return 0
   }
-  const after = await poll(() => fetchStats(target).then((s) => s.reloads > before.reloads ? s : null, () => null), timeoutMs)
+  const after = await poll(() => fetchStats(target, io.env).then((s) => s.reloads > before.reloads ? s : null, () => null), timeoutMs)
   if (!after) throw new CliRuntimeError(`reload still running after ${timeoutMs / 1000} s (primary ${info.pid}); check \`clusterize status\` and its logs`)
   const ok = after.generation > before.generation
   const text = ok
@@ -139,7 +139,7 @@ async function status (flags, io) {
   }
   let stats
   try {
-    stats = await fetchStats(target)
+    stats = await fetchStats(target, io.env)
   } catch (err) {
     throw new CliRuntimeError(`cannot read http://${target.host}:${target.port}/stats: ${err.message}`)
   }
@@ -205,15 +205,19 @@ function signal (pid, name) {
 /**
  * GET /stats from a probes server.
  * @param {{ host: string, port: number }} target
+ * @param {object} [env] CLUSTERIZE_DASHBOARD_TOKEN in it is sent as the probes token
  * @returns {Promise<object>}
  */
-function fetchStats (target) {
+function fetchStats (target, env) {
+  const token = env && env.CLUSTERIZE_DASHBOARD_TOKEN
   return new Promise((resolve, reject) => {
-    const req = http.get({ host: target.host, port: target.port, path: '/stats', timeout: 5000, agent: false }, (res) => {
+    const headers = token ? { Authorization: `Bearer ${token}` } : {}
+    const req = http.get({ host: target.host, port: target.port, path: '/stats', headers, timeout: 5000, agent: false }, (res) => {
       let body = ''
       res.setEncoding('utf8')
       res.on('data', (chunk) => { body += chunk })
       res.on('end', () => {
+        if (res.statusCode === 401) return reject(new Error('HTTP 401: /stats needs the probes token; set CLUSTERIZE_DASHBOARD_TOKEN'))
         if (res.statusCode !== 200) return reject(new Error(`HTTP ${res.statusCode}`))
         try {
           resolve(JSON.parse(body))
