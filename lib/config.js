@@ -12,6 +12,7 @@ const { ClusterizeOptionError, MAX_TIMER_MS } = require('./errors')
 const { createChecks } = require('./check-options')
 const { DEFAULT_MAX_QUEUED_BYTES } = require('./bus/codec')
 const { availableCpus } = require('./cpus')
+const { RELOAD_SIGNALS } = require('./signals')
 
 const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky']
 const SERIALIZATION = ['json', 'advanced']
@@ -180,8 +181,9 @@ function resolveConfig (options, env) {
   config.restart = restart
 
   const reload = group('reload', options.reload, DEFAULTS.reload)
-  if (reload.signal !== null && reload.signal !== false && (typeof reload.signal !== 'string' || !(reload.signal in os.constants.signals))) {
-    throw fail('reload.signal', "a signal name such as 'SIGUSR2', or false", reload.signal)
+  // Others either cannot be caught or end the process when nobody handles them.
+  if (reload.signal !== null && reload.signal !== false && !RELOAD_SIGNALS.includes(reload.signal)) {
+    throw fail('reload.signal', `one of ${RELOAD_SIGNALS.map((name) => `'${name}'`).join(', ')}, or false`, reload.signal)
   }
   checkInteger('reload.readyTimeoutMs', reload.readyTimeoutMs, 1, MAX_TIMER_MS)
   // The primary's kill backstop fires 2 s after the drain deadline.
