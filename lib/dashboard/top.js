@@ -68,7 +68,8 @@ function top (flags, io) {
       const message = JSON.parse(data)
       if (name === 'hello') {
         state.events = message.events.slice(-5)
-        for (const snap of message.snapshots) record(snap)
+        // The hello carries the latest snapshot (older primaries: all of them).
+        for (const snap of message.snapshots || (message.snapshot ? [message.snapshot] : [])) record(snap)
       } else if (name === 'lifecycle') {
         state.events.push(message)
         if (state.events.length > 5) state.events.shift()
