@@ -6,11 +6,13 @@
  * and the values it accepts.
  */
 
+const net = require('net')
 const os = require('os')
 const { ClusterizeOptionError, MAX_TIMER_MS } = require('./errors')
 const { createChecks } = require('./check-options')
 const { DEFAULT_MAX_QUEUED_BYTES } = require('./bus/codec')
 const { availableCpus } = require('./cpus')
+const { RELOAD_SIGNALS } = require('./signals')
 
 const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky']
 const SERIALIZATION = ['json', 'advanced']
@@ -73,9 +75,25 @@ const checkInteger = checks.integer
 const checkNumber = checks.number
 const checkOneOf = checks.oneOf
 
-/** Addresses only this machine can reach. */
+/** 127.0.0.0/8 and ::1; BlockList also matches their IPv4-mapped IPv6 forms. */
+const LOOPBACK = new net.BlockList()
+LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4')
+LOOPBACK.addAddress('::1', 'ipv6')
+
+/**
+ * Addresses only this machine can reach: the literal 'localhost' or an IP
+ * address in 127.0.0.0/8 or ::1 (brackets allowed). Parsed, not prefix-matched:
+ * '127.attacker.example' is a DNS name that may resolve anywhere.
+ * @param {string} host
+ * @returns {boolean}
+ */
 function isLoopback (host) {
-  return host === 'localhost' || host === '::1' || /^127\./.test(host)
+  if (typeof host !== 'string') return false
+  if (host.toLowerCase() === 'localhost') return true
+  const bare = host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host
+  const family = net.isIP(bare)
+  if (family === 0) return false
+  return LOOPBACK.check(bare, family === 4 ? 'ipv4' : 'ipv6')
 }
 
 function parsePort (option, value) {
@@ -163,8 +181,9 @@ function resolveConfig (options, env) {
   config.restart = restart
 
   const reload = group('reload', options.reload, DEFAULTS.reload)
-  if (reload.signal !== null && reload.signal !== false && (typeof reload.signal !== 'string' || !(reload.signal in os.constants.signals))) {
-    throw fail('reload.signal', "a signal name such as 'SIGUSR2', or false", reload.signal)
+  // Others either cannot be caught or end the process when nobody handles them.
+  if (reload.signal !== null && reload.signal !== false && !RELOAD_SIGNALS.includes(reload.signal)) {
+    throw fail('reload.signal', `one of ${RELOAD_SIGNALS.map((name) => `'${name}'`).join(', ')}, or false`, reload.signal)
   }
   checkInteger('reload.readyTimeoutMs', reload.readyTimeoutMs, 1, MAX_TIMER_MS)
   // The primary's kill backstop fires 2 s after the drain deadline.
@@ -183,7 +202,7 @@ function resolveConfig (options, env) {
   if (options.probes === undefined || options.probes === null || options.probes === false) {
     config.probes = null
   } else {
-    const probes = group('probes', options.probes, { port: undefined, host: '127.0.0.1', dashboard: undefined, token: undefined, controlToken: undefined })
+    const probes = group('probes', options.probes, { port: undefined, host: '127.0.0.1', dashboard: undefined, token: undefined, controlToken: undefined, guardStats: undefined, maxStreams: 64, streamBufferBytes: 1024 * 1024, streamsPerMinute: 60 })
     probes.port = parsePort('probes.port', probes.port)
     if (typeof probes.host !== 'string' || probes.host === '') throw fail('probes.host', 'a non-empty string', probes.host)
     for (const key of ['token', 'controlToken']) {
@@ -199,6 +218,15 @@ function resolveConfig (options, env) {
     }
     // On by default where only this machine can reach it, or behind a token.
     if (probes.dashboard === undefined) probes.dashboard = loopback || Boolean(probes.token)
+    if (probes.guardStats !== undefined && typeof probes.guardStats !== 'boolean') throw fail('probes.guardStats', 'true or false', probes.guardStats)
+    if (probes.guardStats === true && !probes.token) {
+      throw new ClusterizeOptionError('clusterize: option "probes.guardStats" needs "probes.token": it makes /stats and /metrics ask for that token', 'probes.guardStats')
+    }
+    // A token protects everything the dashboard shows unless the user opens /stats and /metrics again.
+    if (probes.guardStats === undefined) probes.guardStats = Boolean(probes.token)
+    checkInteger('probes.maxStreams', probes.maxStreams, 1, 100000)
+    checkInteger('probes.streamBufferBytes', probes.streamBufferBytes, 1024, 1024 * 1024 * 1024)
+    checkInteger('probes.streamsPerMinute', probes.streamsPerMinute, 1, 1000000)
     config.probes = probes
   }
 
@@ -224,4 +252,4 @@ function resolveConfig (options, env) {
   return config
 }
 
-module.exports = { resolveConfig, availableCpus, DEFAULTS, SCHEDULING }
+module.exports = { resolveConfig, availableCpus, isLoopback, DEFAULTS, SCHEDULING }

@@ -8,6 +8,13 @@
  */
 
 /**
+ * The signals a reload may be bound to: ones a process can catch and that
+ * do nothing harmful to a process that has no handler for them beyond ending
+ * it. The CLI sends nothing else, whatever a pid file says.
+ */
+const RELOAD_SIGNALS = ['SIGUSR2', 'SIGHUP', 'SIGUSR1']
+
+/**
  * @param {object} options
  * @param {string[]} options.shutdownSignals
  * @param {string|false|null} options.reloadSignal
@@ -48,4 +55,4 @@ function handleSignals (options) {
   }
 }
 
-module.exports = { handleSignals }
+module.exports = { handleSignals, RELOAD_SIGNALS }

@@ -147,7 +147,8 @@ describe('clusterize app.js: start, status, reload, stop', () => {
   test('clusterize reload replaces every worker', async () => {
     const result = await run(['reload', '--pid-file', pidFile])
     assert.strictEqual(result.code, 0, result.stderr + '\n' + output)
-    assert.match(result.stdout, /reload done: generation 1 -> 2/)
+    // The pid file's directory exists before the control socket listens, so it answers.
+    assert.match(result.stdout, /reload done: generation 2, 2 worker\(s\) replaced in \d+ ms/)
     const fresh = new Set()
     await eventually(async () => {
       const res = await get(port)
@@ -207,7 +208,8 @@ describe('usage errors exit with code 2 before anything forks', () => {
     { args: [APP, '--probes-port', 'x'], message: /--probes-port must be a port number/ },
     { args: [APP, '--json=yes'], message: /--json takes no value/ },
     { args: [APP, '--host', ''], message: /--host needs a non-empty value/ },
-    { args: [APP, '--reload-signal', 'SIGFOO'], message: /--reload-signal must be a signal name such as SIGUSR2 or SIGHUP, got "SIGFOO"/ },
+    { args: [APP, '--reload-signal', 'SIGFOO'], message: /--reload-signal must be one of SIGUSR2, SIGHUP, SIGUSR1, got "SIGFOO"/ },
+    { args: [APP, '--reload-signal', 'SIGKILL'], message: /--reload-signal must be one of SIGUSR2, SIGHUP, SIGUSR1, got "SIGKILL"/ },
     { args: ['reload', '--reload-signal', 'SIGHUP'], message: /--reload-signal does not apply to clusterize reload/ },
     { args: ['status', '--workers', '2'], message: /--workers does not apply to clusterize status/ },
     { args: ['stop', 'app.js'], message: /unexpected argument "app.js"/ },

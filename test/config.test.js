@@ -90,3 +90,17 @@ test('one validation toolkit: every option error is a ClusterizeOptionError nami
   }
   assert.throws(() => offload.pool({ threads: 0 }), (err) => err.name === 'OffloadOptionError' && err.code === 'ERR_OFFLOAD_OPTION', 'the offload subclass keeps its name and code')
 })
+
+test('the loopback check parses the address: a DNS name that starts with 127. is not loopback', () => {
+  const { isLoopback } = require('../lib/config')
+  for (const host of ['localhost', '127.0.0.1', '127.8.9.10', '::1', '[::1]', '0:0:0:0:0:0:0:1', '::ffff:127.0.0.1']) {
+    assert.strictEqual(isLoopback(host), true, host)
+  }
+  for (const host of ['127.attacker.example', '127.0.0.1.nip.io', 'localhost.attacker.example', '0.0.0.0', '::', '10.0.0.1', '::ffff:10.0.0.1', '127.0.0.1 ']) {
+    assert.strictEqual(isLoopback(host), false, host)
+  }
+  assert.throws(() => resolveConfig({ probes: { port: 0, host: '127.attacker.example', dashboard: true } }, {}),
+    (err) => err instanceof ClusterizeOptionError && err.option === 'probes.token' && /non-loopback/.test(err.message))
+  assert.strictEqual(resolveConfig({ probes: { port: 0, host: '127.attacker.example' } }, {}).probes.dashboard, false, 'off by default on a DNS name')
+  assert.strictEqual(resolveConfig({ probes: { port: 0, host: '::1' } }, {}).probes.dashboard, true)
+})

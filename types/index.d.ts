@@ -73,9 +73,12 @@ export interface RestartOptions {
   crashWindowMs?: number
 }
 
+/** The signals a reload may be bound to (others cannot be caught, or end a process that does not handle them). */
+export type ReloadSignal = 'SIGUSR2' | 'SIGHUP' | 'SIGUSR1'
+
 export interface ReloadOptions {
   /** Signal that starts a rolling reload; false to disable. Default 'SIGUSR2'. */
-  signal?: SignalName | false
+  signal?: ReloadSignal | false
   /** A new worker must listen, report ready and send a heartbeat within this. Default 30000. */
   readyTimeoutMs?: number
   /** An old worker is killed if still draining after this. Default 30000. */
@@ -106,6 +109,14 @@ export interface ProbesOptions {
   token?: string
   /** Enables POST /control/reload (and the page's Reload button); sent in the X-Clusterize-Token header, never a cookie. At least 16 characters. */
   controlToken?: string
+  /** With `token` set, /stats and /metrics need it too (`Authorization: Bearer <token>`, as Prometheus sends it). Default: true when `token` is set; true without a token fails at startup. /live and /ready never need it. */
+  guardStats?: boolean
+  /** Dashboard event streams open at once; more get 503 with Retry-After. Default 64. */
+  maxStreams?: number
+  /** A stream whose client has not taken this many bytes is closed (a client that stopped reading). Default 1048576 (1 MiB), at least 1024. */
+  streamBufferBytes?: number
+  /** New dashboard event streams per peer address per minute; more get 429. Default 60. */
+  streamsPerMinute?: number
 }
 
 

@@ -6,12 +6,13 @@
  * anything is forked.
  */
 
-const os = require('os')
 const { SCHEDULING } = require('../config')
+const { RELOAD_SIGNALS } = require('../signals')
 const { MAX_TIMER_MS } = require('../errors')
 
 const COMMANDS = ['reload', 'stop', 'status', 'top']
-const DEFAULT_PID_FILE = 'clusterize.pid'
+/** 0.1's default, in the working directory; now only pointed at in messages. */
+const LEGACY_PID_FILE = 'clusterize.pid'
 
 /** A usage mistake: printed with a hint to --help, exit code 2. */
 class CliUsageError extends Error {
@@ -120,7 +121,7 @@ function convert (name, kind, raw) {
       if (raw !== 'cluster' && raw !== 'memory') throw new CliUsageError(`${name} must be "cluster" (express-session's default store becomes the cluster store) or "memory", got ${JSON.stringify(raw)}`)
       return raw
     case 'signal':
-      if (!(raw in os.constants.signals)) throw new CliUsageError(`${name} must be a signal name such as SIGUSR2 or SIGHUP, got ${JSON.stringify(raw)}`)
+      if (!RELOAD_SIGNALS.includes(raw)) throw new CliUsageError(`${name} must be one of ${RELOAD_SIGNALS.join(', ')}, got ${JSON.stringify(raw)}`)
       return raw
     case 'seconds':
       if (!/^\d+(\.\d+)?$/.test(raw) || Number(raw) <= 0 || Number(raw) * 1000 > MAX_TIMER_MS) throw new CliUsageError(`${name} must be a number of seconds from 0 to ${Math.floor(MAX_TIMER_MS / 1000)}, got ${JSON.stringify(raw)}`)
@@ -137,7 +138,7 @@ function describeValue (kind) {
     workers: 'a number or "auto"',
     scheduling: SCHEDULING.join('|'),
     seconds: 'seconds',
-    signal: 'a signal name',
+    signal: RELOAD_SIGNALS.join('|'),
     sessions: 'cluster|memory',
     string: 'a value'
   }[kind]
@@ -193,4 +194,4 @@ function buildOptions (flags, env) {
   return options
 }
 
-module.exports = { parseArgs, buildOptions, CliUsageError, FLAGS, COMMANDS, DEFAULT_PID_FILE }
+module.exports = { parseArgs, buildOptions, CliUsageError, FLAGS, COMMANDS, LEGACY_PID_FILE }

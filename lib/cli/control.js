@@ -5,14 +5,17 @@
  * pid file (or, for status, a probes port) and signal or query it.
  */
 
+const fs = require('fs')
 const http = require('http')
 const path = require('path')
 const debug = require('debug')('clusterize:cli')
 const { formatWorkersTable } = require('../primary/banner')
-const { DEFAULT_PID_FILE } = require('./args')
+const { LEGACY_PID_FILE } = require('./args')
 const pidFile = require('./pid-file')
+const { defaultPidFile } = require('./runtime-dir')
 const { sendControl } = require('./control-server')
 const { isAlive } = require('../process-alive')
+const { RELOAD_SIGNALS } = require('../signals')
 
 const POLL_MS = 100
 const STATUS_TIMEOUT_MS = 5000
@@ -29,13 +32,25 @@ class CliRuntimeError extends Error {
 }
 
 /**
+ * The pid file the flags name, or the default one for this directory.
+ * @param {object} flags
+ * @param {NodeJS.ProcessEnv} [env]
+ * @returns {string} an absolute path
+ */
+function pidFilePath (flags, env) {
+  return flags.pidFile ? path.resolve(flags.pidFile) : defaultPidFile(env || process.env, process.cwd())
+}
+
+/**
  * Find the live primary described by the pid file.
  * @param {object} flags
+ * @param {NodeJS.ProcessEnv} [env]
  * @returns {{ file: string, info: object }}
- * @throws {CliRuntimeError} no pid file, or a stale one (which is removed)
+ * @throws {CliRuntimeError} no pid file, one that cannot be trusted, or a
+ *   stale one (which is removed)
  */
-function findPrimary (flags) {
-  const file = path.resolve(flags.pidFile || DEFAULT_PID_FILE)
+function findPrimary (flags, env) {
+  const file = pidFilePath(flags, env)
   let info
   try {
     info = pidFile.readPidFile(file)
@@ -43,8 +58,11 @@ function findPrimary (flags) {
     throw new CliRuntimeError(err.message)
   }
   if (!info) {
-    throw new CliRuntimeError(`no pid file at ${file}: is clusterize running from this directory? ` +
-      'Pass the one it was started with: --pid-file F')
+    // 0.1 wrote ./clusterize.pid by default: point at it rather than guess.
+    const legacy = !flags.pidFile && fs.existsSync(LEGACY_PID_FILE)
+      ? ` There is a ${LEGACY_PID_FILE} here (the old default): --pid-file ${LEGACY_PID_FILE}`
+      : ' Pass the one it was started with: --pid-file F'
+    throw new CliRuntimeError(`no pid file at ${file}: is clusterize running from this directory?${legacy}`)
   }
   if (!pidFile.isPrimaryAlive(info)) {
     const why = isAlive(info.pid)
@@ -57,27 +75,70 @@ function findPrimary (flags) {
 }
 
 /**
+ * Before a signal goes to the pid a file names, the process behind it must
+ * say it is that primary: its control socket (a socket of this user or root)
+ * or its probes server answers with the same pid. A pid file alone, however
+ * well owned, may be stale with its pid now someone else's.
+ * @param {object} info from readPidFile
+ * @param {NodeJS.ProcessEnv} env
+ * @returns {Promise<void>}
+ * @throws {CliRuntimeError} when nothing confirms it
+ */
+async function confirmPrimary (info, env) {
+  if (info.controlSocket && ownSocket(info.controlSocket)) {
+    const reply = await sendControl(info.controlSocket, { cmd: 'status' }, STATUS_TIMEOUT_MS).catch(() => null)
+    if (reply && reply.ok && reply.result && reply.result.pid === info.pid) return
+    if (reply) throw notConfirmed(info, `its control socket answers for pid ${reply.result && reply.result.pid}`)
+  }
+  const target = probesTarget(info)
+  if (target) {
+    const stats = await fetchStats(target, env).catch(() => null)
+    if (stats && stats.pid === info.pid) return
+    if (stats) throw notConfirmed(info, `its probes server answers for pid ${stats.pid}`)
+  }
+  throw notConfirmed(info, 'neither its control socket nor its probes server answers')
+}
+
+function notConfirmed (info, why) {
+  return new CliRuntimeError(`not signalling pid ${info.pid}: it is not confirmed to be the clusterize primary (${why}). ` +
+    'If it is, check its logs; if the pid file is stale, remove it')
+}
+
+/** A unix socket owned by this user or root: another user cannot stand in for the primary. */
+function ownSocket (socketPath) {
+  let stat
+  try {
+    stat = fs.lstatSync(socketPath)
+  } catch {
+    return false
+  }
+  if (!stat.isSocket()) return false
+  return typeof process.getuid !== 'function' || stat.uid === process.getuid() || stat.uid === 0
+}
+
+/**
  * Reload through the control socket and report the reload's own result;
  * without the socket, send the primary's reload signal and, when its probes
  * server is known, wait for the reload to finish.
  * @returns {Promise<number>} exit code: 0 done, 1 rolled back or stopped
  */
 async function reload (flags, io) {
-  const { info } = findPrimary(flags)
+  const { info } = findPrimary(flags, io.env)
   const timeoutMs = (flags.timeout || 120) * 1000
   // Fall back to the signal only when no socket answers: after a timeout the
   // reload is still running, and a signal would queue a second one.
   const reply = await askControl(info, { cmd: 'reload' }, timeoutMs)
   if (reply) return reportReload(io, flags, info, reply.result)
   const reloadSignal = info.reloadSignal || 'SIGUSR2'
+  await confirmPrimary(info, io.env)
   const target = probesTarget(info)
-  const before = target ? await fetchStats(target).catch(() => null) : null
+  const before = target ? await fetchStats(target, io.env).catch(() => null) : null
   signal(info.pid, reloadSignal)
   if (!before) {
     report(io, flags, { requested: true, pid: info.pid }, `reload requested (${reloadSignal} sent to primary ${info.pid}); follow the primary's logs for the result\n`)
     return 0
   }
-  const after = await poll(() => fetchStats(target).then((s) => s.reloads > before.reloads ? s : null, () => null), timeoutMs)
+  const after = await poll(() => fetchStats(target, io.env).then((s) => s.reloads > before.reloads ? s : null, () => null), timeoutMs)
   if (!after) throw new CliRuntimeError(`reload still running after ${timeoutMs / 1000} s (primary ${info.pid}); check \`clusterize status\` and its logs`)
   const ok = after.generation > before.generation
   const text = ok
@@ -103,7 +164,8 @@ async function reportReload (io, flags, info, result) {
  * @returns {Promise<number>} exit code
  */
 async function stop (flags, io) {
-  const { file, info } = findPrimary(flags)
+  const { file, info } = findPrimary(flags, io.env)
+  await confirmPrimary(info, io.env)
   const started = Date.now()
   signal(info.pid, 'SIGTERM')
   const timeoutMs = (flags.timeout || 60) * 1000
@@ -128,7 +190,7 @@ async function status (flags, io) {
   if (flags.probesPort !== undefined) {
     target = { host: loopbackFor(flags.probesHost || '127.0.0.1'), port: flags.probesPort }
   } else {
-    const { info } = findPrimary(flags)
+    const { info } = findPrimary(flags, io.env)
     pid = info.pid
     const reply = await askControl(info, { cmd: 'status' }, STATUS_TIMEOUT_MS)
     if (reply) return printStatus(io, flags, reply.result, pid)
@@ -139,7 +201,7 @@ async function status (flags, io) {
   }
   let stats
   try {
-    stats = await fetchStats(target)
+    stats = await fetchStats(target, io.env)
   } catch (err) {
     throw new CliRuntimeError(`cannot read http://${target.host}:${target.port}/stats: ${err.message}`)
   }
@@ -194,6 +256,8 @@ function loopbackFor (host) {
 }
 
 function signal (pid, name) {
+  // readPidFile refuses other reload signals; this keeps it so for any caller.
+  if (name !== 'SIGTERM' && !RELOAD_SIGNALS.includes(name)) throw new CliRuntimeError(`refusing to send ${name}: not a signal clusterize uses`)
   try {
     process.kill(pid, name)
     debug('sent %s to %d', name, pid)
@@ -205,15 +269,19 @@ function signal (pid, name) {
 /**
  * GET /stats from a probes server.
  * @param {{ host: string, port: number }} target
+ * @param {object} [env] CLUSTERIZE_DASHBOARD_TOKEN in it is sent as the probes token
  * @returns {Promise<object>}
  */
-function fetchStats (target) {
+function fetchStats (target, env) {
+  const token = env && env.CLUSTERIZE_DASHBOARD_TOKEN
   return new Promise((resolve, reject) => {
-    const req = http.get({ host: target.host, port: target.port, path: '/stats', timeout: 5000, agent: false }, (res) => {
+    const headers = token ? { Authorization: `Bearer ${token}` } : {}
+    const req = http.get({ host: target.host, port: target.port, path: '/stats', headers, timeout: 5000, agent: false }, (res) => {
       let body = ''
       res.setEncoding('utf8')
       res.on('data', (chunk) => { body += chunk })
       res.on('end', () => {
+        if (res.statusCode === 401) return reject(new Error('HTTP 401: /stats needs the probes token; set CLUSTERIZE_DASHBOARD_TOKEN'))
         if (res.statusCode !== 200) return reject(new Error(`HTTP ${res.statusCode}`))
         try {
           resolve(JSON.parse(body))
@@ -245,4 +313,4 @@ function report (io, flags, json, text) {
   io.stdout.write(flags.json ? JSON.stringify(json) + '\n' : text)
 }
 
-module.exports = { reload, stop, status, findPrimary, fetchStats, probesTarget, loopbackFor, CliRuntimeError }
+module.exports = { reload, stop, status, findPrimary, pidFilePath, confirmPrimary, fetchStats, probesTarget, loopbackFor, CliRuntimeError }

@@ -37,12 +37,15 @@ Start flags
                        REDIS_URL so session() uses the Redis store               [env REDIS_URL]
                        redis://host:6379, redis+sentinel://host:26379,.../name,
                        redis+cluster://host:7000,host:7001
-  --reload-signal SIG  the signal that starts a rolling reload                  [default SIGUSR2]
-  --pid-file F         where the primary writes its pid file                    [default ./clusterize.pid]
+  --reload-signal SIG  the signal that starts a rolling reload: SIGUSR2, SIGHUP or SIGUSR1 [default SIGUSR2]
+  --pid-file F         where the primary writes its pid file (and F.sock, its control socket)
+                       [default $XDG_RUNTIME_DIR/clusterize/<dir>-<hash>.pid, or
+                       <tmp>/clusterize-<uid>/...: a 0700 directory, one file per working directory]
   --json               structured logs: one JSON object per line on stdout
 
 Command flags
-  --pid-file F         the pid file of the running primary                      [default ./clusterize.pid]
+  --pid-file F         the pid file of the running primary   [default: the one for this directory]
+                       refused if another user owns it or may write to it
   --probes-port P      status only: ask this probes port directly (no pid file needed)
   --probes-host H      status only: probes address                              [default 127.0.0.1]
   --timeout S          reload/stop: seconds to wait for the result              [default: reload 120, stop 60]

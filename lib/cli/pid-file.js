@@ -1,29 +1,58 @@
 'use strict'
 
 /**
- * The pid file: JSON `{ pid, port, host, probesPort, probesHost, app, script,
- * workers, startedAt }`, written by the primary when it is ready and removed
- * when it exits. `reload`, `stop` and `status` find the primary through it.
+ * The pid file: JSON `{ pid, controlSocket, reloadSignal, port, host,
+ * probesPort, probesHost, app, script, workers, startedAt }`, written by the
+ * primary when it is ready and removed when it exits. `reload`, `stop` and
+ * `status` find the primary through it.
+ *
+ * The CLI often runs as root, and what it reads here decides which process
+ * it signals; so a pid file another user could have written or changed is
+ * refused, and so is a reload signal clusterize does not use. Writing never
+ * follows a symlink planted at the temp path.
  */
 
+const crypto = require('crypto')
 const fs = require('fs')
 const path = require('path')
 const debug = require('debug')('clusterize:cli')
 const { isAlive } = require('../process-alive')
+const { RELOAD_SIGNALS } = require('../signals')
+const { unsafeDirReason, WRITABLE_BY_OTHERS } = require('./runtime-dir')
+
+const { O_RDONLY, O_WRONLY, O_CREAT, O_EXCL } = fs.constants
+// O_NOFOLLOW is absent on Windows, where symlinks need privileges anyway.
+const O_NOFOLLOW = fs.constants.O_NOFOLLOW || 0
+const MAX_PID_FILE_BYTES = 64 * 1024
+const TEMP_ATTEMPTS = 5
 
 /**
  * Read a pid file.
  * @param {string} file
  * @returns {object|null} null when the file does not exist
- * @throws {Error} when it exists but is not a clusterize pid file
+ * @throws {Error} when it exists but is not a clusterize pid file, or is not
+ *   safe to trust (another user's, writable by others, a symlink, a reload
+ *   signal clusterize does not use)
  */
 function readPidFile (file) {
-  let text
+  let fd
   try {
-    text = fs.readFileSync(file, 'utf8')
+    fd = fs.openSync(file, O_RDONLY | O_NOFOLLOW)
   } catch (err) {
     if (err.code === 'ENOENT') return null
+    if (err.code === 'ELOOP') throw new Error(`refusing pid file ${file}: it is a symlink`)
     throw err
+  }
+  let text
+  try {
+    // The checks and the read use one descriptor: the file cannot be swapped in between.
+    const stat = fs.fstatSync(fd)
+    const unsafe = untrustedReason(stat)
+    if (unsafe) throw new Error(`refusing pid file ${file}: ${unsafe}`)
+    if (stat.size > MAX_PID_FILE_BYTES) throw new Error(`${file} is not a clusterize pid file (${stat.size} bytes)`)
+    text = fs.readFileSync(fd, 'utf8')
+  } finally {
+    fs.closeSync(fd)
   }
   let info
   try {
@@ -32,22 +61,77 @@ function readPidFile (file) {
     // Tolerate a bare pid written by hand or by another tool.
     info = /^\s*\d+\s*$/.test(text) ? { pid: Number(text) } : null
   }
-  if (!info || !Number.isInteger(info.pid) || info.pid <= 0) {
+  if (!info || typeof info !== 'object' || !Number.isInteger(info.pid) || info.pid <= 0) {
     throw new Error(`${file} is not a clusterize pid file`)
+  }
+  if (info.reloadSignal != null && !RELOAD_SIGNALS.includes(info.reloadSignal)) {
+    throw new Error(`refusing pid file ${file}: reload signal ${JSON.stringify(info.reloadSignal)} is not one clusterize uses (${RELOAD_SIGNALS.join(', ')})`)
   }
   return info
 }
 
 /**
+ * Why a pid file cannot be trusted, or null. Root's own files and root's
+ * primaries are trusted by everyone; nobody trusts a file others may write.
+ * @param {fs.Stats} stat
+ * @returns {string|null}
+ */
+function untrustedReason (stat) {
+  if (!stat.isFile()) return 'it is not a regular file'
+  if (typeof process.getuid !== 'function') return null
+  if (stat.uid !== process.getuid() && stat.uid !== 0) {
+    return `it belongs to another user (uid ${stat.uid}); only your own or root's pid files are used`
+  }
+  if ((stat.mode & WRITABLE_BY_OTHERS) !== 0) {
+    return `other users may write to it (mode ${(stat.mode & 0o777).toString(8)}); chmod go-w it if it is really yours`
+  }
+  return null
+}
+
+/**
+ * Can a pid file be written in this directory without another user being
+ * able to replace it? Checked at startup, before anything forks.
+ * @param {string} file
+ * @throws {Error} saying why not
+ */
+function checkPidFileDir (file) {
+  const dir = path.dirname(file)
+  fs.mkdirSync(dir, { recursive: true })
+  const reason = unsafeDirReason(dir)
+  if (reason) throw new Error(`cannot keep the pid file ${file} safe: ${reason}`)
+}
+
+/**
  * Write atomically (temp file + rename) so a reader never sees half a file.
+ * The temp file is created with O_EXCL | O_NOFOLLOW: a symlink or file
+ * already at its path is never followed or reused; another name is tried.
  * @param {string} file
  * @param {object} info
  */
 function writePidFile (file, info) {
-  fs.mkdirSync(path.dirname(file), { recursive: true })
-  const temp = `${file}.${process.pid}.tmp`
-  fs.writeFileSync(temp, JSON.stringify(info, null, 2) + '\n')
-  fs.renameSync(temp, file)
+  checkPidFileDir(file)
+  const body = JSON.stringify(info, null, 2) + '\n'
+  let temp = `${file}.${process.pid}.tmp`
+  let fd
+  for (let attempt = 1; fd === undefined; attempt++) {
+    try {
+      fd = fs.openSync(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0o644)
+    } catch (err) {
+      if ((err.code !== 'EEXIST' && err.code !== 'ELOOP') || attempt >= TEMP_ATTEMPTS) throw err
+      debug('%s exists (%s): trying another temp name', temp, err.code)
+      temp = `${file}.${process.pid}.${crypto.randomBytes(6).toString('hex')}.tmp`
+    }
+  }
+  try {
+    fs.writeSync(fd, body)
+    fs.closeSync(fd)
+    fd = undefined
+    fs.renameSync(temp, file)
+  } catch (err) {
+    if (fd !== undefined) fs.closeSync(fd)
+    try { fs.unlinkSync(temp) } catch {}
+    throw err
+  }
   debug('wrote pid file %s', file)
 }
 
@@ -85,8 +169,4 @@ function isPrimaryAlive (info) {
   return cmdline.split('\0').some((arg) => path.basename(arg) === info.script)
 }
 
-/**
- * @param {number} pid
- * @returns {boolean}
- */
-module.exports = { readPidFile, writePidFile, removePidFile, isPrimaryAlive }
+module.exports = { readPidFile, writePidFile, removePidFile, isPrimaryAlive, checkPidFileDir }

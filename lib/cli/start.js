@@ -15,9 +15,11 @@ const { clusterize } = require('../index')
 const { resolveConfig } = require('../config')
 const { ClusterizeOptionError } = require('../errors')
 const { formatBanner } = require('../primary/banner')
-const { buildOptions, CliUsageError, DEFAULT_PID_FILE } = require('./args')
+const { buildOptions, CliUsageError } = require('./args')
 const { createJsonLogger } = require('./json-logger')
 const pidFile = require('./pid-file')
+const { pidFilePath } = require('./control')
+const { ensurePrivateDir } = require('./runtime-dir')
 const { startControlServer } = require('./control-server')
 const { version } = require('./help')
 
@@ -45,7 +47,8 @@ async function start (parsed, io) {
 
   const config = validate(options, flags, io.env)
   checkAppFile(appPath, parsed.app)
-  const file = path.resolve(flags.pidFile || DEFAULT_PID_FILE)
+  const file = pidFilePath(flags, io.env)
+  preparePidFileDir(file, !flags.pidFile)
   refuseIfRunning(file)
 
   const startedAt = Date.now()
@@ -93,7 +96,7 @@ async function start (parsed, io) {
       probesPort: info.probesPort,
       probesHost: config.probes && config.probes.host,
       redis: config.bus.redis,
-      pidFile: path.relative(process.cwd(), file) || file,
+      pidFile: shortPath(file),
       startupMs: Date.now() - startedAt,
       color: Boolean(io.stdout.isTTY) && !io.env.NO_COLOR
     }) + '\n')
@@ -121,6 +124,26 @@ function checkAppFile (appPath, given) {
   } catch {
     throw new CliUsageError(`cannot find the app file ${JSON.stringify(given)} (looked for ${appPath})`)
   }
+}
+
+/**
+ * The default directory is created private (0700); a --pid-file directory
+ * must at least keep other users from replacing the file. Checked before
+ * anything forks.
+ */
+function preparePidFileDir (file, isDefault) {
+  try {
+    if (isDefault) ensurePrivateDir(path.dirname(file))
+    pidFile.checkPidFileDir(file)
+  } catch (err) {
+    throw new CliUsageError(err.code ? `cannot create the pid file's directory: ${err.message}` : err.message)
+  }
+}
+
+/** Relative to the working directory when it is inside it. */
+function shortPath (file) {
+  const relative = path.relative(process.cwd(), file)
+  return relative && !relative.startsWith('..') && !path.isAbsolute(relative) ? relative : file
 }
 
 /** Two primaries sharing one pid file would make reload/stop ambiguous. */

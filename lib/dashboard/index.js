@@ -2,23 +2,35 @@
 
 /**
  * The live dashboard on the probes server: GET /dashboard (one
- * self-contained page), GET /dashboard/events (Server-Sent Events) and
+ * self-contained page), GET /dashboard/events (Server-Sent Events),
+ * GET /dashboard/history (the rings, once per page load) and
  * POST /control/reload (only with a control token, sent in a header).
  *
  * Lifecycle events (worker ready/exit, reloads, crash loop, session store)
  * are kept in a small ring at all times: they are rare. Snapshots of the
  * workers are taken only while at least one page is open, once per
  * heartbeat interval; with no page open the dashboard does no work.
+ *
+ * A stream starts with a small hello (the latest snapshot and the last few
+ * events); the page asks for the history separately, so a client that only
+ * reconnects costs little. Streams are capped, rate-limited per peer and
+ * closed when their client stops reading (./streams).
  */
 
 const crypto = require('crypto')
 const fs = require('fs')
 const path = require('path')
 const debug = require('debug')('clusterize:dashboard')
+const { createStreams } = require('./streams')
 
 const MAX_EVENTS = 200
 const MAX_SNAPSHOTS = 300
 const KEEPALIVE_MS = 15000
+/** Events in the hello; the rest come from /dashboard/history. */
+const HELLO_EVENTS = 10
+/** Worker-provided text (a boot error) is cut here, so one event stays small. */
+const MAX_TEXT = 500
+const STREAM_DEFAULTS = { maxStreams: 64, streamBufferBytes: 1024 * 1024, streamsPerMinute: 60 }
 
 /**
  * @param {object} options
@@ -31,17 +43,21 @@ const KEEPALIVE_MS = 15000
 function createDashboard (options) {
   const { probes, stats, handle } = options
   const intervalMs = Math.max(500, options.intervalMs)
-  const clients = new Set()
+  const clients = createStreams(Object.assign({}, STREAM_DEFAULTS, pickDefined(probes, Object.keys(STREAM_DEFAULTS))))
   const events = []
   const snapshots = []
   let timer = null
   let keepAlive = null
   let page = null
+  // The history as sent, rebuilt only after a change: page loads in a burst
+  // cost one JSON.stringify, not one each.
+  let historyJson = null
 
   const record = (type, data) => {
-    const event = Object.assign({ t: Date.now(), type }, data)
+    const event = Object.assign({ t: Date.now(), type }, clip(data))
     events.push(event)
     if (events.length > MAX_EVENTS) events.shift()
+    historyJson = null
     broadcast('lifecycle', event)
   }
   const listeners = {
@@ -96,13 +112,14 @@ function createDashboard (options) {
     const snap = snapshot()
     snapshots.push(snap)
     if (snapshots.length > MAX_SNAPSHOTS) snapshots.shift()
+    historyJson = null
     broadcast('snapshot', snap)
   }
 
   function broadcast (name, data) {
     if (clients.size === 0) return
-    const frame = `event: ${name}\ndata: ${JSON.stringify(data)}\n\n`
-    for (const res of clients) res.write(frame)
+    clients.broadcast(`event: ${name}\ndata: ${JSON.stringify(data)}\n\n`)
+    if (clients.size === 0) stopTicking()
   }
 
   function startTicking () {
@@ -110,7 +127,7 @@ function createDashboard (options) {
     tick()
     timer = setInterval(tick, intervalMs)
     timer.unref()
-    keepAlive = setInterval(() => { for (const res of clients) res.write(': keep-alive\n\n') }, KEEPALIVE_MS)
+    keepAlive = setInterval(() => clients.broadcast(': keep-alive\n\n'), KEEPALIVE_MS)
     keepAlive.unref()
   }
 
@@ -122,16 +139,30 @@ function createDashboard (options) {
   }
 
   function serveEvents (req, res) {
+    const refusal = clients.admit(req)
+    if (refusal) {
+      debug('dashboard stream refused: %s', refusal.message.trim())
+      res.writeHead(refusal.status, { 'Content-Type': 'text/plain', 'Cache-Control': 'no-store', 'Retry-After': String(refusal.retryAfter) })
+      return res.end(refusal.message)
+    }
     res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-store', Connection: 'keep-alive', 'X-Accel-Buffering': 'no' })
-    res.write(`event: hello\ndata: ${JSON.stringify({ controls: Boolean(probes.controlToken), intervalMs, events, snapshots })}\n\n`)
     clients.add(res)
+    const latest = snapshots.length ? snapshots[snapshots.length - 1] : null
+    clients.write(res, `event: hello\ndata: ${JSON.stringify({ controls: Boolean(probes.controlToken), intervalMs, events: events.slice(-HELLO_EVENTS), snapshot: latest })}\n\n`)
     debug('page connected (%d open)', clients.size)
     startTicking()
-    req.on('close', function onPageClosed () {
-      clients.delete(res)
+    res.on('close', function onPageClosed () {
+      clients.remove(res)
       debug('page closed (%d open)', clients.size)
       if (clients.size === 0) stopTicking()
     })
+  }
+
+  /** The rings, for a page that has just connected (one response, not a stream). */
+  function serveHistory (res) {
+    res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-store' })
+    if (historyJson === null) historyJson = JSON.stringify({ events, snapshots })
+    res.end(historyJson)
   }
 
   function servePage (res) {
@@ -174,22 +205,39 @@ function createDashboard (options) {
         serveReload(req, res).catch((err) => send(res, 500, err.message + '\n'))
         return true
       }
-      if (pathname !== '/dashboard' && pathname !== '/dashboard/events') return false
+      if (pathname !== '/dashboard' && pathname !== '/dashboard/events' && pathname !== '/dashboard/history') return false
       if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'method not allowed\n') || true
       if (!mayView(req, url)) return send(res, 401, 'this dashboard needs its token (probes.token): ?token=... or Authorization: Bearer ...\n') || true
       if (pathname === '/dashboard') servePage(res)
+      else if (pathname === '/dashboard/history') serveHistory(res)
       else serveEvents(req, res)
       return true
     },
     /** Open pages (for tests and the cost bench). */
     get clients () { return clients.size },
+    /** Streams closed for not reading, and new ones refused (cap or rate). */
+    get streams () { return { open: clients.size, evicted: clients.evicted, refused: clients.refused } },
     close () {
       stopTicking()
       for (const [name, listener] of Object.entries(listeners)) handle.removeListener(name, listener)
-      for (const res of clients) res.end()
-      clients.clear()
+      clients.endAll()
     }
   }
+}
+
+/** Long strings cut to MAX_TEXT characters, one level deep (lifecycle data is flat). */
+function clip (data) {
+  const out = {}
+  for (const [key, value] of Object.entries(data || {})) {
+    out[key] = typeof value === 'string' && value.length > MAX_TEXT ? value.slice(0, MAX_TEXT) + '...' : value
+  }
+  return out
+}
+
+function pickDefined (object, keys) {
+  const out = {}
+  for (const key of keys) if (object && object[key] !== undefined) out[key] = object[key]
+  return out
 }
 
 function sameToken (given, expected) {

@@ -9,6 +9,7 @@
 
 const http = require('http')
 const { findPrimary, probesTarget, loopbackFor, CliRuntimeError } = require('../cli/control')
+const { printable } = require('./printable')
 
 const SPARKS = '\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588'
 const HISTORY = 30
@@ -67,7 +68,8 @@ function top (flags, io) {
       const message = JSON.parse(data)
       if (name === 'hello') {
         state.events = message.events.slice(-5)
-        for (const snap of message.snapshots) record(snap)
+        // The hello carries the latest snapshot (older primaries: all of them).
+        for (const snap of message.snapshots || (message.snapshot ? [message.snapshot] : [])) record(snap)
       } else if (name === 'lifecycle') {
         state.events.push(message)
         if (state.events.length > 5) state.events.shift()
@@ -139,13 +141,13 @@ function render (state, target) {
   const snap = state.last
   const health = snap.shuttingDown ? 'shutting down' : snap.crashLooping ? 'CRASH LOOP' : 'live'
   const lines = [
-    `clusterize top  ${target.host}:${target.port}  ${snap.scheduling}  generation ${snap.generation}  reloads ${snap.reloads}  ${health}    q to quit`,
+    printable(`clusterize top  ${target.host}:${target.port}  ${snap.scheduling}  generation ${snap.generation}  reloads ${snap.reloads}  ${health}    q to quit`),
     '',
     [pad('slot', 5, true), pad('pid', 8), pad('gen', 4), ' ' + pad('state', 9, true), pad('RSS MB', 7), pad('loop ms', 8), pad('req/s', 8), '  ' + pad('req/s (last 30)', HISTORY, true), '  loop delay'].join('')
   ]
   for (const w of snap.workers) {
     const rates = state.rates.get(w.pid) || []
-    lines.push([
+    lines.push(printable([
       pad(w.id < 0 ? 'spare' : w.id, 5, true),
       pad(w.pid, 8),
       pad(w.generation, 4),
@@ -155,10 +157,11 @@ function render (state, target) {
       pad(rates.length ? rates[rates.length - 1].toFixed(0) : '-', 8),
       '  ' + pad(sparkline(rates), HISTORY, true),
       '  ' + sparkline(state.delays.get(w.pid))
-    ].join(''))
+    ].join('')))
   }
   lines.push('', 'recent events:')
-  for (const e of state.events.slice().reverse()) lines.push(`  ${new Date(e.t).toLocaleTimeString()}  ${describe(e)}`)
+  // Worker text (boot errors, reasons) must not drive the terminal.
+  for (const e of state.events.slice().reverse()) lines.push(printable(`  ${new Date(e.t).toLocaleTimeString()}  ${describe(e)}`))
   return '\x1b[?25l\x1b[H\x1b[2J' + lines.join('\n') + '\n'
 }
 

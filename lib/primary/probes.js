@@ -6,18 +6,32 @@
  * dashboard (/dashboard, see ./dashboard) when it is on.
  */
 
+const crypto = require('crypto')
 const http = require('http')
+const { isLoopback } = require('../config')
 
 /**
- * @param {{ port: number, host: string }} options
+ * @param {{ port: number, host: string, token?: string, guardStats?: boolean }} options
  * @param {{ stats: Function, metrics: object, isLive: Function, isReady: Function, degradation: Function, dashboard?: object }} sources
  * @returns {Promise<{ port: number, close: () => Promise<void> }>}
  */
 function startProbes (options, sources) {
+  // A browser page on another site can point its own DNS name at 127.0.0.1
+  // (DNS rebinding) and read a loopback server as same-origin; its requests
+  // still carry that name in Host, so a loopback server answers only to
+  // loopback names.
+  const checkHost = isLoopback(options.host)
   const server = http.createServer(function onProbe (req, res) {
+    if (checkHost && !isLoopbackHostHeader(req.headers.host)) {
+      return send(res, 403, 'text/plain', 'this probes server answers only to Host: localhost, 127.x.x.x or [::1]\n')
+    }
     if (sources.dashboard && sources.dashboard.route(req, res)) return
     const url = req.url.split('?')[0]
     if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'text/plain', 'method not allowed\n')
+    if ((url === '/stats' || url === '/metrics') && options.guardStats && !hasToken(req, options.token)) {
+      res.setHeader('WWW-Authenticate', 'Bearer')
+      return send(res, 401, 'text/plain', `${url} needs the probes token: Authorization: Bearer <probes.token>\n`)
+    }
     switch (url) {
       case '/live':
         return sources.isLive()
@@ -57,9 +71,30 @@ function startProbes (options, sources) {
   })
 }
 
+/**
+ * Is a Host header (name, optional port) a loopback name? A request without
+ * one (HTTP/1.0, a hand-made probe) is not from a browser and is let through.
+ * @param {string|undefined} header
+ * @returns {boolean}
+ */
+function isLoopbackHostHeader (header) {
+  if (header === undefined) return true
+  const match = /^(\[[0-9a-fA-F:.]+\]|[^:[\]]+)(?::\d{1,5})?$/.exec(header)
+  return Boolean(match) && isLoopback(match[1])
+}
+
+/** `Authorization: Bearer <token>`, compared in constant time. */
+function hasToken (req, token) {
+  const header = String(req.headers.authorization || '')
+  if (!header.startsWith('Bearer ')) return false
+  const a = crypto.createHash('sha256').update(header.slice(7)).digest()
+  const b = crypto.createHash('sha256').update(token).digest()
+  return crypto.timingSafeEqual(a, b)
+}
+
 function send (res, status, type, body) {
   res.writeHead(status, { 'Content-Type': type, 'Cache-Control': 'no-store' })
   res.end(body)
 }
 
-module.exports = { startProbes }
+module.exports = { startProbes, isLoopbackHostHeader }

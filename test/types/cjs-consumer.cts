@@ -33,3 +33,11 @@ sio.createAdapter({ recovery: { maxPackets: 'many' } })
 sio.createAdapter({ coalesceWrites: false })
 // @ts-expect-error coalesceWrites is a boolean
 sio.createAdapter({ coalesceWrites: 'yes' })
+
+// probes: token guards /stats and /metrics unless guardStats is false; stream limits.
+cz.clusterize(() => require('express')(), { probes: { port: 9090, host: '0.0.0.0', token: 'x'.repeat(32), guardStats: false, maxStreams: 16, streamBufferBytes: 256 * 1024, streamsPerMinute: 30 } })
+// @ts-expect-error guardStats is a boolean
+cz.clusterize(() => require('express')(), { probes: { port: 9090, guardStats: 'yes' } })
+cz.clusterize(() => require('express')(), { reload: { signal: 'SIGHUP' } })
+// @ts-expect-error a reload cannot be bound to SIGKILL
+cz.clusterize(() => require('express')(), { reload: { signal: 'SIGKILL' } })

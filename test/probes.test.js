@@ -1,0 +1,77 @@
+'use strict'
+
+/**
+ * The probes server's own guards, on a real cluster: a loopback probes
+ * server answers only to loopback Host names (DNS rebinding), and with a
+ * token /stats and /metrics ask for it unless probes.guardStats is false.
+ */
+
+const { test, after } = require('node:test')
+const assert = require('node:assert')
+const path = require('path')
+const { startCluster, stopAll, request } = require('./helpers/cluster')
+const { resolveConfig } = require('../lib/config')
+
+const fixture = path.join(__dirname, 'fixtures/app-cluster.js')
+const env = (options) => ({ CZ_TEST_OPTIONS: JSON.stringify(options) })
+const TOKEN = 'view-token-0123456789abcdef'
+
+after(stopAll)
+
+test('a loopback probes server refuses a foreign Host header (DNS rebinding) and answers loopback names with any port', async () => {
+  const cluster = await startCluster(fixture, { env: env({ workers: 1, probes: { port: 0 } }) })
+  const port = cluster.probesPort
+  for (const urlPath of ['/stats', '/metrics', '/live', '/dashboard', '/dashboard/events']) {
+    const res = await request(port, urlPath, { headers: { Host: `evil.example:${port}` } })
+    assert.strictEqual(res.status, 403, `${urlPath} with Host: evil.example`)
+    assert.match(res.body, /answers only to Host: localhost/)
+  }
+  for (const host of ['127.attacker.example', `127.0.0.1.nip.io:${port}`, `localhost.evil.example:${port}`]) {
+    assert.strictEqual((await request(port, '/stats', { headers: { Host: host } })).status, 403, host)
+  }
+  for (const host of [`localhost:${port}`, 'localhost', `127.0.0.1:${port}`, '127.0.0.2:1', `[::1]:${port}`]) {
+    const res = await request(port, '/stats', { headers: { Host: host } })
+    assert.strictEqual(res.status, 200, host)
+    assert.strictEqual(res.json.workers.length, 1)
+  }
+  await cluster.stop()
+})
+
+test('with probes.token, /stats and /metrics need it (Bearer, as Prometheus sends it); /live and /ready stay open; guardStats: false opens them', async () => {
+  const guarded = await startCluster(fixture, { env: env({ workers: 1, probes: { port: 0, token: TOKEN } }) })
+  const port = guarded.probesPort
+  for (const urlPath of ['/stats', '/metrics']) {
+    const bare = await request(port, urlPath)
+    assert.strictEqual(bare.status, 401, urlPath)
+    assert.strictEqual(bare.headers['www-authenticate'], 'Bearer')
+    assert.strictEqual((await request(port, urlPath, { headers: { Authorization: 'Bearer wrong-token-0123456789abcdef' } })).status, 401)
+    assert.strictEqual((await request(port, urlPath + '?token=' + TOKEN)).status, 401, 'only the header: a URL token ends up in scrape logs')
+    assert.strictEqual((await request(port, urlPath, { headers: { Authorization: 'Bearer ' + TOKEN } })).status, 200, urlPath)
+  }
+  assert.strictEqual((await request(port, '/live')).status, 200)
+  assert.strictEqual((await request(port, '/ready')).status, 200)
+  await guarded.stop()
+
+  const open = await startCluster(fixture, { env: env({ workers: 1, probes: { port: 0, token: TOKEN, guardStats: false } }) })
+  assert.strictEqual((await request(open.probesPort, '/stats')).status, 200)
+  assert.strictEqual((await request(open.probesPort, '/metrics')).status, 200)
+  assert.strictEqual((await request(open.probesPort, '/dashboard')).status, 401, 'the dashboard keeps its token')
+  await open.stop()
+})
+
+test('probes options are checked at startup', () => {
+  const bad = [
+    [{ probes: { port: 0, guardStats: true } }, 'probes.guardStats', /needs "probes.token"/],
+    [{ probes: { port: 0, token: TOKEN, guardStats: 'yes' } }, 'probes.guardStats', /true or false/],
+    [{ probes: { port: 0, maxStreams: 0 } }, 'probes.maxStreams', /from 1 to/],
+    [{ probes: { port: 0, streamBufferBytes: 10 } }, 'probes.streamBufferBytes', /from 1024 to/],
+    [{ probes: { port: 0, streamsPerMinute: 1.5 } }, 'probes.streamsPerMinute', /integer/]
+  ]
+  for (const [options, option, message] of bad) {
+    assert.throws(() => resolveConfig(options, {}), (err) => err.name === 'ClusterizeOptionError' && err.option === option && message.test(err.message), option)
+  }
+  const probes = resolveConfig({ probes: { port: 0, token: TOKEN } }, {}).probes
+  assert.strictEqual(probes.guardStats, true)
+  assert.strictEqual(resolveConfig({ probes: { port: 0 } }, {}).probes.guardStats, false)
+  assert.deepStrictEqual([probes.maxStreams, probes.streamBufferBytes, probes.streamsPerMinute], [64, 1048576, 60])
+})
