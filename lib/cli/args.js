@@ -9,18 +9,10 @@
 const os = require('os')
 const { SCHEDULING } = require('../config')
 const { MAX_TIMER_MS } = require('../errors')
+const { CliUsageError } = require('./errors')
 
 const COMMANDS = ['reload', 'stop', 'status', 'top']
 const DEFAULT_PID_FILE = 'clusterize.pid'
-
-/** A usage mistake: printed with a hint to --help, exit code 2. */
-class CliUsageError extends Error {
-  constructor (message) {
-    super(message)
-    this.name = 'CliUsageError'
-    this.exitCode = 2
-  }
-}
 
 // flag -> { key, value: kind of value (undefined for booleans), commands it applies to }
 const FLAGS = {

@@ -13,20 +13,12 @@ const { DEFAULT_PID_FILE } = require('./args')
 const pidFile = require('./pid-file')
 const { sendControl } = require('./control-server')
 const { isAlive } = require('../process-alive')
+const { CliRuntimeError } = require('./errors')
 
 const POLL_MS = 100
 const STATUS_TIMEOUT_MS = 5000
 /** Connect errors that mean "no control socket here": fall back to signals and probes. */
 const UNREACHABLE = new Set(['ENOENT', 'ECONNREFUSED', 'ENOTSOCK'])
-
-/** A failure to report on stderr with exit code 1. */
-class CliRuntimeError extends Error {
-  constructor (message) {
-    super(message)
-    this.name = 'CliRuntimeError'
-    this.exitCode = 1
-  }
-}
 
 /**
  * Find the live primary described by the pid file.

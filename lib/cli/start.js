@@ -58,7 +58,7 @@ async function start (parsed, io) {
     info = await handle.ready
   } catch (err) {
     // The primary has already logged why the app cannot load.
-    if (err.code !== 'CLUSTERIZE_APP_INVALID') io.stderr.write(`clusterize: could not start ${parsed.app}: ${err.message}\n`)
+    if (err.code !== 'ERR_CLUSTERIZE_APP_INVALID') io.stderr.write(`clusterize: could not start ${parsed.app}: ${err.message}\n`)
     const result = await handle.shutdown().catch(() => null)
     debug('shutdown after failed start: %o', result)
     process.exit(1)
