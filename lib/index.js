@@ -7,6 +7,7 @@
 const cluster = require('cluster')
 const { resolveConfig } = require('./config')
 const errors = require('./errors')
+const { lazyValue } = require('./lazy')
 
 /**
  * Run an Express app on every core.
@@ -47,6 +48,10 @@ const { CliUsageError, CliRuntimeError } = require('./cli/errors')
 module.exports = {
   clusterize,
   onDrain: require('./worker/drain-hooks').onDrain,
+  // Loaded on first use: a primary never needs express-session or worker_threads.
+  offload: lazyValue('offload', () => require('../middleware/offload')),
+  session: lazyValue('session', () => require('../middleware/session')),
+  bus: lazyValue('bus', () => require('./bus').bus, 'object'),
   // The error catalogue (docs/errors.md): every class, whatever part throws it.
   ClusterizeError: errors.ClusterizeError,
   ClusterizeOptionError: errors.ClusterizeOptionError,
@@ -71,8 +76,3 @@ module.exports = {
   CliUsageError,
   CliRuntimeError
 }
-
-// Loaded on first use: a primary never needs express-session or worker_threads.
-Object.defineProperty(module.exports, 'offload', { enumerable: true, get: () => require('../middleware/offload') })
-Object.defineProperty(module.exports, 'session', { enumerable: true, get: () => require('../middleware/session') })
-Object.defineProperty(module.exports, 'bus', { enumerable: true, get: () => require('./bus').bus })

@@ -1,4 +1,6 @@
-// ESM entry: the same objects as the CommonJS entry.
+// ESM entry: the very same values as the CommonJS entry. Its offload, session
+// and bus are stand-ins that load on first use (lib/lazy.js), so binding them
+// here loads no more modules than require() does; test/esm-lazy.test.js counts them.
 import cjs from './index.js'
 
 export const {
