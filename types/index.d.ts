@@ -149,6 +149,11 @@ export interface ClusterizeOptions {
   bus?: BusOptions
   /** Default: one readable line per lifecycle event on stderr. false = silent. */
   logger?: Logger | false
+  /**
+   * Print the startup banner (workers, port, probes, sessions, bus) when no `logger` is given.
+   * Default true.
+   */
+  banner?: boolean
   /** Default 65000 (longer than load balancers' 60 s idle timeout). */
   keepAliveTimeout?: number
   /** Default 66000. */
@@ -181,6 +186,40 @@ export interface CrashLoopEvent {
   windowMs: number
   lastError: string | null
   workersLeft: number
+}
+
+/** 'reload:start': a reload begins (signal, handle.reload(), CLI, dashboard); `generation` is the code generation it loads. */
+export interface ReloadStartEvent {
+  generation: number
+}
+
+/** 'bridge:up': the bus's Redis bridge (bus.redis) is connected and subscribed. */
+export interface BridgeUpEvent {
+  connected: true
+  channel: string
+}
+
+/** 'bridge:down': the bus's Redis bridge lost (or could not make) a connection; it keeps reconnecting. */
+export interface BridgeDownEvent {
+  connected: false
+  /** 'publisher: ...' or 'subscriber: ...', without credentials. */
+  lastError: string
+}
+
+/** 'session:down': a worker's session store stopped answering (its session requests get 503). */
+export interface SessionDownEvent {
+  /** The worker's slot id. */
+  id: number
+  pid: number
+  store: string
+  lastError: string | null
+}
+
+/** 'session:up': that worker's session store answers again. */
+export interface SessionUpEvent {
+  id: number
+  pid: number
+  store: string
 }
 
 export interface ReloadResult {
@@ -273,14 +312,25 @@ export interface PrimaryHandle extends EventEmitter {
   readonly bus: Bus
   on(event: 'worker:ready', listener: (worker: WorkerInfo) => void): this
   on(event: 'worker:exit', listener: (event: WorkerExitEvent) => void): this
+  on(event: 'reload:start', listener: (event: ReloadStartEvent) => void): this
   on(event: 'reload:done', listener: (result: ReloadResult) => void): this
   on(event: 'crashloop', listener: (info: CrashLoopEvent) => void): this
+  on(event: 'bridge:up', listener: (state: BridgeUpEvent) => void): this
+  on(event: 'bridge:down', listener: (state: BridgeDownEvent) => void): this
+  on(event: 'session:down', listener: (event: SessionDownEvent) => void): this
+  on(event: 'session:up', listener: (event: SessionUpEvent) => void): this
   on(event: 'shutdown', listener: () => void): this
   on(event: string | symbol, listener: (...args: any[]) => void): this
   once(event: 'worker:ready', listener: (worker: WorkerInfo) => void): this
   once(event: 'worker:exit', listener: (event: WorkerExitEvent) => void): this
+  once(event: 'reload:start', listener: (event: ReloadStartEvent) => void): this
   once(event: 'reload:done', listener: (result: ReloadResult) => void): this
   once(event: 'crashloop', listener: (info: CrashLoopEvent) => void): this
+  once(event: 'bridge:up', listener: (state: BridgeUpEvent) => void): this
+  once(event: 'bridge:down', listener: (state: BridgeDownEvent) => void): this
+  once(event: 'session:down', listener: (event: SessionDownEvent) => void): this
+  once(event: 'session:up', listener: (event: SessionUpEvent) => void): this
+  once(event: 'shutdown', listener: () => void): this
   once(event: string | symbol, listener: (...args: any[]) => void): this
   /** Single-process mode only. */
   readonly app?: AppLike | null
