@@ -156,7 +156,8 @@ test('an error of ours that crosses a process keeps its class and code', () => {
   const cases = [
     [new root.ClusterizeBusError('no handler', 'ERR_CLUSTERIZE_BUS_NO_HANDLER'), root.ClusterizeBusError],
     [new ClusterizeTimeoutError('late'), ClusterizeTimeoutError],
-    [new root.ClusterizeError('gone', 'ERR_CLUSTERIZE_WORKER_EXIT'), root.ClusterizeError]
+    [new root.ClusterizeBusError('gone', 'ERR_CLUSTERIZE_WORKER_EXIT'), root.ClusterizeBusError],
+    [new root.SessionTooLargeError('big'), root.ClusterizeError]
   ]
   for (const [sent, ErrorClass] of cases) {
     const received = errorFromWire(JSON.parse(JSON.stringify(errorToWire(sent))), 'fallback')

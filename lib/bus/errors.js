@@ -32,7 +32,7 @@ function errorFromWire (wire, fallback) {
 function ownError (wire, message) {
   const code = wire && wire.code
   if (code === 'ERR_CLUSTERIZE_BUS_TIMEOUT') return new ClusterizeTimeoutError(message)
-  if (typeof code === 'string' && code.startsWith('ERR_CLUSTERIZE_BUS_')) return new ClusterizeBusError(message, code)
+  if (typeof code === 'string' && (code.startsWith('ERR_CLUSTERIZE_BUS_') || code === 'ERR_CLUSTERIZE_WORKER_EXIT')) return new ClusterizeBusError(message, code)
   if (typeof code === 'string' && code.startsWith('ERR_CLUSTERIZE_')) return new ClusterizeError(message, code)
   return new Error(message)
 }
