@@ -16,6 +16,7 @@ const { resolveConfig } = require('../config')
 const { ClusterizeOptionError } = require('../errors')
 const { formatBanner } = require('../primary/banner')
 const { buildOptions, CliUsageError, DEFAULT_PID_FILE } = require('./args')
+const { CliRuntimeError } = require('./errors')
 const { createJsonLogger } = require('./json-logger')
 const pidFile = require('./pid-file')
 const { startControlServer } = require('./control-server')
@@ -133,10 +134,8 @@ function refuseIfRunning (file) {
   }
   if (!existing) return
   if (pidFile.isPrimaryAlive(existing)) {
-    const error = new Error(`already running: primary pid ${existing.pid} owns ${file}. ` +
+    throw new CliRuntimeError(`already running: primary pid ${existing.pid} owns ${file}. ` +
       'Stop it with `clusterize stop`, or give this instance its own --pid-file.')
-    error.exitCode = 1
-    throw error
   }
   debug('replacing stale pid file %s (pid %d is gone)', file, existing.pid)
 }
