@@ -9,6 +9,7 @@
  * exports when the module is linked, which would fire a getter at once.
  */
 
+const util = require('util')
 const debug = require('debug')('clusterize:lazy')
 
 /**
@@ -31,7 +32,15 @@ function lazyValue (name, load, kind) {
   }
   // The proxy's target only answers typeof: an arrow function has no own
   // non-configurable properties, so the proxy may report the loaded value's.
-  const shell = kind === 'object' ? {} : () => {}
+  const shell = kind === 'object' ? {} : { [name]: () => {} }[name]
+  // util.inspect (console.log) shows a proxy's target without running its
+  // traps: show the loaded value, or say that it is not loaded yet.
+  Object.defineProperty(shell, util.inspect.custom, {
+    configurable: true,
+    value: function inspectLazy (depth, options, inspect) {
+      return real === null ? `[${name}: loads on first use]` : (inspect || util.inspect)(real, options)
+    }
+  })
   const proxy = new Proxy(shell, {
     apply (_, self, args) { return Reflect.apply(target(), self, args) },
     construct (_, args, newTarget) { return Reflect.construct(target(), args, newTarget === proxy ? target() : newTarget) },

@@ -58,3 +58,35 @@ test('the ESM entry exports every name of the CommonJS entry, with the same valu
     stats: 'number'
   })
 })
+
+test('a lazy stand-in loads once, on first use, and says so when inspected before', () => {
+  const util = require('util')
+  const { lazyValue } = require('../lib/lazy')
+  let loads = 0
+  let failNext = true
+  const real = Object.assign(function greet (who) { return `hello ${who}` }, { version: 2 })
+  const fn = lazyValue('greet', () => {
+    loads++
+    if (failNext) {
+      failNext = false
+      throw new Error('not installed')
+    }
+    return real
+  })
+  assert.strictEqual(typeof fn, 'function')
+  assert.strictEqual(util.inspect(fn), '[greet: loads on first use]')
+  assert.strictEqual(loads, 0, 'neither typeof nor inspect loads it')
+  // A load that fails is tried again on the next use, not remembered as loaded.
+  assert.throws(() => fn('a'), /not installed/)
+  assert.strictEqual(fn('b'), 'hello b')
+  assert.strictEqual(fn.version, 2)
+  assert.deepStrictEqual(Object.keys(fn), ['version'])
+  assert.strictEqual(fn.call(null, 'c'), 'hello c')
+  assert.strictEqual(loads, 2)
+  assert.match(util.inspect(fn), /\[Function: greet\]/)
+
+  const obj = lazyValue('thing', () => ({ role: 'x', get live () { return this.role } }), 'object')
+  assert.strictEqual(typeof obj, 'object')
+  assert.strictEqual(obj.live, 'x', 'getters run on the loaded object')
+  assert.ok('role' in obj)
+})
