@@ -8,6 +8,12 @@ const cluster = require('cluster')
 const { resolveConfig } = require('./config')
 const errors = require('./errors')
 const { lazyValue } = require('./lazy')
+const offloadErrors = require('./pool/errors')
+const { SessionHttpError } = require('./session/http-error')
+const { SessionStoreUnavailableError } = require('./session/unavailable')
+const { SessionTooLargeError } = require('./session/too-large')
+const { ClusterizeBusError } = require('./bus/errors')
+const { CliUsageError, CliRuntimeError } = require('./cli/errors')
 
 /**
  * Run an Express app on every core.
@@ -37,13 +43,6 @@ function clusterize (createApp, options) {
   }
   return require('./primary').startPrimary(createApp, config)
 }
-
-const offloadErrors = require('./pool/errors')
-const { SessionHttpError } = require('./session/http-error')
-const { SessionStoreUnavailableError } = require('./session/unavailable')
-const { SessionTooLargeError } = require('./session/too-large')
-const { ClusterizeBusError } = require('./bus/errors')
-const { CliUsageError, CliRuntimeError } = require('./cli/errors')
 
 module.exports = {
   clusterize,
