@@ -7,6 +7,13 @@
 const cluster = require('cluster')
 const { resolveConfig } = require('./config')
 const errors = require('./errors')
+const { lazyValue } = require('./lazy')
+const offloadErrors = require('./pool/errors')
+const { SessionHttpError } = require('./session/http-error')
+const { SessionStoreUnavailableError } = require('./session/unavailable')
+const { SessionTooLargeError } = require('./session/too-large')
+const { ClusterizeBusError } = require('./bus/errors')
+const { CliUsageError, CliRuntimeError } = require('./cli/errors')
 
 /**
  * Run an Express app on every core.
@@ -40,12 +47,31 @@ function clusterize (createApp, options) {
 module.exports = {
   clusterize,
   onDrain: require('./worker/drain-hooks').onDrain,
+  // Loaded on first use: a primary never needs express-session or worker_threads.
+  offload: lazyValue('offload', () => require('../middleware/offload')),
+  session: lazyValue('session', () => require('../middleware/session')),
+  bus: lazyValue('bus', () => require('./bus').bus, 'object'),
+  // The error catalogue (docs/errors.md): every class, whatever part throws it.
+  ClusterizeError: errors.ClusterizeError,
   ClusterizeOptionError: errors.ClusterizeOptionError,
-  ClusterizeTimeoutError: errors.ClusterizeTimeoutError
+  ClusterizeTimeoutError: errors.ClusterizeTimeoutError,
+  ClusterizeAppError: errors.ClusterizeAppError,
+  ClusterizeBusError,
+  OffloadError: offloadErrors.OffloadError,
+  QueueFullError: offloadErrors.QueueFullError,
+  TaskTimeoutError: offloadErrors.TaskTimeoutError,
+  TaskAbortedError: offloadErrors.TaskAbortedError,
+  TaskError: offloadErrors.TaskError,
+  ThreadExitError: offloadErrors.ThreadExitError,
+  ThreadStartupError: offloadErrors.ThreadStartupError,
+  PoolClosedError: offloadErrors.PoolClosedError,
+  CloneError: offloadErrors.CloneError,
+  OuterVariableError: offloadErrors.OuterVariableError,
+  InvalidTaskError: offloadErrors.InvalidTaskError,
+  OffloadOptionError: offloadErrors.OffloadOptionError,
+  SessionHttpError,
+  SessionStoreUnavailableError,
+  SessionTooLargeError,
+  CliUsageError,
+  CliRuntimeError
 }
-
-// Loaded on first use: a primary never needs express-session or worker_threads.
-Object.defineProperty(module.exports, 'offload', { enumerable: true, get: () => require('../middleware/offload') })
-Object.defineProperty(module.exports, 'session', { enumerable: true, get: () => require('../middleware/session') })
-Object.defineProperty(module.exports, 'bus', { enumerable: true, get: () => require('./bus').bus })
-Object.defineProperty(module.exports, 'ClusterizeBusError', { enumerable: true, get: () => require('./bus').ClusterizeBusError })

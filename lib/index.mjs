@@ -1,12 +1,35 @@
-// ESM entry: the same objects as the CommonJS entry.
+// ESM entry: the very same values as the CommonJS entry. Its offload, session
+// and bus are stand-ins that load on first use (lib/lazy.js), so binding them
+// here loads no more modules than require() does; test/esm-lazy.test.js counts them.
 import cjs from './index.js'
 
-export const clusterize = cjs.clusterize
-export const onDrain = cjs.onDrain
-export const ClusterizeOptionError = cjs.ClusterizeOptionError
-export const ClusterizeTimeoutError = cjs.ClusterizeTimeoutError
-export const offload = cjs.offload
-export const session = cjs.session
-export const bus = cjs.bus
-export const ClusterizeBusError = cjs.ClusterizeBusError
+export const {
+  clusterize,
+  onDrain,
+  offload,
+  session,
+  bus,
+  ClusterizeError,
+  ClusterizeOptionError,
+  ClusterizeTimeoutError,
+  ClusterizeAppError,
+  ClusterizeBusError,
+  OffloadError,
+  QueueFullError,
+  TaskTimeoutError,
+  TaskAbortedError,
+  TaskError,
+  ThreadExitError,
+  ThreadStartupError,
+  PoolClosedError,
+  CloneError,
+  OuterVariableError,
+  InvalidTaskError,
+  OffloadOptionError,
+  SessionHttpError,
+  SessionStoreUnavailableError,
+  SessionTooLargeError,
+  CliUsageError,
+  CliRuntimeError
+} = cjs
 export default cjs

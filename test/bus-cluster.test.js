@@ -109,7 +109,7 @@ test('bus across a real cluster (primary + 3 workers)', { timeout: 120000 }, asy
     assert.deepStrictEqual(failed, { ok: false, error: { message: 'primary says no', code: 'E_NOPE', name: 'Error' } })
     const hung = await run(0, 'request', { topic: 't:hang', timeoutMs: 200 })
     assert.strictEqual(hung.ok, false)
-    assert.strictEqual(hung.error.code, 'ERR_CLUSTERIZE_TIMEOUT')
+    assert.strictEqual(hung.error.code, 'ERR_CLUSTERIZE_BUS_TIMEOUT')
     const none = await run(0, 'request', { topic: 't:nobody-handles-this' })
     assert.strictEqual(none.error.code, 'ERR_CLUSTERIZE_BUS_NO_HANDLER')
     assert.match(none.error.message, /t:nobody-handles-this/)

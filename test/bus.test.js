@@ -211,7 +211,7 @@ test('single-process mode (workers: 0)', async (t) => {
     assert.strictEqual(failed[0].error.message, 'nope')
 
     bus.handle('local:hang', () => new Promise(() => {}))
-    await assert.rejects(bus.request('local:hang', null, { timeoutMs: 30 }), { code: 'ERR_CLUSTERIZE_TIMEOUT', message: /within 30 ms/ })
+    await assert.rejects(bus.request('local:hang', null, { timeoutMs: 30 }), { code: 'ERR_CLUSTERIZE_BUS_TIMEOUT', message: /within 30 ms/ })
     const partial = await bus.gather('local:hang', null, { timeoutMs: 30 })
     assert.deepStrictEqual(Array.from(partial), [])
     assert.deepStrictEqual(partial.missing, [0])

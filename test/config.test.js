@@ -88,7 +88,7 @@ test('one validation toolkit: every option error is a ClusterizeOptionError nami
   for (const [make, option] of cases) {
     assert.throws(make, (err) => err instanceof ClusterizeOptionError && err.option === option && err.message.includes(`"${option}"`), option)
   }
-  assert.throws(() => offload.pool({ threads: 0 }), (err) => err.name === 'OffloadOptionError' && err.code === 'ERR_OFFLOAD_OPTION', 'the offload subclass keeps its name and code')
+  assert.throws(() => offload.pool({ threads: 0 }), (err) => err.name === 'OffloadOptionError' && err.code === 'ERR_CLUSTERIZE_OFFLOAD_OPTION', 'the offload subclass keeps its name and code')
 })
 
 test('the loopback check parses the address: a DNS name that starts with 127. is not loopback', () => {

@@ -297,7 +297,7 @@ describe('registry', () => {
 
 describe('options', () => {
   it('bad options throw naming the option and the accepted values', () => {
-    assert.throws(() => createPool({ threads: -1 }), { code: 'ERR_OFFLOAD_OPTION', message: 'offload: option "threads" must be a positive integer, got -1' })
+    assert.throws(() => createPool({ threads: -1 }), { code: 'ERR_CLUSTERIZE_OFFLOAD_OPTION', message: 'offload: option "threads" must be a positive integer, got -1' })
     assert.throws(() => createPool({ threads: 1.5 }), /"threads" must be a positive integer, got 1.5/)
     assert.throws(() => createPool({ maxQueue: -2 }), /"maxQueue" must be an integer >= 0 or Infinity, got -2/)
     assert.throws(() => createPool({ taskTimeoutMs: 'soon' }), /"taskTimeoutMs" must be an integer from 0 to 2147483647, got "soon"/)

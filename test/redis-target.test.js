@@ -62,7 +62,7 @@ test('malformed targets fail at startup naming the option, without the password'
   ]
   for (const [value, message] of cases) {
     assert.throws(() => resolveConfig({ bus: { redis: value } }), (err) => {
-      assert.equal(err.code, 'ERR_CLUSTERIZE_OPTION')
+      assert.equal(err.code, 'ERR_CLUSTERIZE_CONFIG_OPTION')
       assert.equal(err.option, 'bus.redis')
       assert.match(err.message, message)
       assert.doesNotMatch(err.message, /secret/)

@@ -99,7 +99,7 @@ describe('cluster store: maxSessionBytes', () => {
     const store = new ClusterStore({ maxSessionBytes: 1000, transport: async (msg) => { sent.push(msg.op); return backend.dispatch(msg) } })
     const err = await new Promise((resolve) => store.set('s1', sess(2000), resolve))
     assert.ok(err, 'the callback gets an error')
-    assert.equal(err.code, 'ERR_SESSION_TOO_LARGE')
+    assert.equal(err.code, 'ERR_CLUSTERIZE_SESSION_TOO_LARGE')
     assert.equal(err.status, 413)
     assert.equal(err.option, 'maxSessionBytes')
     assert.match(err.message, /^session too large: it is \d+ bytes as JSON, over the limit of 1000 bytes \(session option maxSessionBytes\)/)

@@ -153,7 +153,7 @@ function contract (name, target, options) {
           const err = calls.list[0][0]
           assert.ok(err instanceof SessionStoreUnavailableError, `${op}: ${err}`)
           assert.equal(err.status, 503)
-          assert.equal(err.code, 'ERR_SESSION_STORE_UNAVAILABLE')
+          assert.equal(err.code, 'ERR_CLUSTERIZE_SESSION_STORE_UNAVAILABLE')
           assert.match(err.message, new RegExp(`^session store unavailable: ${target.kind}`))
         }
       } finally {

@@ -160,6 +160,11 @@ export interface ClusterizeOptions {
   bus?: BusOptions
   /** Default: one readable line per lifecycle event on stderr. false = silent. */
   logger?: Logger | false
+  /**
+   * Print the startup banner (workers, port, probes, sessions, bus) when no `logger` is given.
+   * Default true.
+   */
+  banner?: boolean
   /** Default 65000 (longer than load balancers' 60 s idle timeout). */
   keepAliveTimeout?: number
   /** Default 66000. */
@@ -192,6 +197,40 @@ export interface CrashLoopEvent {
   windowMs: number
   lastError: string | null
   workersLeft: number
+}
+
+/** 'reload:start': a reload begins (signal, handle.reload(), CLI, dashboard); `generation` is the code generation it loads. */
+export interface ReloadStartEvent {
+  generation: number
+}
+
+/** 'bridge:up': the bus's Redis bridge (bus.redis) is connected and subscribed. */
+export interface BridgeUpEvent {
+  connected: true
+  channel: string
+}
+
+/** 'bridge:down': the bus's Redis bridge lost (or could not make) a connection; it keeps reconnecting. */
+export interface BridgeDownEvent {
+  connected: false
+  /** 'publisher: ...' or 'subscriber: ...', without credentials. */
+  lastError: string
+}
+
+/** 'session:down': a worker's session store stopped answering (its session requests get 503). */
+export interface SessionDownEvent {
+  /** The worker's slot id. */
+  id: number
+  pid: number
+  store: string
+  lastError: string | null
+}
+
+/** 'session:up': that worker's session store answers again. */
+export interface SessionUpEvent {
+  id: number
+  pid: number
+  store: string
 }
 
 export interface ReloadResult {
@@ -284,14 +323,25 @@ export interface PrimaryHandle extends EventEmitter {
   readonly bus: Bus
   on(event: 'worker:ready', listener: (worker: WorkerInfo) => void): this
   on(event: 'worker:exit', listener: (event: WorkerExitEvent) => void): this
+  on(event: 'reload:start', listener: (event: ReloadStartEvent) => void): this
   on(event: 'reload:done', listener: (result: ReloadResult) => void): this
   on(event: 'crashloop', listener: (info: CrashLoopEvent) => void): this
+  on(event: 'bridge:up', listener: (state: BridgeUpEvent) => void): this
+  on(event: 'bridge:down', listener: (state: BridgeDownEvent) => void): this
+  on(event: 'session:down', listener: (event: SessionDownEvent) => void): this
+  on(event: 'session:up', listener: (event: SessionUpEvent) => void): this
   on(event: 'shutdown', listener: () => void): this
   on(event: string | symbol, listener: (...args: any[]) => void): this
   once(event: 'worker:ready', listener: (worker: WorkerInfo) => void): this
   once(event: 'worker:exit', listener: (event: WorkerExitEvent) => void): this
+  once(event: 'reload:start', listener: (event: ReloadStartEvent) => void): this
   once(event: 'reload:done', listener: (result: ReloadResult) => void): this
   once(event: 'crashloop', listener: (info: CrashLoopEvent) => void): this
+  once(event: 'bridge:up', listener: (state: BridgeUpEvent) => void): this
+  once(event: 'bridge:down', listener: (state: BridgeDownEvent) => void): this
+  once(event: 'session:down', listener: (event: SessionDownEvent) => void): this
+  once(event: 'session:up', listener: (event: SessionUpEvent) => void): this
+  once(event: 'shutdown', listener: () => void): this
   once(event: string | symbol, listener: (...args: any[]) => void): this
   /** Single-process mode only. */
   readonly app?: AppLike | null
@@ -328,16 +378,48 @@ export interface DrainInfo {
  */
 export declare function onDrain(fn: (info: DrainInfo) => void | Promise<void>): () => void
 
-export declare class ClusterizeOptionError extends TypeError {
+/**
+ * The base class of every error clusterize-express creates; `code` is one of the codes in
+ * docs/errors.md (ERR_CLUSTERIZE_<AREA>_<WHAT>).
+ */
+export declare class ClusterizeError extends Error {
+  constructor(message: string, code: string, fields?: { cause?: unknown, [key: string]: unknown })
+  readonly code: string
+}
+
+/** An option (or environment fallback) is unknown, of the wrong type or out of range: thrown at startup. */
+export declare class ClusterizeOptionError extends ClusterizeError {
   constructor(message: string, option?: string)
-  /** 'ERR_CLUSTERIZE_OPTION'; subclasses have their own ('ERR_OFFLOAD_OPTION'). */
-  readonly code: 'ERR_CLUSTERIZE_OPTION' | 'ERR_OFFLOAD_OPTION'
+  /** 'ERR_CLUSTERIZE_CONFIG_OPTION'; subclasses have their own ('ERR_CLUSTERIZE_OFFLOAD_OPTION'). */
+  readonly code: 'ERR_CLUSTERIZE_CONFIG_OPTION' | 'ERR_CLUSTERIZE_OFFLOAD_OPTION'
   /** The option that was wrong, e.g. 'reload.batch'. */
   readonly option: string
 }
 
-export declare class ClusterizeTimeoutError extends Error {
-  readonly code: 'ERR_CLUSTERIZE_TIMEOUT'
+/** A bus request or gather got no answer within its timeoutMs. */
+export declare class ClusterizeTimeoutError extends ClusterizeError {
+  constructor(message: string)
+  readonly code: 'ERR_CLUSTERIZE_BUS_TIMEOUT'
+}
+
+/** The app cannot be loaded or built: handle.ready rejects at the first failure. */
+export declare class ClusterizeAppError extends ClusterizeError {
+  constructor(message: string)
+  readonly code: 'ERR_CLUSTERIZE_APP_INVALID'
+}
+
+/** A usage mistake on the `clusterize` command line (exit code 2). */
+export declare class CliUsageError extends ClusterizeError {
+  constructor(message: string)
+  readonly code: 'ERR_CLUSTERIZE_CLI_USAGE'
+  readonly exitCode: 2
+}
+
+/** A `clusterize` command that failed: no running primary, no answer (exit code 1). */
+export declare class CliRuntimeError extends ClusterizeError {
+  constructor(message: string)
+  readonly code: 'ERR_CLUSTERIZE_CLI_FAILED'
+  readonly exitCode: 1
 }
 
 // ---- bus -------------------------------------------------------------------
@@ -440,14 +522,21 @@ export interface BusBridgeStatus {
 }
 
 /** Thrown by bus calls: code is one of the ERR_CLUSTERIZE_BUS_* codes. */
-export declare class ClusterizeBusError extends Error {
-  code: 'ERR_CLUSTERIZE_BUS_TOPIC' | 'ERR_CLUSTERIZE_BUS_TOO_LARGE' | 'ERR_CLUSTERIZE_BUS_UNSERIALISABLE' |
-    'ERR_CLUSTERIZE_BUS_NOT_STARTED' | 'ERR_CLUSTERIZE_BUS_HANDLER' | 'ERR_CLUSTERIZE_BUS_HANDLER_EXISTS' |
-    'ERR_CLUSTERIZE_BUS_OPTION' | 'ERR_CLUSTERIZE_BUS_TARGET' | 'ERR_CLUSTERIZE_BUS_CLOSED' | 'ERR_CLUSTERIZE_BUS_DECODE'
+export declare class ClusterizeBusError extends ClusterizeError {
+  constructor(message: string, code: ClusterizeBusErrorCode, fields?: { cause?: unknown, [key: string]: unknown })
+  readonly code: ClusterizeBusErrorCode
   topic?: string
   size?: number
   limit?: number
+  queuedBytes?: number
 }
+
+export type ClusterizeBusErrorCode =
+  | 'ERR_CLUSTERIZE_BUS_TOPIC' | 'ERR_CLUSTERIZE_BUS_TOO_LARGE' | 'ERR_CLUSTERIZE_BUS_UNSERIALISABLE'
+  | 'ERR_CLUSTERIZE_BUS_NOT_STARTED' | 'ERR_CLUSTERIZE_BUS_HANDLER' | 'ERR_CLUSTERIZE_BUS_HANDLER_EXISTS'
+  | 'ERR_CLUSTERIZE_BUS_NO_HANDLER' | 'ERR_CLUSTERIZE_BUS_OPTION' | 'ERR_CLUSTERIZE_BUS_TARGET'
+  | 'ERR_CLUSTERIZE_BUS_CLOSED' | 'ERR_CLUSTERIZE_BUS_DECODE' | 'ERR_CLUSTERIZE_BUS_BACKPRESSURE'
+  | 'ERR_CLUSTERIZE_WORKER_EXIT'
 
 export declare const bus: Bus
 
@@ -569,10 +658,13 @@ export interface OffloadMiddleware {
   close(options?: { timeoutMs?: number }): Promise<{ drained: boolean }>
 }
 
-export declare class OffloadError extends Error {
+/** The base of the offload errors: `status`/`statusCode` is what Express answers with. */
+export declare class OffloadError extends ClusterizeError {
+  constructor(message: string, info?: { status?: number, code?: string, cause?: unknown })
   status: number
   statusCode: number
-  code: string
+  /** One of the ERR_CLUSTERIZE_OFFLOAD_* codes; 'ABORT_ERR' on a TaskAbortedError; a TaskError keeps the task error's own code. */
+  readonly code: string
   expose: boolean
 }
 export declare class QueueFullError extends OffloadError {
@@ -588,7 +680,7 @@ export declare class PoolClosedError extends OffloadError {}
 export declare class CloneError extends OffloadError { position?: number }
 export declare class OuterVariableError extends OffloadError { variable: string }
 export declare class InvalidTaskError extends OffloadError {}
-export declare class OffloadOptionError extends ClusterizeOptionError { readonly code: 'ERR_OFFLOAD_OPTION' }
+export declare class OffloadOptionError extends ClusterizeOptionError { readonly code: 'ERR_CLUSTERIZE_OFFLOAD_OPTION' }
 
 export interface OffloadFunction {
   /** Express middleware installing req.offload(task, ...args). Its pool starts at once. */
@@ -690,9 +782,16 @@ export interface SessionFunction {
 
 export declare const session: SessionFunction
 
+/** The base of the session errors a client sees: carries the HTTP status to answer with. */
+export declare class SessionHttpError extends ClusterizeError {
+  readonly status: number
+  readonly statusCode: number
+  readonly expose: boolean
+}
+
 /** Error passed to callbacks (and answered as 503) when the store cannot answer. */
-export declare class SessionStoreUnavailableError extends Error {
-  readonly code: 'ERR_SESSION_STORE_UNAVAILABLE'
+export declare class SessionStoreUnavailableError extends SessionHttpError {
+  readonly code: 'ERR_CLUSTERIZE_SESSION_STORE_UNAVAILABLE'
   readonly status: 503
   readonly statusCode: 503
   readonly expose: true
@@ -700,8 +799,8 @@ export declare class SessionStoreUnavailableError extends Error {
 }
 
 /** Error passed to callbacks (and answered as 413) when a session is over maxSessionBytes / maxTotalBytes. */
-export declare class SessionTooLargeError extends Error {
-  readonly code: 'ERR_SESSION_TOO_LARGE'
+export declare class SessionTooLargeError extends SessionHttpError {
+  readonly code: 'ERR_CLUSTERIZE_SESSION_TOO_LARGE'
   readonly status: 413
   readonly statusCode: 413
   readonly expose: true

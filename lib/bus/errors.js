@@ -4,20 +4,10 @@
  * Errors raised by the bus. Every message names the topic and says what to do.
  */
 
+const { ClusterizeError, ClusterizeTimeoutError } = require('../errors')
+
 /** A bus call that cannot be carried out: bad topic, too large, unserialisable, not started. */
-class ClusterizeBusError extends Error {
-  /**
-   * @param {string} message
-   * @param {string} code one of the ERR_CLUSTERIZE_BUS_* codes
-   * @param {object} [fields] extra properties copied onto the error
-   */
-  constructor (message, code, fields) {
-    super(message)
-    this.name = 'ClusterizeBusError'
-    this.code = code
-    if (fields) Object.assign(this, fields)
-  }
-}
+class ClusterizeBusError extends ClusterizeError {}
 
 /**
  * Rebuild an error that travelled over IPC or Redis as `{ message, name, code }`.
@@ -27,12 +17,24 @@ class ClusterizeBusError extends Error {
  */
 function errorFromWire (wire, fallback) {
   const message = wire && typeof wire.message === 'string' ? wire.message : fallback
-  const error = new Error(message)
+  const error = ownError(wire, message)
   if (wire && typeof wire.name === 'string' && wire.name !== 'Error') error.name = wire.name
   if (wire && (typeof wire.code === 'string' || typeof wire.code === 'number')) error.code = wire.code
   if (wire && typeof wire.status === 'number') error.status = wire.status
   error.remote = true
   return error
+}
+
+/**
+ * A code of ours gets its class back on this side, so that
+ * `instanceof ClusterizeError` holds for errors that crossed a process.
+ */
+function ownError (wire, message) {
+  const code = wire && wire.code
+  if (code === 'ERR_CLUSTERIZE_BUS_TIMEOUT') return new ClusterizeTimeoutError(message)
+  if (typeof code === 'string' && (code.startsWith('ERR_CLUSTERIZE_BUS_') || code === 'ERR_CLUSTERIZE_WORKER_EXIT')) return new ClusterizeBusError(message, code)
+  if (typeof code === 'string' && code.startsWith('ERR_CLUSTERIZE_')) return new ClusterizeError(message, code)
+  return new Error(message)
 }
 
 /**

@@ -128,7 +128,7 @@ function createBusApi (reservedAllowed) {
 
     /**
      * Ask the primary's handler for `topic`. Rejects with the handler's error
-     * message if it throws, with ERR_CLUSTERIZE_TIMEOUT after `timeoutMs`
+     * message if it throws, with ERR_CLUSTERIZE_BUS_TIMEOUT after `timeoutMs`
      * (default 5000).
      * @param {string} topic
      * @param {*} [data]

@@ -9,19 +9,11 @@
 const { SCHEDULING } = require('../config')
 const { RELOAD_SIGNALS } = require('../signals')
 const { MAX_TIMER_MS } = require('../errors')
+const { CliUsageError } = require('./errors')
 
 const COMMANDS = ['reload', 'stop', 'status', 'top']
 /** 0.1's default, in the working directory; now only pointed at in messages. */
 const LEGACY_PID_FILE = 'clusterize.pid'
-
-/** A usage mistake: printed with a hint to --help, exit code 2. */
-class CliUsageError extends Error {
-  constructor (message) {
-    super(message)
-    this.name = 'CliUsageError'
-    this.exitCode = 2
-  }
-}
 
 // flag -> { key, value: kind of value (undefined for booleans), commands it applies to }
 const FLAGS = {

@@ -16,20 +16,12 @@ const { defaultPidFile } = require('./runtime-dir')
 const { sendControl } = require('./control-server')
 const { isAlive } = require('../process-alive')
 const { RELOAD_SIGNALS } = require('../signals')
+const { CliRuntimeError } = require('./errors')
 
 const POLL_MS = 100
 const STATUS_TIMEOUT_MS = 5000
 /** Connect errors that mean "no control socket here": fall back to signals and probes. */
 const UNREACHABLE = new Set(['ENOENT', 'ECONNREFUSED', 'ENOTSOCK'])
-
-/** A failure to report on stderr with exit code 1. */
-class CliRuntimeError extends Error {
-  constructor (message) {
-    super(message)
-    this.name = 'CliRuntimeError'
-    this.exitCode = 1
-  }
-}
 
 /**
  * The pid file the flags name, or the default one for this directory.

@@ -16,6 +16,7 @@ const { resolveConfig } = require('../config')
 const { ClusterizeOptionError } = require('../errors')
 const { formatBanner } = require('../primary/banner')
 const { buildOptions, CliUsageError } = require('./args')
+const { CliRuntimeError } = require('./errors')
 const { createJsonLogger } = require('./json-logger')
 const pidFile = require('./pid-file')
 const { pidFilePath } = require('./control')
@@ -61,7 +62,7 @@ async function start (parsed, io) {
     info = await handle.ready
   } catch (err) {
     // The primary has already logged why the app cannot load.
-    if (err.code !== 'CLUSTERIZE_APP_INVALID') io.stderr.write(`clusterize: could not start ${parsed.app}: ${err.message}\n`)
+    if (err.code !== 'ERR_CLUSTERIZE_APP_INVALID') io.stderr.write(`clusterize: could not start ${parsed.app}: ${err.message}\n`)
     const result = await handle.shutdown().catch(() => null)
     debug('shutdown after failed start: %o', result)
     process.exit(1)
@@ -156,10 +157,8 @@ function refuseIfRunning (file) {
   }
   if (!existing) return
   if (pidFile.isPrimaryAlive(existing)) {
-    const error = new Error(`already running: primary pid ${existing.pid} owns ${file}. ` +
+    throw new CliRuntimeError(`already running: primary pid ${existing.pid} owns ${file}. ` +
       'Stop it with `clusterize stop`, or give this instance its own --pid-file.')
-    error.exitCode = 1
-    throw error
   }
   debug('replacing stale pid file %s (pid %d is gone)', file, existing.pid)
 }

@@ -1,6 +1,6 @@
 'use strict'
 
-const { ClusterizeOptionError } = require('../errors')
+const { ClusterizeError, ClusterizeOptionError } = require('../errors')
 
 /**
  * Errors raised by the offload pool. Every error carries an HTTP `status`
@@ -11,17 +11,15 @@ const { ClusterizeOptionError } = require('../errors')
  */
 
 /** Base class of every offload error. */
-class OffloadError extends Error {
+class OffloadError extends ClusterizeError {
   /**
    * @param {string} message
    * @param {{ status?: number, code?: string, cause?: unknown }} [info]
    */
   constructor (message, info = {}) {
-    super(message, info.cause === undefined ? undefined : { cause: info.cause })
-    this.name = this.constructor.name
+    super(message, info.code || 'ERR_CLUSTERIZE_OFFLOAD_FAILED', info.cause === undefined ? undefined : { cause: info.cause })
     this.status = info.status || 500
     this.statusCode = this.status
-    this.code = info.code || 'ERR_OFFLOAD'
     this.expose = this.status < 500
   }
 }
@@ -30,7 +28,7 @@ class OffloadError extends Error {
 class QueueFullError extends OffloadError {
   /** @param {number} maxQueue @param {number} retryAfter seconds */
   constructor (maxQueue, retryAfter) {
-    super(`offload queue is full (maxQueue ${maxQueue}); retry in ${retryAfter}s`, { status: 503, code: 'ERR_OFFLOAD_QUEUE_FULL' })
+    super(`offload queue is full (maxQueue ${maxQueue}); retry in ${retryAfter}s`, { status: 503, code: 'ERR_CLUSTERIZE_OFFLOAD_QUEUE_FULL' })
     this.retryAfter = retryAfter
     this.headers = { 'Retry-After': String(retryAfter) }
   }
@@ -40,7 +38,7 @@ class QueueFullError extends OffloadError {
 class TaskTimeoutError extends OffloadError {
   /** @param {number} timeoutMs */
   constructor (timeoutMs) {
-    super(`offload task timed out after ${timeoutMs} ms; its thread was terminated and replaced`, { status: 503, code: 'ERR_OFFLOAD_TIMEOUT' })
+    super(`offload task timed out after ${timeoutMs} ms; its thread was terminated and replaced`, { status: 503, code: 'ERR_CLUSTERIZE_OFFLOAD_TIMEOUT' })
     this.timeoutMs = timeoutMs
   }
 }
@@ -61,7 +59,7 @@ class TaskError extends OffloadError {
    */
   constructor (remote) {
     const status = Number.isInteger(remote.status) && remote.status >= 400 && remote.status <= 599 ? remote.status : 500
-    super(String(remote.message), { status, code: typeof remote.code === 'string' ? remote.code : 'ERR_OFFLOAD_TASK' })
+    super(String(remote.message), { status, code: typeof remote.code === 'string' ? remote.code : 'ERR_CLUSTERIZE_OFFLOAD_TASK' })
     this.taskErrorName = remote.name || 'Error'
     if (remote.stack) this.stack = `${remote.stack}\n    at <offload thread>`
     this.expose = status < 500
@@ -72,7 +70,7 @@ class TaskError extends OffloadError {
 class ThreadExitError extends OffloadError {
   /** @param {string} message @param {number|null} exitCode @param {unknown} [cause] */
   constructor (message, exitCode, cause) {
-    super(message, { status: 500, code: 'ERR_OFFLOAD_THREAD_EXIT', cause })
+    super(message, { status: 500, code: 'ERR_CLUSTERIZE_OFFLOAD_THREAD_EXIT', cause })
     this.exitCode = exitCode
   }
 }
@@ -81,14 +79,14 @@ class ThreadExitError extends OffloadError {
 class ThreadStartupError extends OffloadError {
   /** @param {string} reason @param {unknown} [cause] */
   constructor (reason, cause) {
-    super(`offload threads fail at startup, the pool stopped respawning them: ${reason}`, { status: 503, code: 'ERR_OFFLOAD_THREAD_STARTUP', cause })
+    super(`offload threads fail at startup, the pool stopped respawning them: ${reason}`, { status: 503, code: 'ERR_CLUSTERIZE_OFFLOAD_THREAD_STARTUP', cause })
   }
 }
 
 /** The pool is closing or closed (503). */
 class PoolClosedError extends OffloadError {
   constructor (message = 'offload pool is closed') {
-    super(message, { status: 503, code: 'ERR_OFFLOAD_POOL_CLOSED' })
+    super(message, { status: 503, code: 'ERR_CLUSTERIZE_OFFLOAD_POOL_CLOSED' })
   }
 }
 
@@ -96,7 +94,7 @@ class PoolClosedError extends OffloadError {
 class CloneError extends OffloadError {
   /** @param {string} message @param {number} [position] 1-based argument position, 0 for the result */
   constructor (message, position) {
-    super(message, { status: 500, code: 'ERR_OFFLOAD_CLONE' })
+    super(message, { status: 500, code: 'ERR_CLUSTERIZE_OFFLOAD_CLONE' })
     this.position = position
   }
 }
@@ -105,7 +103,7 @@ class CloneError extends OffloadError {
 class OuterVariableError extends OffloadError {
   /** @param {string} variable */
   constructor (variable) {
-    super(`offloaded functions cannot use outer variables; pass them as arguments (the function uses "${variable}", which is not defined in the thread)`, { status: 500, code: 'ERR_OFFLOAD_OUTER_VARIABLE' })
+    super(`offloaded functions cannot use outer variables; pass them as arguments (the function uses "${variable}", which is not defined in the thread)`, { status: 500, code: 'ERR_CLUSTERIZE_OFFLOAD_OUTER_VARIABLE' })
     this.variable = variable
   }
 }
@@ -114,7 +112,7 @@ class OuterVariableError extends OffloadError {
 class InvalidTaskError extends OffloadError {
   /** @param {string} message */
   constructor (message) {
-    super(message, { status: 500, code: 'ERR_OFFLOAD_INVALID_TASK' })
+    super(message, { status: 500, code: 'ERR_CLUSTERIZE_OFFLOAD_INVALID_TASK' })
   }
 }
 
@@ -127,7 +125,7 @@ class OffloadOptionError extends ClusterizeOptionError {
   constructor (message, option) {
     super(message, option)
     this.name = 'OffloadOptionError'
-    this.code = 'ERR_OFFLOAD_OPTION'
+    this.code = 'ERR_CLUSTERIZE_OFFLOAD_OPTION'
   }
 }
 

@@ -13,7 +13,7 @@ const { normalizeOptions } = require('./options')
 const { resolveTask, unwrapTransfers, cloneError } = require('./task')
 const Queue = require('./queue')
 const Samples = require('./samples')
-const { QueueFullError, TaskAbortedError, PoolClosedError } = require('./errors')
+const { QueueFullError, TaskAbortedError, PoolClosedError, OffloadOptionError } = require('./errors')
 const { MAX_TIMER_MS } = require('../errors')
 const { Task, remoteError } = require('./records')
 const { TASK, RESULT, STATUS, READY } = require('./messages')
@@ -100,13 +100,13 @@ class Pool extends PoolThreads {
     } catch (err) {
       return Promise.reject(err)
     }
-    if (!Array.isArray(args)) return Promise.reject(new TypeError('offload: args must be an array'))
+    if (!Array.isArray(args)) return Promise.reject(new OffloadOptionError('offload: args must be an array', 'args'))
     let timeoutMs = this.options.taskTimeoutMs
     let signal = null
     let terminateOnAbort = true
     if (options !== undefined && options !== null) {
       if (options.timeoutMs !== undefined) {
-        if (!Number.isInteger(options.timeoutMs) || options.timeoutMs < 0 || options.timeoutMs > MAX_TIMER_MS) return Promise.reject(new TypeError(`offload: option "timeoutMs" must be an integer from 0 to ${MAX_TIMER_MS} (ms), got ${options.timeoutMs}`))
+        if (!Number.isInteger(options.timeoutMs) || options.timeoutMs < 0 || options.timeoutMs > MAX_TIMER_MS) return Promise.reject(new OffloadOptionError(`offload: option "timeoutMs" must be an integer from 0 to ${MAX_TIMER_MS} (ms), got ${options.timeoutMs}`, 'timeoutMs'))
         timeoutMs = options.timeoutMs
       }
       if (options.signal != null) {

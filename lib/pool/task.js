@@ -129,7 +129,7 @@ function transfer (value) {
   if (value instanceof ArrayBuffer) list = [value]
   else if (ArrayBuffer.isView(value)) list = value.buffer instanceof ArrayBuffer ? [value.buffer] : []
   else if (value !== null && typeof value === 'object' && typeof value.postMessage === 'function' && typeof value.start === 'function') list = [value]
-  else throw new TypeError('offload.transfer: value must be an ArrayBuffer, a typed array / Buffer view, or a MessagePort')
+  else throw new InvalidTaskError('offload.transfer: value must be an ArrayBuffer, a typed array / Buffer view, or a MessagePort')
   return { [kTransfer]: true, value, list }
 }
 

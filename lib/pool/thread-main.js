@@ -91,7 +91,7 @@ function replyOk (result) {
   try {
     parentPort.postMessage(okMsg, list)
   } catch (err) {
-    errMsg[RESULT.VALUE] = { name: 'CloneError', message: `offload result cannot be cloned: ${err.message}; return plain data`, code: 'ERR_OFFLOAD_CLONE', clone: true }
+    errMsg[RESULT.VALUE] = { name: 'CloneError', message: `offload result cannot be cloned: ${err.message}; return plain data`, code: 'ERR_CLUSTERIZE_OFFLOAD_CLONE', clone: true }
     parentPort.postMessage(errMsg)
     errMsg[RESULT.VALUE] = undefined
   }

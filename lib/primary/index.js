@@ -26,7 +26,7 @@ const { attachSessionBackend, backendFor } = require('../session/cluster-service
 const { attachRecoveryService, recoveryOptions } = require('../realtime/recovery-service')
 const { handleSignals } = require('../signals')
 const { createLogger } = require('../logger')
-const { explainListenError } = require('../errors')
+const { explainListenError, ClusterizeError, ClusterizeAppError } = require('../errors')
 
 /**
  * The handle returned by clusterize() in the primary.
@@ -167,11 +167,11 @@ function startPrimary (createApp, config) {
       }
       function onLoop (info) {
         stopWaiting()
-        reject(new Error(`crash loop before all workers were ready: ${info.lastError}`))
+        reject(new ClusterizeError(`crash loop before all workers were ready: ${info.lastError}`, 'ERR_CLUSTERIZE_WORKER_CRASHLOOP'))
       }
       function onFatal (message) {
         stopWaiting()
-        reject(Object.assign(new Error(message), { code: 'CLUSTERIZE_APP_INVALID' }))
+        reject(new ClusterizeAppError(message))
       }
       supervisor.on('record:ready', check)
       supervisor.on('crashloop', onLoop)

@@ -16,6 +16,7 @@
  */
 
 const debug = require('debug')('clusterize:socket.io')
+const { ClusterizeError, ClusterizeOptionError } = require('../errors')
 const { internalBus } = require('../bus')
 const { createRecovery } = require('./socket-io-recovery')
 const { coalesceWebSocketWrites } = require('./coalesce-writes')
@@ -27,8 +28,8 @@ function loadBase () {
   try {
     return require('socket.io-adapter')
   } catch (err) {
-    throw new Error('clusterize-express/socket.io needs socket.io (>= 4.7, which brings socket.io-adapter >= 2.5): npm install socket.io' +
-      (err && err.code === 'MODULE_NOT_FOUND' ? '' : ` (${err.message})`))
+    throw new ClusterizeError('clusterize-express/socket.io needs socket.io (>= 4.7, which brings socket.io-adapter >= 2.5): npm install socket.io' +
+      (err && err.code === 'MODULE_NOT_FOUND' ? '' : ` (${err.message})`), 'ERR_CLUSTERIZE_REALTIME_SOCKETIO_MISSING', { cause: err })
   }
 }
 
@@ -65,11 +66,11 @@ function recoveryOptions (options) {
   const recovery = (options && options.recovery) || {}
   for (const key of ['maxPackets', 'maxSessions']) {
     if (recovery[key] !== undefined && !(Number.isInteger(recovery[key]) && recovery[key] > 0)) {
-      throw new TypeError(`clusterize-express/socket.io: createAdapter({ recovery: { ${key} } }) must be an integer > 0, got ${String(recovery[key])}`)
+      throw new ClusterizeOptionError(`clusterize-express/socket.io: createAdapter({ recovery: { ${key} } }) must be an integer > 0, got ${String(recovery[key])}`, `recovery.${key}`)
     }
   }
   if (recovery.liveWaitMs !== undefined && !(Number.isFinite(recovery.liveWaitMs) && recovery.liveWaitMs >= 0)) {
-    throw new TypeError(`clusterize-express/socket.io: createAdapter({ recovery: { liveWaitMs } }) must be a number >= 0, got ${String(recovery.liveWaitMs)}`)
+    throw new ClusterizeOptionError(`clusterize-express/socket.io: createAdapter({ recovery: { liveWaitMs } }) must be a number >= 0, got ${String(recovery.liveWaitMs)}`, 'recovery.liveWaitMs')
   }
   return recovery
 }
@@ -83,7 +84,7 @@ function recoveryOptions (options) {
 function createAdapter (options) {
   const { ClusterAdapterWithHeartbeat, Adapter, MessageType } = loadBase()
   if (options && options.coalesceWrites !== undefined && typeof options.coalesceWrites !== 'boolean') {
-    throw new TypeError(`clusterize-express/socket.io: createAdapter({ coalesceWrites }) must be true or false, got ${String(options.coalesceWrites)}`)
+    throw new ClusterizeOptionError(`clusterize-express/socket.io: createAdapter({ coalesceWrites }) must be true or false, got ${String(options.coalesceWrites)}`, 'coalesceWrites')
   }
 
   class ClusterizeAdapter extends ClusterAdapterWithHeartbeat {
@@ -160,8 +161,9 @@ function createAdapter (options) {
 
   return function clusterizeAdapter (nsp) {
     if (!nsp || typeof nsp.name !== 'string' || !nsp.server || typeof nsp.server.of !== 'function') {
-      throw new TypeError('clusterize-express/socket.io: createAdapter() returns what socket.io\'s io.adapter() takes: ' +
-        'new Server(httpServer, { adapter: createAdapter() }) or io.adapter(createAdapter()); it was called with something that is not a socket.io namespace')
+      throw new ClusterizeError('clusterize-express/socket.io: createAdapter() returns what socket.io\'s io.adapter() takes: ' +
+        'new Server(httpServer, { adapter: createAdapter() }) or io.adapter(createAdapter()); it was called with something that is not a socket.io namespace',
+      'ERR_CLUSTERIZE_REALTIME_NOT_A_NAMESPACE')
     }
     return new ClusterizeAdapter(nsp)
   }

@@ -8,7 +8,7 @@
 
 const { SessionHttpError } = require('./http-error')
 
-const CODE = 'ERR_SESSION_TOO_LARGE'
+const CODE = 'ERR_CLUSTERIZE_SESSION_TOO_LARGE'
 
 class SessionTooLargeError extends SessionHttpError {
   /**

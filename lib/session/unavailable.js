@@ -8,7 +8,7 @@
 
 const { SessionHttpError } = require('./http-error')
 
-const CODE = 'ERR_SESSION_STORE_UNAVAILABLE'
+const CODE = 'ERR_CLUSTERIZE_SESSION_STORE_UNAVAILABLE'
 
 class SessionStoreUnavailableError extends SessionHttpError {
   /**

@@ -8,6 +8,8 @@
  * drain deadline (`reload.drainTimeoutMs`, or `shutdown.timeoutMs`).
  */
 
+const { ClusterizeError } = require('../errors')
+
 const hooks = new Set()
 
 /**
@@ -50,7 +52,7 @@ function onConnectionsClosed (fn) {
 
 /** Add `fn` to `set`; the returned function removes it. */
 function register (set, fn, name) {
-  if (typeof fn !== 'function') throw new TypeError(`${name}(fn): fn must be a function`)
+  if (typeof fn !== 'function') throw new ClusterizeError(`${name}(fn): fn must be a function, got ${typeof fn}`, 'ERR_CLUSTERIZE_DRAIN_HANDLER')
   set.add(fn)
   return function removeHook () { set.delete(fn) }
 }

@@ -3,6 +3,7 @@
 const http = require('http')
 const net = require('net')
 const path = require('path')
+const { ClusterizeAppError } = require('../errors')
 
 /**
  * Resolve the user's `createApp` into an http.Server that is not yet listening.
@@ -20,16 +21,16 @@ async function loadApp (createApp) {
     // that is not an Express app is treated as a factory.
     if (isServer(value) || isListener(value)) return toServer(value)
     if (typeof value !== 'function') {
-      throw invalidApp(new TypeError(`clusterize: ${createApp} must export an Express app, a (req, res) listener, an http.Server, ` +
+      throw invalidApp(new ClusterizeAppError(`clusterize: ${createApp} must export an Express app, a (req, res) listener, an http.Server, ` +
         `or a function that returns one (module.exports = app, or module.exports = () => app); it exports ${describe(value)}`))
     }
   }
   if (typeof value !== 'function') {
-    throw invalidApp(new TypeError('clusterize: createApp must be a function or a module path, got ' + describe(value)))
+    throw invalidApp(new ClusterizeAppError('clusterize: createApp must be a function or a module path, got ' + describe(value)))
   }
   const built = unwrapModule(await value())
   if (isServer(built) || typeof built === 'function') return toServer(built)
-  throw invalidApp(new TypeError('clusterize: createApp must return an Express app, a (req, res) listener or an http.Server, got ' + describe(built)))
+  throw invalidApp(new ClusterizeAppError('clusterize: createApp must return an Express app, a (req, res) listener or an http.Server, got ' + describe(built)))
 }
 
 /**
@@ -74,7 +75,7 @@ function isListener (value) {
 
 function toServer (value) {
   if (isServer(value)) {
-    if (value.listening) throw new Error('clusterize: the http.Server returned by createApp is already listening; return it without calling listen()')
+    if (value.listening) throw new ClusterizeAppError('clusterize: the http.Server returned by createApp is already listening; return it without calling listen()')
     const listeners = value.listeners('request')
     return { app: listeners.length === 1 ? listeners[0] : null, server: value }
   }

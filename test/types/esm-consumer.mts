@@ -1,6 +1,6 @@
 // An ESM TypeScript consumer: every public API, and calls that must not compile.
 import express from 'express'
-import { clusterize, offload, session, bus, ClusterizeOptionError } from 'clusterize-express'
+import { clusterize, offload, session, bus, ClusterizeError, ClusterizeOptionError } from 'clusterize-express'
 import type { PrimaryHandle, ReloadResult, WorkerExitEvent, ClusterizeOptions } from 'clusterize-express'
 
 const options: ClusterizeOptions = {
@@ -40,7 +40,7 @@ bus.drained().then(() => bus.broadcast('cache:invalidate', { key: 'user:2' }))
 const pool = offload.pool({ threads: 1 })
 pool.run((x: number) => x + 1, 1).then((n) => n.toFixed())
 
-if (new ClusterizeOptionError('x', 'port') instanceof TypeError) console.log('ok')
+if (new ClusterizeOptionError('x', 'port') instanceof ClusterizeError) console.log('ok')
 
 // @ts-expect-error workers must be a number or 'auto'
 clusterize(createApp, { workers: true })

@@ -1,0 +1,69 @@
+// Type assertions on the public declarations: events, options and the error catalogue.
+import {
+  clusterize, bus, onDrain,
+  ClusterizeError, ClusterizeOptionError, ClusterizeTimeoutError, ClusterizeAppError, ClusterizeBusError,
+  OffloadError, QueueFullError, OffloadOptionError, SessionHttpError, SessionStoreUnavailableError,
+  SessionTooLargeError, CliUsageError, CliRuntimeError
+} from 'clusterize-express'
+import type {
+  PrimaryHandle, ClusterizeOptions, ReloadStartEvent, ReloadResult, BridgeUpEvent, BridgeDownEvent,
+  SessionDownEvent, SessionUpEvent, WorkerExitEvent, ClusterizeBusErrorCode
+} from 'clusterize-express'
+import { expectType } from './expect.mjs'
+
+declare const handle: PrimaryHandle
+
+// ---- events: each listener gets its payload's type, not any
+handle.on('reload:start', (event) => expectType<ReloadStartEvent>()(event))
+handle.once('reload:start', (event) => expectType<number>()(event.generation))
+handle.on('reload:done', (result) => expectType<ReloadResult>()(result))
+handle.on('worker:exit', (event) => expectType<WorkerExitEvent>()(event))
+handle.on('bridge:up', (state) => expectType<BridgeUpEvent>()(state))
+handle.on('bridge:up', (state) => expectType<string>()(state.channel))
+handle.on('bridge:down', (state) => expectType<BridgeDownEvent>()(state))
+handle.once('bridge:down', (state) => expectType<string>()(state.lastError))
+handle.on('session:down', (event) => expectType<SessionDownEvent>()(event))
+handle.on('session:down', (event) => expectType<string | null>()(event.lastError))
+handle.on('session:up', (event) => expectType<SessionUpEvent>()(event))
+handle.once('session:up', (event) => expectType<number>()(event.id))
+// @ts-expect-error reload:start carries the generation, not a result
+handle.on('reload:start', (event) => expectType<ReloadResult>()(event))
+// @ts-expect-error the checker itself: assignable is not equal
+expectType<number>()(1 as number | undefined)
+// @ts-expect-error the checker itself: any is not a payload type
+expectType<ReloadStartEvent>()(null as any)
+
+// ---- options
+expectType<boolean | undefined>()(({} as ClusterizeOptions).banner)
+clusterize(() => (req, res) => res.end(), { banner: false })
+// @ts-expect-error banner is true or false
+clusterize(() => (req, res) => res.end(), { banner: 'yes' })
+
+// ---- errors: one base class, literal codes
+expectType<string>()(new ClusterizeError('m', 'ERR_CLUSTERIZE_X_Y').code)
+expectType<'ERR_CLUSTERIZE_CONFIG_OPTION' | 'ERR_CLUSTERIZE_OFFLOAD_OPTION'>()(new ClusterizeOptionError('m', 'port').code)
+expectType<'ERR_CLUSTERIZE_BUS_TIMEOUT'>()(new ClusterizeTimeoutError('m').code)
+expectType<'ERR_CLUSTERIZE_APP_INVALID'>()(new ClusterizeAppError('m').code)
+expectType<ClusterizeBusErrorCode>()(new ClusterizeBusError('m', 'ERR_CLUSTERIZE_BUS_TOPIC').code)
+expectType<'ERR_CLUSTERIZE_OFFLOAD_OPTION'>()(({} as OffloadOptionError).code)
+expectType<'ERR_CLUSTERIZE_SESSION_STORE_UNAVAILABLE'>()(({} as SessionStoreUnavailableError).code)
+expectType<'ERR_CLUSTERIZE_SESSION_TOO_LARGE'>()(({} as SessionTooLargeError).code)
+expectType<'ERR_CLUSTERIZE_CLI_USAGE'>()(({} as CliUsageError).code)
+expectType<'ERR_CLUSTERIZE_CLI_FAILED'>()(({} as CliRuntimeError).code)
+type Extends<A, B> = A extends B ? true : false
+expectType<true>()(true as Extends<ClusterizeOptionError, ClusterizeError>)
+expectType<true>()(true as Extends<OffloadOptionError, ClusterizeOptionError>)
+expectType<true>()(true as Extends<QueueFullError, OffloadError>)
+expectType<true>()(true as Extends<OffloadError, ClusterizeError>)
+expectType<true>()(true as Extends<SessionTooLargeError, SessionHttpError>)
+expectType<true>()(true as Extends<SessionHttpError, ClusterizeError>)
+expectType<true>()(true as Extends<CliUsageError, ClusterizeError>)
+expectType<true>()(true as Extends<ClusterizeBusError, ClusterizeError>)
+// @ts-expect-error a ClusterizeBusError carries only bus codes
+new ClusterizeBusError('m', 'ERR_CLUSTERIZE_SESSION_TOO_LARGE')
+try {
+  bus.broadcast('t', 1)
+} catch (err) {
+  if (err instanceof ClusterizeError) expectType<string>()(err.code)
+}
+expectType<() => void>()(onDrain(() => {}))
