@@ -32,6 +32,7 @@
  */
 
 const debug = require('debug')('clusterize:socket.io')
+const { isAlive } = require('../process-alive')
 // Loaded only with bus.redis (it brings ioredis).
 const redisLog = () => require('./recovery-redis')
 
@@ -57,6 +58,12 @@ const RETIRE_WAIT_MARGIN_MS = 5000
 function shouldInclude (rooms, opts) {
   const included = opts.rooms.length === 0 || rooms.some((room) => opts.rooms.includes(room))
   return included && rooms.every((room) => !opts.except.includes(room))
+}
+
+/** Is `session` what socket.io's persistSession() is given, for the socket `pid`? */
+function isSession (session, pid) {
+  return session !== null && typeof session === 'object' && session.pid === pid && typeof session.sid === 'string' &&
+    Array.isArray(session.rooms) && session.rooms.every((room) => typeof room === 'string')
 }
 
 /** One namespace's log of numbered packets and its persisted sessions. */
@@ -190,6 +197,11 @@ class RecoveryService {
     this.live = new Map()
     /** @type {Map<number, Set<string>>} worker process pid -> its live keys */
     this.liveByProcess = new Map()
+    /**
+     * @type {Map<string, object>} `${nsp}\n${pid}` -> the session of a live socket as its worker last
+     * reported it (id, rooms, socket.data): persisted here if that worker dies without persisting it
+     */
+    this.shadows = new Map()
     /** @type {Map<string, Array<Function>>} restores waiting for a live socket's persist */
     this.waiting = new Map()
     this.liveWaitMs = DEFAULTS.liveWaitMs
@@ -239,6 +251,10 @@ class RecoveryService {
     if (this.timer !== null) return
     this.timer = setInterval(() => {
       const now = Date.now()
+      // A 'live' that arrived after its worker's exit was handled would be held forever.
+      for (const workerPid of Array.from(this.liveByProcess.keys())) {
+        if (!isAlive(workerPid)) this.forgetProcess(workerPid)
+      }
       for (const state of this.namespaces.values()) {
         state.trim(now)
         if (this.redis !== null) this.redis.trim(state.name, state.maxDisconnectionDuration, now)
@@ -253,7 +269,7 @@ class RecoveryService {
     switch (data.op) {
       case 'pub': return this.publish(data, meta)
       case 'cfg': return this.configure(data)
-      case 'live': return this.markLive(data.n, data.s, data.w)
+      case 'live': return this.markLive(data.n, data.s, data.w, data.x)
       case 'gone': return this.markGone(data.n, data.s)
       default: debug('recovery: ignoring op %o', data.op)
     }
@@ -359,10 +375,17 @@ class RecoveryService {
     state.configured = true
   }
 
-  markLive (nsp, pid, workerPid) {
+  /**
+   * A socket is connected on worker process `workerPid`; `session`, when
+   * given, is its current state (sent at connection and at each room change).
+   */
+  markLive (nsp, pid, workerPid, session) {
     if (typeof pid !== 'string') return
     const key = nsp + '\n' + pid
+    const holder = this.live.get(key)
+    if (holder !== undefined && holder !== workerPid) this.markGone(nsp, pid)
     this.live.set(key, workerPid)
+    if (isSession(session, pid)) this.shadows.set(key, session)
     let keys = this.liveByProcess.get(workerPid)
     if (keys === undefined) {
       keys = new Set()
@@ -376,6 +399,7 @@ class RecoveryService {
     const workerPid = this.live.get(key)
     if (workerPid === undefined) return
     this.live.delete(key)
+    this.shadows.delete(key)
     const keys = this.liveByProcess.get(workerPid)
     if (keys !== undefined) {
       keys.delete(key)
@@ -388,14 +412,28 @@ class RecoveryService {
     }
   }
 
-  /** A worker process exited: its sockets will never be persisted (a crash loses them). */
+  /**
+   * A worker process exited: the sockets it still held were not persisted
+   * (a crash, or a drain cut short). Persist the last state it reported of
+   * each, so their clients recover on another worker; the restores waiting
+   * for them wake once that is done.
+   */
   forgetProcess (workerPid) {
     const keys = this.liveByProcess.get(workerPid)
     if (keys === undefined) return
+    let orphans = 0
     for (const key of Array.from(keys)) {
       const [nsp, pid] = key.split('\n')
-      this.markGone(nsp, pid)
+      const session = this.shadows.get(key)
+      if (session === undefined || this.closed) {
+        this.markGone(nsp, pid)
+        continue
+      }
+      orphans++
+      const persisted = this.persistSession(this.namespace(nsp), session)
+      if (persisted instanceof Promise) persisted.catch((err) => debug('recovery: session %s of a dead worker not persisted: %s', pid, err.message))
     }
+    if (orphans > 0) debug('recovery: worker %d exited holding %d sockets: their sessions are kept for recovery', workerPid, orphans)
   }
 
   /** Answer a worker's request: 'persist' or 'restore'. */
@@ -404,14 +442,18 @@ class RecoveryService {
     if (data.op === 'persist') {
       const session = data.session
       if (!session || typeof session.pid !== 'string' || typeof session.sid !== 'string' || !Array.isArray(session.rooms)) throw new TypeError('recovery: malformed session')
-      const state = this.namespace(data.n)
-      if (this.redis !== null && this.redis.ready) return this.persistShared(state, session)
-      state.persist(session, Date.now())
-      this.markGone(data.n, session.pid)
-      return true
+      return this.persistSession(this.namespace(data.n), session)
     }
     if (data.op === 'restore') return this.restore(data.n, data.s, data.o)
     throw new TypeError(`recovery: unknown op ${data.op}`)
+  }
+
+  /** Keep a session for recovery (in Redis with bus.redis, else here); then its socket is no longer live. */
+  persistSession (state, session) {
+    if (this.redis !== null && this.redis.ready) return this.persistShared(state, session)
+    state.persist(session, Date.now())
+    this.markGone(state.name, session.pid)
+    return true
   }
 
   /** Persist in Redis (any host can restore it); in this primary if Redis fails it. */

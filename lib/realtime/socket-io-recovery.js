@@ -10,6 +10,9 @@
  * - A socket cut with a recoverable reason is persisted in the primary (a
  *   request: the old worker waits for the answer before it exits), and the
  *   worker the client reconnects to restores it from there.
+ * - The primary also holds a copy of every connected socket's session, sent
+ *   at connection and at each join or leave: if this worker dies without
+ *   persisting (kill -9, OOM), the primary persists that copy instead.
  * - A restore answers with the packets up to the primary's head at that
  *   moment; the packets this worker delivers meanwhile (after the head) are
  *   added from what it saw while the restore was in flight, so the client
@@ -77,12 +80,41 @@ function createRecovery (adapter, options) {
       waiting.conn.off('close', waiting.onClose)
     }
     send({ op: 'live', n: name, s: pid, w: process.pid })
+    // Once the app's 'connection' handlers ran: the rooms and socket.data they set.
+    changed(socket.id)
     socket.once('disconnect', function onDisconnect () {
       if (persistedPids.delete(pid)) return
       send({ op: 'gone', n: name, s: pid })
     })
   }
   nsp.on('connection', onConnection)
+  // The adapter's public room events: every join and leave of a socket of this worker.
+  const onRoomChange = (room, id) => changed(id)
+  adapter.on('join-room', onRoomChange)
+  adapter.on('leave-room', onRoomChange)
+
+  /**
+   * The primary keeps a copy of each connected socket's session (id, rooms,
+   * socket.data) as it changes, so that it can persist it itself when this
+   * worker dies without doing so (kill -9, OOM). Changes are coalesced: one
+   * message per socket per turn of the event loop.
+   */
+  const dirty = new Set()
+  let flushing = null
+  function changed (id) {
+    dirty.add(id)
+    if (flushing === null) flushing = setImmediate(syncChanged)
+  }
+
+  function syncChanged () {
+    flushing = null
+    for (const id of dirty) {
+      const socket = nsp.sockets.get(id)
+      if (socket === undefined || !socket.connected || typeof socket.pid !== 'string') continue
+      send({ op: 'live', n: name, s: socket.pid, w: process.pid, x: { sid: socket.id, pid: socket.pid, rooms: [...socket.rooms], data: socket.data } })
+    }
+    dirty.clear()
+  }
 
   adapters.add(adapter)
   if (!drainHookAdded) {
@@ -207,6 +239,11 @@ function createRecovery (adapter, options) {
 
     close () {
       nsp.off('connection', onConnection)
+      adapter.off('join-room', onRoomChange)
+      adapter.off('leave-room', onRoomChange)
+      if (flushing !== null) clearImmediate(flushing)
+      flushing = null
+      dirty.clear()
       restoringClients.stop()
       adapters.delete(adapter)
     }
