@@ -115,6 +115,35 @@ test('in process: two primaries share one stream (one order) and a session persi
   assert.ok((await redis.pttl(`{${channel}}:sio:s:/:s11`)) > 50000, 'a session expires after maxDisconnectionDuration')
 })
 
+test('in process: the sockets of a worker that died without persisting them are persisted in Redis, and restore on another host', async (t) => {
+  const { skip } = await redisTestOptions()
+  if (skip) return t.skip(skip)
+  const channel = uniquePrefix('sio-rec-crash')
+  cleanups.push(() => deletePrefix('{' + channel))
+  const a = primary(channel)
+  const b = primary(channel)
+  for (const host of [a, b]) host.service.onQueueMessage({ op: 'cfg', n: '/', d: 60000, p: 1000, x: 10, l: 5000 }, {})
+  await eventually(() => a.service.redis.ready && b.service.redis.ready, { what: 'both connected to Redis' })
+  let probe = 0
+  await eventually(() => {
+    publish(a, `probe-${++probe}`)
+    return b.delivered().some((s) => /^\d+-\d+$/.test(s.data.o))
+  }, { what: 'a packet of A read from the stream by B', intervalMs: 100 })
+  publish(a, 'marker')
+  const marked = (host) => host.delivered().some((s) => s.data.m.packet.data[1] === 'marker')
+  await eventually(() => marked(a) && marked(b), { what: 'the marker on both hosts' })
+  const offset = a.delivered().find((s) => s.data.m.packet.data[1] === 'marker').data.o
+
+  a.service.onQueueMessage({ op: 'live', n: '/', s: 'p1', w: 111, x: session('p1', ['sid-p1', 'later'], { name: 'crashed' }) }, {})
+  publish(a, 'missed', { rooms: ['later'], except: [], flags: {} })
+  await eventually(() => b.delivered().some((s) => s.data.m.packet.data[1] === 'missed'), { what: 'the missed packet on B' })
+  a.service.forgetProcess(111)
+  // Persisted asynchronously (a Redis script): B gets it once it is there.
+  const restored = await eventually(() => b.service.onStateRequest({ op: 'restore', n: '/', s: 'p1', o: offset }), { what: 'the session restored on B', intervalMs: 50 })
+  assert.deepStrictEqual(restored.session, session('p1', ['sid-p1', 'later'], { name: 'crashed' }))
+  assert.deepStrictEqual(restored.missed.map(([, data]) => data[1]), ['missed'])
+})
+
 /**
  * A TCP proxy on loopback in front of one cluster: cut() closes every
  * connection through it and holds new ones; release(port) sends them, and

@@ -122,3 +122,38 @@ test("a restore waits for a draining old worker past liveWaitMs (it persists or 
   }
 })
 
+
+test('a worker that dies holding sockets: the primary persists the state it last reported of each, and wakes the restores waiting for them', async () => {
+  const sent = []
+  const service = new RecoveryService({ broadcast: (topic, data) => sent.push(data) })
+  service.onQueueMessage({ op: 'cfg', n: '/', d: 1000, l: 5000 }, {})
+  // p1 connects, then joins room 'later' (a second report); p2 never reports its state; p3 disconnects for good.
+  service.onQueueMessage({ op: 'live', n: '/', s: 'p1', w: 111, x: session('p1', ['sid-p1']) }, {})
+  service.onQueueMessage({ op: 'live', n: '/', s: 'p1', w: 111, x: session('p1', ['sid-p1', 'later']) }, {})
+  service.onQueueMessage({ op: 'live', n: '/', s: 'p2', w: 111 }, {})
+  service.onQueueMessage({ op: 'live', n: '/', s: 'p3', w: 111, x: session('p3', ['sid-p3']) }, {})
+  service.onQueueMessage({ op: 'gone', n: '/', s: 'p3' }, {})
+  // A state that is not a session of that socket is ignored.
+  service.onQueueMessage({ op: 'live', n: '/', s: 'p4', w: 111, x: { sid: 'x', pid: 'other', rooms: [] } }, {})
+  service.onQueueMessage({ op: 'pub', n: '/', k: 1, m: { uid: 'u', packet: { type: 2, data: ['m', 1] }, opts: toAll } }, {})
+  const offset = sent[0].o
+  service.onQueueMessage({ op: 'pub', n: '/', k: 1, m: { uid: 'u', packet: { type: 2, data: ['m', 2] }, opts: { rooms: ['later'], except: [] } } }, {})
+
+  const waiting = service.onStateRequest({ op: 'restore', n: '/', s: 'p1', o: offset })
+  assert.ok(waiting instanceof Promise, 'p1 is still live on its worker: the restore waits')
+  service.forgetProcess(111) // kill -9: nothing was persisted by the worker
+  const restored = await waiting
+  assert.deepStrictEqual(restored.session, session('p1', ['sid-p1', 'later']), 'the last reported state')
+  assert.deepStrictEqual(restored.missed.map(([, data]) => data[1]), [2], 'the packet for its later room')
+  for (const pid of ['p2', 'p3', 'p4']) assert.strictEqual(await service.onStateRequest({ op: 'restore', n: '/', s: pid, o: offset }), null, pid)
+  assert.strictEqual(service.shadows.size, 0, 'nothing held for sockets no longer live')
+
+  // A session of a dead worker whose client never comes back expires with maxDisconnectionDuration.
+  service.onQueueMessage({ op: 'live', n: '/', s: 'p5', w: 222, x: session('p5', ['sid-p5']) }, {})
+  service.forgetProcess(222)
+  const state = service.namespaces.get('/')
+  assert.strictEqual(state.sessions.size, 1)
+  state.trim(Date.now() + 2000)
+  assert.strictEqual(state.sessions.size, 0, 'expired')
+  await service.close()
+})
