@@ -34,6 +34,8 @@ after(async () => {
 
 const toAll = { rooms: [], except: [], flags: {} }
 const session = (pid, rooms, data) => ({ sid: 'sid-' + pid, pid, rooms, data: data || { name: pid } })
+/** A broadcast ClusterMessage (socket.io-adapter's), as a worker's doPublish() sends it. */
+const broadcast = (uid, packet, opts) => ({ uid, nsp: '/', type: 3, data: { packet, opts } })
 
 /** A primary's recovery service on the shared Redis; `sent` collects what it sends its workers. */
 function primary (channel, log) {
@@ -45,7 +47,7 @@ function primary (channel, log) {
 }
 
 function publish (host, n, opts) {
-  host.service.onQueueMessage({ op: 'pub', n: '/', k: 1, m: { uid: 'u', packet: { type: 2, nsp: '/', data: ['m', n] }, opts: opts || toAll } }, {})
+  host.service.onQueueMessage({ op: 'pub', n: '/', m: broadcast('u', { type: 2, nsp: '/', data: ['m', n] }, opts || toAll) }, {})
 }
 
 test('in process: two primaries share one stream (one order) and a session persisted by one restores on the other, once', async (t) => {
@@ -65,7 +67,7 @@ test('in process: two primaries share one stream (one order) and a session persi
   }, { what: 'a packet of A read from the stream by B', intervalMs: 100 })
   // From the next packet on, both read everything: wait for a marker on both.
   publish(a, 'marker')
-  const marked = (host) => host.delivered().some((s) => s.data.m.packet.data[1] === 'marker')
+  const marked = (host) => host.delivered().some((s) => s.data.m.data.packet.data[1] === 'marker')
   await eventually(() => marked(a) && marked(b), { what: 'the marker on both hosts' })
   for (const host of [a, b]) host.sent.length = 0
 
@@ -75,7 +77,7 @@ test('in process: two primaries share one stream (one order) and a session persi
   publish(b, 4, { rooms: [], except: ['r'], flags: {} })
   publish(a, 5)
   await eventually(() => a.delivered().length === 5 && b.delivered().length === 5, { what: 'five packets on both hosts' })
-  const order = (host) => host.delivered().map((s) => [s.data.o, s.data.m.packet.data[1]])
+  const order = (host) => host.delivered().map((s) => [s.data.o, s.data.m.data.packet.data[1]])
   assert.deepStrictEqual(order(a), order(b), 'the same packets, with the same offsets, in the same order on both hosts')
   assert.ok(a.delivered().every((s) => s.options.scope === 'host' && s.data.o === s.data.q && /^\d+-\d+$/.test(s.data.o)), 'offsets are stream ids')
   const offsets = order(a).map(([o]) => o)
@@ -130,13 +132,13 @@ test('in process: the sockets of a worker that died without persisting them are 
     return b.delivered().some((s) => /^\d+-\d+$/.test(s.data.o))
   }, { what: 'a packet of A read from the stream by B', intervalMs: 100 })
   publish(a, 'marker')
-  const marked = (host) => host.delivered().some((s) => s.data.m.packet.data[1] === 'marker')
+  const marked = (host) => host.delivered().some((s) => s.data.m.data.packet.data[1] === 'marker')
   await eventually(() => marked(a) && marked(b), { what: 'the marker on both hosts' })
-  const offset = a.delivered().find((s) => s.data.m.packet.data[1] === 'marker').data.o
+  const offset = a.delivered().find((s) => s.data.m.data.packet.data[1] === 'marker').data.o
 
   a.service.onQueueMessage({ op: 'live', n: '/', s: 'p1', w: 111, x: session('p1', ['sid-p1', 'later'], { name: 'crashed' }) }, {})
   publish(a, 'missed', { rooms: ['later'], except: [], flags: {} })
-  await eventually(() => b.delivered().some((s) => s.data.m.packet.data[1] === 'missed'), { what: 'the missed packet on B' })
+  await eventually(() => b.delivered().some((s) => s.data.m.data.packet.data[1] === 'missed'), { what: 'the missed packet on B' })
   a.service.forgetProcess(111)
   // Persisted asynchronously (a Redis script): B gets it once it is there.
   const restored = await eventually(() => b.service.onStateRequest({ op: 'restore', n: '/', s: 'p1', o: offset }), { what: 'the session restored on B', intervalMs: 50 })

@@ -3,13 +3,14 @@
 /**
  * socket.io connection-state recovery across workers: the primary's side.
  *
- * With `connectionStateRecovery` on, workers do not deliver a broadcast
- * themselves: they send it to the primary ('pub'), which numbers it (a
- * per-namespace sequence, the offset the client keeps), keeps it in a bounded
- * log, and broadcasts it to this host's workers. Every worker, the sender
- * included, delivers the packets of a namespace in that one order, so a
- * client's offset (the last packet it got) says exactly which packets it
- * missed. A socket cut with a recoverable reason (a reload's 1012 close,
+ * With `connectionStateRecovery` on, a worker's doPublish() of a broadcast
+ * (socket.io-adapter's ClusterMessage) goes to the primary ('pub'), which
+ * numbers it (a per-namespace sequence, the offset the client keeps), keeps
+ * it in a bounded log, and sends it to this host's workers: the others
+ * deliver it (ClusterAdapter#onMessage with the offset), the sender learns
+ * its offset from it (what its doPublish() returns). Every worker delivers
+ * the packets of a namespace in that one order, so a client's offset (the
+ * last packet it got) says exactly which packets it missed. A socket cut with a recoverable reason (a reload's 1012 close,
  * a transport error) is persisted here (rooms, data, ids); the worker the
  * client reconnects to restores it and replays the missed packets of its
  * rooms.
@@ -53,6 +54,22 @@ const attached = new WeakMap()
 
 /** Beyond a draining worker's deadline, before a restore waiting for it gives up. */
 const RETIRE_WAIT_MARGIN_MS = 5000
+
+/**
+ * The packet and options of a broadcast ClusterMessage, if socket.io would
+ * replay it (socket.io-adapter's rule: an event, no ack, not volatile), else null.
+ * @param {object} m a ClusterMessage
+ * @returns {{ packet: object, opts: object }|null}
+ */
+function replayable (m) {
+  const data = m && m.type === 3 && m.data
+  if (!data || data.requestId !== undefined || !data.packet || !data.opts) return null
+  const { packet, opts } = data
+  if (packet.type !== 2 || packet.id !== undefined || !Array.isArray(packet.data)) return null
+  if (opts.flags && opts.flags.volatile !== undefined) return null
+  if (!Array.isArray(opts.rooms) || !Array.isArray(opts.except)) return null
+  return data
+}
 
 /** Is a packet sent with `opts` meant for a socket in `rooms`? (socket.io-adapter's rule) */
 function shouldInclude (rooms, opts) {
@@ -283,9 +300,9 @@ class RecoveryService {
    */
   publish (data, meta) {
     const m = data.m
-    if (!m || !m.packet || !m.opts) return
+    if (!m || typeof m !== 'object' || !m.data) return
     const state = this.namespace(data.n)
-    if (this.redis !== null && data.k === 1 && meta.host === undefined) {
+    if (this.redis !== null && replayable(m) !== null && meta.host === undefined) {
       if (this.redis.ready) return this.publishShared(state, data)
       this.degrade('not connected')
     }
@@ -295,8 +312,10 @@ class RecoveryService {
   /** Number the packet here (if it is to be kept), send it to this host's workers, and to the other hosts to number if `forward`. */
   publishHere (state, data, meta, forward) {
     const m = data.m
-    const offset = data.k === 1 ? state.append(m.packet, m.opts, Date.now()) : undefined
-    const message = { t: 's', m }
+    const kept = replayable(m)
+    const offset = kept !== null ? state.append(kept.packet, kept.opts, Date.now()) : undefined
+    // `i` lets the sender's worker match its own broadcast and return the offset from doPublish().
+    const message = { t: 'm', m, i: data.i }
     if (offset !== undefined) {
       message.o = offset
       message.q = state.seq
@@ -315,7 +334,7 @@ class RecoveryService {
     const redis = this.redis
     let appended
     try {
-      appended = redis.append(state.name, data.m, state.maxPackets)
+      appended = redis.append(state.name, { m: data.m, i: data.i }, state.maxPackets)
     } catch (err) {
       debug('recovery: packet not added to the stream: %s', err.message)
       return this.publishHere(state, data, {}, true)
@@ -332,16 +351,16 @@ class RecoveryService {
     }).catch((err) => debug('recovery: fallback delivery failed: %s', err.message))
   }
 
-  /** An entry of the shared stream, in stream order: to this host's workers (m null: skipped, only the position moves). */
-  fromStream (name, id, m) {
+  /** An entry of the shared stream, in stream order: to this host's workers (entry null: skipped, only the position moves). */
+  fromStream (name, id, entry) {
     const state = this.namespaces.get(name)
     if (state === undefined) return
-    if (m !== null) {
+    if (entry !== null && entry.m) {
       if (state.mixed) {
         state.mixed = false
         state.invalidate()
       }
-      this.bus.broadcast('$cz:sio:' + name, { t: 's', m, o: id, q: id }, { scope: 'host' })
+      this.bus.broadcast('$cz:sio:' + name, { t: 'm', m: entry.m, i: entry.i, o: id, q: id }, { scope: 'host' })
     }
     const waiters = this.reaching.get(name)
     if (waiters === undefined) return
@@ -551,8 +570,8 @@ class RecoveryService {
     if (entries.length === 0 || entries[0][0] !== offset) return null
     const missed = []
     for (let i = 1; i < entries.length; i++) {
-      const m = entries[i][1]
-      if (m !== null && m.packet && m.opts && shouldInclude(session.rooms, m.opts)) missed.push([entries[i][0], m.packet.data])
+      const kept = entries[i][1] === null ? null : replayable(entries[i][1].m)
+      if (kept !== null && shouldInclude(session.rooms, kept.opts)) missed.push([entries[i][0], kept.packet.data])
     }
     return { session, missed, head }
   }
@@ -643,4 +662,4 @@ function recoveryOptions (config, log, isRetiring) {
   return { redis: bus.redis, channel: bus.channel, serialization: bus.serialization, maxMessageBytes: bus.maxMessageBytes, log, isRetiring, retireWaitMs }
 }
 
-module.exports = { attachRecoveryService, recoveryOptions, RecoveryService, NamespaceState, shouldInclude, QUEUE_TOPIC, STATE_TOPIC, DEFAULTS }
+module.exports = { attachRecoveryService, recoveryOptions, RecoveryService, NamespaceState, shouldInclude, replayable, QUEUE_TOPIC, STATE_TOPIC, DEFAULTS }
