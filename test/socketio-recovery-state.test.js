@@ -159,3 +159,23 @@ test('a worker that dies holding sockets: the primary persists the state it last
   assert.strictEqual(state.sessions.size, 0, 'expired')
   await service.close()
 })
+
+test('delivery order in a worker: a task queued behind a settling one runs after the continuations of the promise it resolved', async () => {
+  const { createDeliveryOrder } = require('../lib/realtime/recovery-order')
+  const order = createDeliveryOrder()
+  const log = []
+  // What ClusterAdapter#broadcast does with doPublish()'s promise: deliver a few microtasks after it resolves.
+  async function publishAndDeliver (name, offset) {
+    const published = async () => offset
+    log.push(`${name} delivered at ${await published()}`)
+  }
+  let settle
+  const own = publishAndDeliver('own', new Promise((resolve) => { settle = resolve }).then((o) => o))
+  // One IPC batch: the own packet's copy (offset 1), then a remote packet (offset 2), synchronously.
+  order.run(() => settle(1), true)
+  order.run(() => log.push('remote delivered at 2'))
+  await own
+  await new Promise((resolve) => setImmediate(resolve))
+  assert.deepStrictEqual(log, ['own delivered at 1', 'remote delivered at 2'])
+  order.close()
+})

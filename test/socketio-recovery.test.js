@@ -244,6 +244,20 @@ test('without connectionStateRecovery nothing changes: no offsets, a reload give
   await cluster.stop()
 })
 
+test('an emit the bus refuses (over bus.maxMessageBytes) throws from io.emit() and reaches no one, with recovery on too', { timeout: 60000 }, async () => {
+  const cluster = await startCluster(fixture, { env: env(true, { bus: { maxMessageBytes: 4096 } }) })
+  const clients = [receiver(cluster.port, 'a', 'one'), receiver(cluster.port, 'a', 'two')]
+  await connectAll(clients)
+  const answer = await ask(clients[0].socket, 'emit-big', 8192)
+  assert.strictEqual(answer.code, 'ERR_CLUSTERIZE_BUS_TOO_LARGE')
+  assert.match(answer.message, /over the limit of 4096 bytes \(option bus\.maxMessageBytes\)/)
+  await ask(clients[0].socket, 'send', 'a', 1)
+  await eventually(() => clients.every((c) => c.got.includes(1)), { what: 'message 1 everywhere' })
+  for (const c of clients) assert.deepStrictEqual(c.got, [1], `${c.name}: the refused emit reached no one`)
+  for (const socket of sockets) socket.disconnect()
+  await cluster.stop()
+})
+
 test('with bus.redis: clients of one host recover through its reloads, messages from the other host included', { timeout: 120000 }, async (t) => {
   const { REDIS_URL, uniquePrefix, redisTestOptions } = require('./helpers/redis')
   const { skip } = await redisTestOptions()
