@@ -59,7 +59,7 @@ test('in process: two primaries share one stream (one order) and a session persi
   const b = primary(channel)
   for (const host of [a, b]) host.service.onQueueMessage({ op: 'cfg', n: '/', d: 60000, p: 1000, x: 10, l: 5000 }, {})
   // Each host reads from where the stream is when it starts: publish until both readers see the same packets.
-  await eventually(() => a.service.redis.ready && b.service.redis.ready, { what: 'both connected to Redis' })
+  await eventually(() => a.service.stats().redis.ready && b.service.stats().redis.ready, { what: 'both connected to Redis' })
   let probe = 0
   await eventually(() => {
     publish(a, `probe-${++probe}`)
@@ -125,7 +125,7 @@ test('in process: the sockets of a worker that died without persisting them are 
   const a = primary(channel)
   const b = primary(channel)
   for (const host of [a, b]) host.service.onQueueMessage({ op: 'cfg', n: '/', d: 60000, p: 1000, x: 10, l: 5000 }, {})
-  await eventually(() => a.service.redis.ready && b.service.redis.ready, { what: 'both connected to Redis' })
+  await eventually(() => a.service.stats().redis.ready && b.service.stats().redis.ready, { what: 'both connected to Redis' })
   let probe = 0
   await eventually(() => {
     publish(a, `probe-${++probe}`)

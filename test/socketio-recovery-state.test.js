@@ -148,15 +148,14 @@ test('a worker that dies holding sockets: the primary persists the state it last
   assert.deepStrictEqual(restored.session, session('p1', ['sid-p1', 'later']), 'the last reported state')
   assert.deepStrictEqual(restored.missed.map(([, data]) => data[1]), [2], 'the packet for its later room')
   for (const pid of ['p2', 'p3', 'p4']) assert.strictEqual(await service.onStateRequest({ op: 'restore', n: '/', s: pid, o: offset }), null, pid)
-  assert.strictEqual(service.shadows.size, 0, 'nothing held for sockets no longer live')
+  assert.strictEqual(service.stats().live, 0, 'nothing held for sockets no longer live')
 
   // A session of a dead worker whose client never comes back expires with maxDisconnectionDuration.
   service.onQueueMessage({ op: 'live', n: '/', s: 'p5', w: 222, x: session('p5', ['sid-p5']) }, {})
   service.forgetProcess(222)
-  const state = service.namespaces.get('/')
-  assert.strictEqual(state.sessions.size, 1)
-  state.trim(Date.now() + 2000)
-  assert.strictEqual(state.sessions.size, 0, 'expired')
+  assert.strictEqual(service.stats().sessions, 1)
+  service.sweep(Date.now() + 2000)
+  assert.strictEqual(service.stats().sessions, 0, 'expired')
   await service.close()
 })
 

@@ -26,8 +26,8 @@
 const debug = require('debug')('clusterize:socket.io')
 const { internalBus } = require('../bus')
 const { onConnectionsClosed } = require('../worker/drain-hooks')
-const { QUEUE_TOPIC, STATE_TOPIC, DEFAULTS, shouldInclude } = require('./recovery-service')
-const { compareIds } = require('./recovery-redis')
+const { QUEUE_TOPIC, STATE_TOPIC } = require('./recovery-service')
+const { DEFAULTS, shouldInclude, compareIds } = require('./recovery-log')
 const { createDeliveryOrder } = require('./recovery-order')
 const { privateSessionIdOf, serverOptionsOf, interceptNamespaceAdd } = require('./socketio-internals')
 
