@@ -86,8 +86,7 @@ function createRecovery (adapter, options) {
       awaitingConnect.delete(pid)
       waiting.conn.off('close', waiting.onClose)
     }
-    send({ op: 'live', n: name, s: pid, w: process.pid })
-    // Once the app's 'connection' handlers ran: the rooms and socket.data they set.
+    // Reported once the app's 'connection' handlers ran: with the rooms and socket.data they set.
     changed(socket.id)
     socket.once('disconnect', function onDisconnect () {
       if (persistedPids.delete(pid)) return
@@ -119,7 +118,9 @@ function createRecovery (adapter, options) {
       const socket = nsp.sockets.get(id)
       const pid = socket === undefined || !socket.connected ? null : privateSessionIdOf(socket)
       if (pid === null) continue
-      send({ op: 'live', n: name, s: pid, w: process.pid, x: { sid: socket.id, pid, rooms: [...socket.rooms], data: socket.data } })
+      const live = { op: 'live', n: name, s: pid, w: process.pid }
+      // socket.data the bus cannot carry: the primary still knows the socket is here (see restore waits), not its state.
+      if (!send(Object.assign({ x: { sid: socket.id, pid, rooms: [...socket.rooms], data: socket.data } }, live))) send(live)
     }
     dirty.clear()
   }
@@ -181,11 +182,14 @@ function createRecovery (adapter, options) {
     }
   }
 
+  /** @returns {boolean} sent (a refusal of the bus, e.g. backpressure, is only traced: these messages are hints) */
   function send (data) {
     try {
       internalBus.send('primary', QUEUE_TOPIC, data)
+      return true
     } catch (err) {
       debug('recovery: %s for %s not sent: %s', data.op, data.s, err.message)
+      return false
     }
   }
 
