@@ -82,7 +82,27 @@ function startSender (port, room) {
 }
 
 test('clients of a SIGKILLed worker reconnect recovered: same id, rooms joined at and after connection, socket.data, no missed message', { timeout: 120000 }, async (t) => {
-  const cluster = await startCluster(fixture, { env: env() })
+  await crashAndRecover(t, {})
+})
+
+test('with bus.redis: the clients of a SIGKILLed worker reconnect recovered (their sessions persisted through the Redis log)', { timeout: 120000 }, async (t) => {
+  const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix } = require('./helpers/redis')
+  const { skip } = await redisTestOptions()
+  if (skip) return t.skip(skip)
+  const channel = uniquePrefix('sio-crash')
+  try {
+    await crashAndRecover(t, { bus: { redis: REDIS_URL, channel } })
+  } finally {
+    await deletePrefix('{' + channel)
+  }
+})
+
+/**
+ * 8 clients on 2 workers in rooms 'a' or 'b' (joined at connection) and
+ * 'later' (joined after), two senders; one worker SIGKILLed under them.
+ */
+async function crashAndRecover (t, extra) {
+  const cluster = await startCluster(fixture, { env: env(extra) })
   const clients = []
   for (let i = 0; i < 8; i++) clients.push(receiver(cluster.port, i % 2 === 0 ? 'a' : 'b', `client-${i}`))
   await eventually(() => clients.every((c) => c.socket.connected), { what: 'every client connected' })
@@ -136,4 +156,4 @@ test('clients of a SIGKILLed worker reconnect recovered: same id, rooms joined a
   t.diagnostic(`cut clients: ${cut.length}; sent ${senders.map((s) => `${s.room}: ${s.acked.length} acked, ${s.unsure.length} unsure`).join('; ')}`)
   for (const socket of sockets) socket.disconnect()
   await cluster.stop()
-})
+}
