@@ -14,6 +14,7 @@ const path = require('path')
 const { io: connectClient } = require('socket.io-client')
 const { startCluster, stopAll, waitDead } = require('./helpers/cluster')
 const { eventually } = require('./helpers/wait')
+const { ask, startSender } = require('./helpers/socketio-sender')
 
 const fixture = path.join(__dirname, 'fixtures/socketio-recovery.js')
 const sockets = []
@@ -31,11 +32,6 @@ function env (extra) {
   }
 }
 
-function ask (socket, event, ...args) {
-  return new Promise((resolve, reject) => {
-    socket.timeout(5000).emit(event, ...args, (err, value) => err ? reject(err) : resolve(value))
-  })
-}
 
 /** A client in `room` (joined at connection) that records the messages of each room and every (re)connection. */
 function receiver (port, room, name) {
@@ -51,34 +47,6 @@ function receiver (port, room, name) {
   socket.on('msg', (data) => { (client.got[data.room] = client.got[data.room] || []).push(data.n) })
   socket.on('connect', () => client.connects.push({ id: socket.id, recovered: socket.recovered }))
   return client
-}
-
-/** Emit numbered messages to `room` until stopped; a message whose ack is lost is "unsure", never resent. */
-function startSender (port, room) {
-  const socket = connectClient(`http://127.0.0.1:${port}`, { transports: ['websocket'], forceNew: true, reconnectionDelay: 50, reconnectionDelayMax: 200 })
-  sockets.push(socket)
-  const sender = { room, acked: [], unsure: [], stopped: false }
-  sender.done = (async () => {
-    let n = 0
-    while (!sender.stopped) {
-      if (!socket.connected) {
-        await new Promise((resolve) => socket.once('connect', resolve))
-        continue
-      }
-      n++
-      try {
-        await ask(socket, 'send', room, n)
-        sender.acked.push(n)
-      } catch {
-        sender.unsure.push(n)
-      }
-    }
-  })()
-  sender.stop = () => {
-    sender.stopped = true
-    return sender.done
-  }
-  return sender
 }
 
 test('clients of a SIGKILLed worker reconnect recovered: same id, rooms joined at and after connection, socket.data, no missed message', { timeout: 120000 }, async (t) => {
@@ -114,7 +82,7 @@ async function crashAndRecover (t, extra) {
   const victim = pids[0]
   const cut = clients.filter((c, i) => before[i].pid === victim)
 
-  const senders = [startSender(cluster.port, 'a'), startSender(cluster.port, 'later')]
+  const senders = [startSender(cluster.port, 'a', sockets), startSender(cluster.port, 'later', sockets)]
   await eventually(() => senders.every((s) => s.acked.length >= 5), { what: 'senders under way' })
   process.kill(victim, 'SIGKILL')
   assert.ok(await waitDead(victim, 10000), 'the worker died')

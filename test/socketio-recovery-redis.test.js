@@ -50,25 +50,35 @@ function publish (host, n, opts) {
   host.service.onQueueMessage({ op: 'pub', n: '/', m: broadcast('u', { type: 2, nsp: '/', data: ['m', n] }, opts || toAll) }, {})
 }
 
-test('in process: two primaries share one stream (one order) and a session persisted by one restores on the other, once', async (t) => {
-  const { skip } = await redisTestOptions()
-  if (skip) return t.skip(skip)
-  const channel = uniquePrefix('sio-rec-unit')
+/** The first packet carrying `tag` that `host` delivered to its workers, if any. */
+const deliveredTag = (host, tag) => host.delivered().find((s) => s.data.m.data.packet.data[1] === tag)
+
+/**
+ * Two primaries on one stream, both reading everything from a marker packet
+ * on (each host reads from where the stream is when it starts).
+ * @returns {Promise<{ a: object, b: object, channel: string, marker: string }>} marker: the marker's offset
+ */
+async function twoPrimaries (label) {
+  const channel = uniquePrefix(label)
   cleanups.push(() => deletePrefix('{' + channel))
   const a = primary(channel)
   const b = primary(channel)
   for (const host of [a, b]) host.service.onQueueMessage({ op: 'cfg', n: '/', d: 60000, p: 1000, x: 10, l: 5000 }, {})
-  // Each host reads from where the stream is when it starts: publish until both readers see the same packets.
   await eventually(() => a.service.stats().redis.ready && b.service.stats().redis.ready, { what: 'both connected to Redis' })
   let probe = 0
   await eventually(() => {
     publish(a, `probe-${++probe}`)
     return b.delivered().some((s) => /^\d+-\d+$/.test(s.data.o))
   }, { what: 'a packet of A read from the stream by B', intervalMs: 100 })
-  // From the next packet on, both read everything: wait for a marker on both.
   publish(a, 'marker')
-  const marked = (host) => host.delivered().some((s) => s.data.m.data.packet.data[1] === 'marker')
-  await eventually(() => marked(a) && marked(b), { what: 'the marker on both hosts' })
+  await eventually(() => deliveredTag(a, 'marker') && deliveredTag(b, 'marker'), { what: 'the marker on both hosts' })
+  return { a, b, channel, marker: deliveredTag(a, 'marker').data.o }
+}
+
+test('in process: two primaries share one stream (one order) and a session persisted by one restores on the other, once', async (t) => {
+  const { skip } = await redisTestOptions()
+  if (skip) return t.skip(skip)
+  const { a, b, channel } = await twoPrimaries('sio-rec-unit')
   for (const host of [a, b]) host.sent.length = 0
 
   publish(a, 1)
@@ -120,25 +130,11 @@ test('in process: two primaries share one stream (one order) and a session persi
 test('in process: the sockets of a worker that died without persisting them are persisted in Redis, and restore on another host', async (t) => {
   const { skip } = await redisTestOptions()
   if (skip) return t.skip(skip)
-  const channel = uniquePrefix('sio-rec-crash')
-  cleanups.push(() => deletePrefix('{' + channel))
-  const a = primary(channel)
-  const b = primary(channel)
-  for (const host of [a, b]) host.service.onQueueMessage({ op: 'cfg', n: '/', d: 60000, p: 1000, x: 10, l: 5000 }, {})
-  await eventually(() => a.service.stats().redis.ready && b.service.stats().redis.ready, { what: 'both connected to Redis' })
-  let probe = 0
-  await eventually(() => {
-    publish(a, `probe-${++probe}`)
-    return b.delivered().some((s) => /^\d+-\d+$/.test(s.data.o))
-  }, { what: 'a packet of A read from the stream by B', intervalMs: 100 })
-  publish(a, 'marker')
-  const marked = (host) => host.delivered().some((s) => s.data.m.data.packet.data[1] === 'marker')
-  await eventually(() => marked(a) && marked(b), { what: 'the marker on both hosts' })
-  const offset = a.delivered().find((s) => s.data.m.data.packet.data[1] === 'marker').data.o
+  const { a, b, marker: offset } = await twoPrimaries('sio-rec-crash')
 
   a.service.onQueueMessage({ op: 'live', n: '/', s: 'p1', w: 111, x: session('p1', ['sid-p1', 'later'], { name: 'crashed' }) }, {})
   publish(a, 'missed', { rooms: ['later'], except: [], flags: {} })
-  await eventually(() => b.delivered().some((s) => s.data.m.data.packet.data[1] === 'missed'), { what: 'the missed packet on B' })
+  await eventually(() => deliveredTag(b, 'missed'), { what: 'the missed packet on B' })
   a.service.forgetProcess(111)
   // Persisted asynchronously (a Redis script): B gets it once it is there.
   const restored = await eventually(() => b.service.onStateRequest({ op: 'restore', n: '/', s: 'p1', o: offset }), { what: 'the session restored on B', intervalMs: 50 })
