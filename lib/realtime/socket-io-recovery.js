@@ -15,8 +15,9 @@
  *   request: the old worker waits for the answer before it exits), and the
  *   worker the client reconnects to restores it from there.
  * - The primary also holds a copy of every connected socket's session, sent
- *   at connection and at each join or leave: if this worker dies without
- *   persisting (kill -9, OOM), the primary persists that copy instead.
+ *   once the app's 'connection' handlers ran and after each join or leave:
+ *   if this worker dies without persisting (kill -9, OOM), the primary
+ *   persists that copy instead.
  * - A restore answers with the packets up to the primary's head at that
  *   moment; the packets this worker delivers meanwhile (after the head) are
  *   added from what it saw while the restore was in flight, so the client
