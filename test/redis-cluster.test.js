@@ -124,7 +124,8 @@ describe('Redis Cluster', options, () => {
       service.onQueueMessage({ op: 'cfg', n: '/', d: 60000, l: 5000 }, {})
       return { service, sent }
     })
-    const publish = (host, n) => host.service.onQueueMessage({ op: 'pub', n: '/', k: 1, m: { uid: 'u', packet: { type: 2, data: ['m', n] }, opts: { rooms: [], except: [], flags: {} } } }, {})
+    // A broadcast ClusterMessage (socket.io-adapter's), as a worker's doPublish() sends it.
+    const publish = (host, n) => host.service.onQueueMessage({ op: 'pub', n: '/', m: { uid: 'u', nsp: '/', type: 3, data: { packet: { type: 2, data: ['m', n] }, opts: { rooms: [], except: [], flags: {} } } } }, {})
     const streamed = (host) => host.sent.filter((d) => /^\d+-\d+$/.test(d.o))
     try {
       // Each primary reads the stream from where it is when it starts: publish until the other one reads it.
@@ -133,11 +134,11 @@ describe('Redis Cluster', options, () => {
         return streamed(hosts[1]).length > 0
       }, { what: 'a packet read from the stream by the other primary', intervalMs: 100 })
       publish(hosts[0], 'marker')
-      await eventually(() => hosts.every((h) => streamed(h).some((d) => d.m.packet.data[1] === 'marker')), { what: 'the marker on both' })
+      await eventually(() => hosts.every((h) => streamed(h).some((d) => d.m.data.packet.data[1] === 'marker')), { what: 'the marker on both' })
       for (const host of hosts) host.sent.length = 0
       for (let n = 1; n <= 6; n++) publish(hosts[n % 2], n)
       await eventually(() => hosts.every((h) => h.sent.length === 6), { what: 'six packets on both' })
-      const order = (host) => host.sent.map((d) => [d.o, d.m.packet.data[1]])
+      const order = (host) => host.sent.map((d) => [d.o, d.m.data.packet.data[1]])
       assert.deepEqual(order(hosts[0]), order(hosts[1]), 'one order, one set of offsets')
       await hosts[0].service.onStateRequest({ op: 'persist', n: '/', session: { sid: 's', pid: 'p', rooms: ['s'], data: { x: 1 } } })
       const restored = await hosts[1].service.onStateRequest({ op: 'restore', n: '/', s: 'p', o: order(hosts[0])[1][0] })

@@ -34,6 +34,8 @@ after(async () => {
 
 const toAll = { rooms: [], except: [], flags: {} }
 const session = (pid, rooms, data) => ({ sid: 'sid-' + pid, pid, rooms, data: data || { name: pid } })
+/** A broadcast ClusterMessage (socket.io-adapter's), as a worker's doPublish() sends it. */
+const broadcast = (uid, packet, opts) => ({ uid, nsp: '/', type: 3, data: { packet, opts } })
 
 /** A primary's recovery service on the shared Redis; `sent` collects what it sends its workers. */
 function primary (channel, log) {
@@ -45,28 +47,38 @@ function primary (channel, log) {
 }
 
 function publish (host, n, opts) {
-  host.service.onQueueMessage({ op: 'pub', n: '/', k: 1, m: { uid: 'u', packet: { type: 2, nsp: '/', data: ['m', n] }, opts: opts || toAll } }, {})
+  host.service.onQueueMessage({ op: 'pub', n: '/', m: broadcast('u', { type: 2, nsp: '/', data: ['m', n] }, opts || toAll) }, {})
 }
 
-test('in process: two primaries share one stream (one order) and a session persisted by one restores on the other, once', async (t) => {
-  const { skip } = await redisTestOptions()
-  if (skip) return t.skip(skip)
-  const channel = uniquePrefix('sio-rec-unit')
+/** The first packet carrying `tag` that `host` delivered to its workers, if any. */
+const deliveredTag = (host, tag) => host.delivered().find((s) => s.data.m.data.packet.data[1] === tag)
+
+/**
+ * Two primaries on one stream, both reading everything from a marker packet
+ * on (each host reads from where the stream is when it starts).
+ * @returns {Promise<{ a: object, b: object, channel: string, marker: string }>} marker: the marker's offset
+ */
+async function twoPrimaries (label) {
+  const channel = uniquePrefix(label)
   cleanups.push(() => deletePrefix('{' + channel))
   const a = primary(channel)
   const b = primary(channel)
   for (const host of [a, b]) host.service.onQueueMessage({ op: 'cfg', n: '/', d: 60000, p: 1000, x: 10, l: 5000 }, {})
-  // Each host reads from where the stream is when it starts: publish until both readers see the same packets.
-  await eventually(() => a.service.redis.ready && b.service.redis.ready, { what: 'both connected to Redis' })
+  await eventually(() => a.service.stats().redis.ready && b.service.stats().redis.ready, { what: 'both connected to Redis' })
   let probe = 0
   await eventually(() => {
     publish(a, `probe-${++probe}`)
     return b.delivered().some((s) => /^\d+-\d+$/.test(s.data.o))
   }, { what: 'a packet of A read from the stream by B', intervalMs: 100 })
-  // From the next packet on, both read everything: wait for a marker on both.
   publish(a, 'marker')
-  const marked = (host) => host.delivered().some((s) => s.data.m.packet.data[1] === 'marker')
-  await eventually(() => marked(a) && marked(b), { what: 'the marker on both hosts' })
+  await eventually(() => deliveredTag(a, 'marker') && deliveredTag(b, 'marker'), { what: 'the marker on both hosts' })
+  return { a, b, channel, marker: deliveredTag(a, 'marker').data.o }
+}
+
+test('in process: two primaries share one stream (one order) and a session persisted by one restores on the other, once', async (t) => {
+  const { skip } = await redisTestOptions()
+  if (skip) return t.skip(skip)
+  const { a, b, channel } = await twoPrimaries('sio-rec-unit')
   for (const host of [a, b]) host.sent.length = 0
 
   publish(a, 1)
@@ -75,7 +87,7 @@ test('in process: two primaries share one stream (one order) and a session persi
   publish(b, 4, { rooms: [], except: ['r'], flags: {} })
   publish(a, 5)
   await eventually(() => a.delivered().length === 5 && b.delivered().length === 5, { what: 'five packets on both hosts' })
-  const order = (host) => host.delivered().map((s) => [s.data.o, s.data.m.packet.data[1]])
+  const order = (host) => host.delivered().map((s) => [s.data.o, s.data.m.data.packet.data[1]])
   assert.deepStrictEqual(order(a), order(b), 'the same packets, with the same offsets, in the same order on both hosts')
   assert.ok(a.delivered().every((s) => s.options.scope === 'host' && s.data.o === s.data.q && /^\d+-\d+$/.test(s.data.o)), 'offsets are stream ids')
   const offsets = order(a).map(([o]) => o)
@@ -113,6 +125,21 @@ test('in process: two primaries share one stream (one order) and a session persi
   assert.strictEqual(await redis.exists(`{${channel}}:sio:s:/:s0`), 0, 'the oldest session was dropped')
   assert.strictEqual(await redis.exists(`{${channel}}:sio:s:/:s11`), 1)
   assert.ok((await redis.pttl(`{${channel}}:sio:s:/:s11`)) > 50000, 'a session expires after maxDisconnectionDuration')
+})
+
+test('in process: the sockets of a worker that died without persisting them are persisted in Redis, and restore on another host', async (t) => {
+  const { skip } = await redisTestOptions()
+  if (skip) return t.skip(skip)
+  const { a, b, marker: offset } = await twoPrimaries('sio-rec-crash')
+
+  a.service.onQueueMessage({ op: 'live', n: '/', s: 'p1', w: 111, x: session('p1', ['sid-p1', 'later'], { name: 'crashed' }) }, {})
+  publish(a, 'missed', { rooms: ['later'], except: [], flags: {} })
+  await eventually(() => deliveredTag(b, 'missed'), { what: 'the missed packet on B' })
+  a.service.forgetProcess(111)
+  // Persisted asynchronously (a Redis script): B gets it once it is there.
+  const restored = await eventually(() => b.service.onStateRequest({ op: 'restore', n: '/', s: 'p1', o: offset }), { what: 'the session restored on B', intervalMs: 50 })
+  assert.deepStrictEqual(restored.session, session('p1', ['sid-p1', 'later'], { name: 'crashed' }))
+  assert.deepStrictEqual(restored.missed.map(([, data]) => data[1]), ['missed'])
 })
 
 /**

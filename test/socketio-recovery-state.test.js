@@ -12,6 +12,8 @@ const { NamespaceState, RecoveryService } = require('../lib/realtime/recovery-se
 
 const toAll = { rooms: [], except: [] }
 const session = (pid, rooms) => ({ sid: 'sid-' + pid, pid, rooms, data: { name: pid } })
+/** A broadcast ClusterMessage (socket.io-adapter's), as a worker's doPublish() sends it. */
+const broadcast = (uid, packet, opts) => ({ uid, nsp: '/', type: 3, data: { packet, opts } })
 
 test('restore returns the packets after the offset for the session\'s rooms, once', () => {
   const state = new NamespaceState('/')
@@ -69,11 +71,11 @@ test('a restore that arrives before the old worker persisted the socket waits fo
   const service = new RecoveryService({ broadcast: (topic, data, options) => sent.push({ topic, data, options }) })
   service.onQueueMessage({ op: 'cfg', n: '/', d: 60000, l: 5000 }, {})
   service.onQueueMessage({ op: 'live', n: '/', s: 'p1', w: 111 }, {})
-  service.onQueueMessage({ op: 'pub', n: '/', k: 1, m: { uid: 'u', packet: { type: 2, data: ['m', 1] }, opts: toAll } }, {})
+  service.onQueueMessage({ op: 'pub', n: '/', m: broadcast('u', { type: 2, data: ['m', 1] }, toAll) }, {})
   const offset = sent[0].data.o
   assert.strictEqual(sent[0].options.scope, 'host')
   assert.strictEqual(sent[1].options.scope, 'remote', 'forwarded to the other hosts to number')
-  service.onQueueMessage({ op: 'pub', n: '/', k: 1, m: { uid: 'u', packet: { type: 2, data: ['m', 2] }, opts: toAll } }, {})
+  service.onQueueMessage({ op: 'pub', n: '/', m: broadcast('u', { type: 2, data: ['m', 2] }, toAll) }, {})
   const pending = service.onStateRequest({ op: 'restore', n: '/', s: 'p1', o: offset })
   assert.ok(pending instanceof Promise, 'waits: p1 is still connected on its old worker')
   service.onStateRequest({ op: 'persist', n: '/', session: session('p1', ['sid-p1']) })
@@ -87,7 +89,7 @@ test('a restore that arrives before the old worker persisted the socket waits fo
   assert.strictEqual(await gone, null)
   // A packet from another host is numbered here and not sent back over Redis.
   sent.length = 0
-  service.onQueueMessage({ op: 'pub', n: '/', k: 1, m: { uid: 'v', packet: { type: 2, data: ['m', 3] }, opts: toAll } }, { host: 'other' })
+  service.onQueueMessage({ op: 'pub', n: '/', m: broadcast('v', { type: 2, data: ['m', 3] }, toAll) }, { host: 'other' })
   assert.deepStrictEqual(sent.map((s) => s.options.scope), ['host'])
   assert.deepStrictEqual(service.stats(), { namespaces: 1, packets: 3, sessions: 0, live: 0 })
 })
@@ -102,9 +104,9 @@ test("a restore waits for a draining old worker past liveWaitMs (it persists or 
     service.onQueueMessage({ op: 'cfg', n: '/', d: 60000, l: 0 }, {})
     service.onQueueMessage({ op: 'live', n: '/', s: 'p1', w: 111 }, {})
     service.onQueueMessage({ op: 'live', n: '/', s: 'p2', w: 222 }, {})
-    service.onQueueMessage({ op: 'pub', n: '/', k: 1, m: { uid: 'u', packet: { type: 2, data: ['m', 1] }, opts: toAll } }, {})
+    service.onQueueMessage({ op: 'pub', n: '/', m: broadcast('u', { type: 2, data: ['m', 1] }, toAll) }, {})
     const offset = sent[0].o
-    service.onQueueMessage({ op: 'pub', n: '/', k: 1, m: { uid: 'u', packet: { type: 2, data: ['m', 2] }, opts: toAll } }, {})
+    service.onQueueMessage({ op: 'pub', n: '/', m: broadcast('u', { type: 2, data: ['m', 2] }, toAll) }, {})
 
     const onDraining = service.onStateRequest({ op: 'restore', n: '/', s: 'p1', o: offset })
     const onServing = service.onStateRequest({ op: 'restore', n: '/', s: 'p2', o: offset })
@@ -122,3 +124,57 @@ test("a restore waits for a draining old worker past liveWaitMs (it persists or 
   }
 })
 
+
+test('a worker that dies holding sockets: the primary persists the state it last reported of each, and wakes the restores waiting for them', async () => {
+  const sent = []
+  const service = new RecoveryService({ broadcast: (topic, data) => sent.push(data) })
+  service.onQueueMessage({ op: 'cfg', n: '/', d: 1000, l: 5000 }, {})
+  // p1 connects, then joins room 'later' (a second report); p2 never reports its state; p3 disconnects for good.
+  service.onQueueMessage({ op: 'live', n: '/', s: 'p1', w: 111, x: session('p1', ['sid-p1']) }, {})
+  service.onQueueMessage({ op: 'live', n: '/', s: 'p1', w: 111, x: session('p1', ['sid-p1', 'later']) }, {})
+  service.onQueueMessage({ op: 'live', n: '/', s: 'p2', w: 111 }, {})
+  service.onQueueMessage({ op: 'live', n: '/', s: 'p3', w: 111, x: session('p3', ['sid-p3']) }, {})
+  service.onQueueMessage({ op: 'gone', n: '/', s: 'p3' }, {})
+  // A state that is not a session of that socket is ignored.
+  service.onQueueMessage({ op: 'live', n: '/', s: 'p4', w: 111, x: { sid: 'x', pid: 'other', rooms: [] } }, {})
+  service.onQueueMessage({ op: 'pub', n: '/', m: broadcast('u', { type: 2, data: ['m', 1] }, toAll) }, {})
+  const offset = sent[0].o
+  service.onQueueMessage({ op: 'pub', n: '/', m: broadcast('u', { type: 2, data: ['m', 2] }, { rooms: ['later'], except: [] }) }, {})
+
+  const waiting = service.onStateRequest({ op: 'restore', n: '/', s: 'p1', o: offset })
+  assert.ok(waiting instanceof Promise, 'p1 is still live on its worker: the restore waits')
+  service.forgetProcess(111) // kill -9: nothing was persisted by the worker
+  const restored = await waiting
+  assert.deepStrictEqual(restored.session, session('p1', ['sid-p1', 'later']), 'the last reported state')
+  assert.deepStrictEqual(restored.missed.map(([, data]) => data[1]), [2], 'the packet for its later room')
+  for (const pid of ['p2', 'p3', 'p4']) assert.strictEqual(await service.onStateRequest({ op: 'restore', n: '/', s: pid, o: offset }), null, pid)
+  assert.strictEqual(service.stats().live, 0, 'nothing held for sockets no longer live')
+
+  // A session of a dead worker whose client never comes back expires with maxDisconnectionDuration.
+  service.onQueueMessage({ op: 'live', n: '/', s: 'p5', w: 222, x: session('p5', ['sid-p5']) }, {})
+  service.forgetProcess(222)
+  assert.strictEqual(service.stats().sessions, 1)
+  service.sweep(Date.now() + 2000)
+  assert.strictEqual(service.stats().sessions, 0, 'expired')
+  await service.close()
+})
+
+test('delivery order in a worker: a task queued behind a settling one runs after the continuations of the promise it resolved', async () => {
+  const { createDeliveryOrder } = require('../lib/realtime/recovery-order')
+  const order = createDeliveryOrder()
+  const log = []
+  // What ClusterAdapter#broadcast does with doPublish()'s promise: deliver a few microtasks after it resolves.
+  async function publishAndDeliver (name, offset) {
+    const published = async () => offset
+    log.push(`${name} delivered at ${await published()}`)
+  }
+  let settle
+  const own = publishAndDeliver('own', new Promise((resolve) => { settle = resolve }).then((o) => o))
+  // One IPC batch: the own packet's copy (offset 1), then a remote packet (offset 2), synchronously.
+  order.run(() => settle(1), true)
+  order.run(() => log.push('remote delivered at 2'))
+  await own
+  await new Promise((resolve) => setImmediate(resolve))
+  assert.deepStrictEqual(log, ['own delivered at 1', 'remote delivered at 2'])
+  order.close()
+})

@@ -13,6 +13,7 @@ const path = require('path')
 const { io: connectClient } = require('socket.io-client')
 const { startCluster, stopAll } = require('./helpers/cluster')
 const { eventually } = require('./helpers/wait')
+const { ask, startSender } = require('./helpers/socketio-sender')
 
 const fixture = path.join(__dirname, 'fixtures/socketio-recovery.js')
 const sockets = []
@@ -58,45 +59,6 @@ function receiver (port, room, name) {
   return client
 }
 
-/** Ask the server with an ack; rejects on the client's ack timeout. */
-function ask (socket, event, ...args) {
-  return new Promise((resolve, reject) => {
-    socket.timeout(5000).emit(event, ...args, (err, value) => err ? reject(err) : resolve(value))
-  })
-}
-
-/**
- * Emit numbered messages to `room`, one at a time, until stopped. A message
- * whose ack is lost to a reload is "unsure" (the server may or may not have
- * emitted it); it is never sent again under the same number.
- */
-function startSender (port, room, from = 1) {
-  const socket = connectClient(`http://127.0.0.1:${port}`, { transports: ['websocket'], forceNew: true, reconnectionDelay: 50, reconnectionDelayMax: 200 })
-  sockets.push(socket)
-  const sender = { room, acked: [], unsure: [], stopped: false, done: null }
-  sender.done = (async () => {
-    let n = from - 1
-    while (!sender.stopped) {
-      if (!socket.connected) {
-        await new Promise((resolve) => socket.once('connect', resolve))
-        continue
-      }
-      n++
-      try {
-        await ask(socket, 'send', room, n)
-        sender.acked.push(n)
-      } catch {
-        sender.unsure.push(n)
-      }
-    }
-  })()
-  sender.stop = () => {
-    sender.stopped = true
-    return sender.done
-  }
-  return sender
-}
-
 /** Resolve with every client's whoami once all are connected to workers not in `oldPids`. */
 async function onNewWorkers (clients, oldPids) {
   let answers = []
@@ -121,7 +83,7 @@ test('recovery through a reload delivers every message once: 3 reloads, rooms, s
   assert.strictEqual(new Set(before.map((w) => w.pid)).size, 2, 'clients on both workers')
   const ids = clients.map((c) => c.socket.id)
 
-  const senders = [startSender(cluster.port, 'a'), startSender(cluster.port, 'b')]
+  const senders = [startSender(cluster.port, 'a', sockets), startSender(cluster.port, 'b', sockets)]
   await eventually(() => senders.every((s) => s.acked.length >= 5), { what: 'senders under way' })
 
   let oldPids = new Set(before.map((w) => w.pid))
@@ -244,6 +206,20 @@ test('without connectionStateRecovery nothing changes: no offsets, a reload give
   await cluster.stop()
 })
 
+test('an emit the bus refuses (over bus.maxMessageBytes) throws from io.emit() and reaches no one, with recovery on too', { timeout: 60000 }, async () => {
+  const cluster = await startCluster(fixture, { env: env(true, { bus: { maxMessageBytes: 4096 } }) })
+  const clients = [receiver(cluster.port, 'a', 'one'), receiver(cluster.port, 'a', 'two')]
+  await connectAll(clients)
+  const answer = await ask(clients[0].socket, 'emit-big', 8192)
+  assert.strictEqual(answer.code, 'ERR_CLUSTERIZE_BUS_TOO_LARGE')
+  assert.match(answer.message, /over the limit of 4096 bytes \(option bus\.maxMessageBytes\)/)
+  await ask(clients[0].socket, 'send', 'a', 1)
+  await eventually(() => clients.every((c) => c.got.includes(1)), { what: 'message 1 everywhere' })
+  for (const c of clients) assert.deepStrictEqual(c.got, [1], `${c.name}: the refused emit reached no one`)
+  for (const socket of sockets) socket.disconnect()
+  await cluster.stop()
+})
+
 test('with bus.redis: clients of one host recover through its reloads, messages from the other host included', { timeout: 120000 }, async (t) => {
   const { REDIS_URL, uniquePrefix, redisTestOptions } = require('./helpers/redis')
   const { skip } = await redisTestOptions()
@@ -266,7 +242,7 @@ test('with bus.redis: clients of one host recover through its reloads, messages 
   }, { what: 'host B reaches host A', intervalMs: 200 })
   for (const c of clients) c.got = c.got.filter((n) => n !== 0)
 
-  const sender = startSender(b.port, 'a')
+  const sender = startSender(b.port, 'a', sockets)
   await eventually(() => sender.acked.length >= 5, { what: 'sender under way' })
   for (let reload = 1; reload <= 2; reload++) {
     assert.strictEqual((await a.reload()).ok, true)

@@ -1,363 +1,256 @@
 'use strict'
 
 /**
- * socket.io connection-state recovery with `bus.redis`: the packet log and
- * the persisted sessions live in Redis, shared by every host, so a client
- * cut from one host recovers on another (./recovery-service.js uses this in
- * the primary; read that first).
+ * socket.io recovery in the primary with `bus.redis`: the log backend
+ * shared by every host (the interface is in ./recovery-log.js; read
+ * ./recovery-service.js first).
  *
- * - The log of a namespace is a Redis Stream (XADD ... MAXLEN ~ maxPackets).
- *   The entry id is the offset the client keeps: one order for every host.
- *   Every host's primary reads the streams (XREAD BLOCK, on a connection of
- *   its own) and sends the entries, in stream order, to its workers.
- * - A persisted session is a key with PX maxDisconnectionDuration; a sorted
- *   set per namespace bounds them by maxSessions (oldest dropped first).
- *   A restore takes it (GET and DEL in one script: it restores once) and
- *   reads the packets after the offset with XRANGE.
+ * A replayable broadcast of this host goes to the namespace's Redis Stream
+ * (./recovery-redis-stream.js); every host's primary reads the stream and
+ * sends the entries to its workers, the entry id as the offset. One order
+ * for every host, so a client cut from one host recovers on any other.
+ * Sessions are persisted in Redis, where any host can take them.
  *
- * Keys, all with one hash tag (one slot on a Redis Cluster, so XREAD over
- * several streams and the scripts stay on one node):
- *   {<bus.channel>}:sio:log:<nsp>        the stream of a namespace
- *   {<bus.channel>}:sio:s:<nsp>:<pid>     a persisted session
- *   {<bus.channel>}:sio:idx:<nsp>         its sessions by expiry (maxSessions)
- *   {<bus.channel>}:sio:wake              wakes the readers when a namespace is added
- *
- * Values are encoded with the bus codec (bus.serialization), one leading
- * byte naming it ('j' or 'a') so hosts with different settings read each
- * other's.
+ * While Redis is unreachable (or an XADD fails), this host numbers the
+ * broadcasts itself with the in-memory log it is given (its clients keep
+ * getting them and recover on this host; logged once per outage), and goes
+ * back to the stream when Redis answers. Offsets of the stream given before
+ * a packet numbered here cannot replay it: they are not recovered exactly.
  */
 
-const crypto = require('crypto')
 const debug = require('debug')('clusterize:socket.io')
-const { createCodec } = require('../bus/codec')
-const { parseRedisTarget, describeRedisTarget, isClusterTarget } = require('../redis/target')
-const { connectRedis, disconnectQuietly: quit } = require('../redis/connect')
-const { explainRedisError } = require('../redis/explain')
+const { createRedisStream } = require('./recovery-redis-stream')
+const { replayable, shouldInclude, isStreamId, compareIds } = require('./recovery-log')
 
-/** Commands fail after this instead of queueing: a broadcast then falls back to this host (see recovery-service.js). */
-const COMMAND_TIMEOUT_MS = 2000
-/** Entries read per XREAD. */
-const READ_COUNT = 512
-const STREAM_ID = /^\d{1,16}-\d{1,16}$/
-
-/** SET the session with its expiry, index it, drop expired and over-the-bound ones. */
-const PERSIST_SCRIPT = `
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('ZADD', KEYS[2], tonumber(ARGV[3]) + tonumber(ARGV[2]), ARGV[5])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
-local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
-if over > 0 then
-  local old = redis.call('ZPOPMIN', KEYS[2], over)
-  for i = 1, #old, 2 do redis.call('DEL', ARGV[6] .. old[i]) end
-end
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
-return 1`
-
-/** GET and DEL the session: it restores once. */
-const TAKE_SCRIPT = `
-local value = redis.call('GET', KEYS[1])
-if value then
-  redis.call('DEL', KEYS[1])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-end
-return value`
-
-/** @returns {boolean} `id` is a Redis stream id (an offset given by this module) */
-function isStreamId (id) {
-  return typeof id === 'string' && STREAM_ID.test(id)
-}
-
-/**
- * Compare two stream ids ('<ms>-<seq>').
- * @returns {number} < 0, 0 or > 0
- */
-function compareIds (a, b) {
-  const dashA = a.indexOf('-')
-  const dashB = b.indexOf('-')
-  const msA = Number(a.slice(0, dashA))
-  const msB = Number(b.slice(0, dashB))
-  if (msA !== msB) return msA - msB
-  return Number(a.slice(dashA + 1)) - Number(b.slice(dashB + 1))
-}
-
-/** The key prefix of an app: the bus channel as a hash tag. */
-function keyPrefix (channel) {
-  return `{${channel}}:sio:`
-}
-
-/**
- * @param {object} options
- * @param {*} options.redis bus.redis
- * @param {string} options.channel bus.channel
- * @param {'json'|'advanced'} [options.serialization]
- * @param {number} [options.maxMessageBytes]
- * @param {{ info: Function, warn: Function }} options.log
- * @param {(nsp: string, id: string, m: object) => void} options.onEntry an entry read from a stream, in order
- * @param {(up: boolean, cause?: string) => void} [options.onStateChange]
- */
-function createRedisLog (options) {
-  const target = parseRedisTarget(options.redis, 'bus.redis')
-  const where = describeRedisTarget(target)
-  const prefix = keyPrefix(options.channel)
-  const wakeKey = prefix + 'wake'
-  const codec = createCodec({ serialization: options.serialization, maxMessageBytes: options.maxMessageBytes })
-  const codecs = { [codec.name === 'advanced' ? 'a' : 'j']: codec }
-  const tag = Buffer.from(codec.name === 'advanced' ? 'a' : 'j')
-  /** This primary's name in entries: an entry it gave up on (XADD failed) is skipped when it shows up after all. */
-  const instance = crypto.randomBytes(6).toString('base64url')
-  let counter = 0
-  /** @type {Map<string, number>} entry uid -> when this host delivered it itself */
-  const skipped = new Map()
-  /** @type {Map<string, { key: string, lastId: string|null, located: Promise|null }>} namespaces read, by name (located: the XREVRANGE in flight) */
-  const streams = new Map()
-  /** @type {Map<string, string>} stream key -> namespace */
-  const names = new Map()
-  let wakeId = null
-  let wakeLocating = false
-  let closed = false
-  let up = false
-  let reading = false
-
-  const ownsClients = target.client === undefined
-  const cmd = ownsClients ? connectRedis(target, { timeoutMs: COMMAND_TIMEOUT_MS }) : target.client
-  const reader = ownsClients ? connectRedis(target) : (isClusterTarget(target) ? target.client.duplicate([], {}) : target.client.duplicate())
-  cmd.on('error', (err) => onError('command', err))
-  cmd.on('close', () => { if (!closed && up) setUp(false, 'connection closed') })
-  reader.on('error', (err) => onError('reader', err))
-  cmd.on('ready', onReady)
-  if (cmd.status === 'ready') process.nextTick(onReady)
-
-  function onError (which, err) {
-    if (closed) return
-    debug('recovery: redis %s error: %s', which, err.message)
-    if (which === 'command' && up) setUp(false, explainRedisError(err))
-  }
-
-  function onReady () {
-    if (closed) return
-    setUp(true)
-    locateAll()
-  }
-
-  function setUp (value, cause) {
-    if (up === value) return
-    up = value
-    if (options.onStateChange) options.onStateChange(value, cause)
-  }
-
+class RedisLog {
   /**
-   * Locate the wake stream (then start the read loop) and every namespace not
-   * located yet. The XREVRANGEs are sent in this tick: any XADD of this host
-   * comes after them on the connection, so after the position they return.
+   * @param {import('./recovery-log').MemoryLog} memory this host's log: the bounds, and the fallback
+   * @param {{ deliver: Function }} hooks as for the MemoryLog
+   * @param {{ redis: *, channel?: string, serialization?: string, maxMessageBytes?: number, log?: object, waitMs: () => number }} options
+   *   the bus options; waitMs: how long a restore waits for this host's reader to reach an offset
    */
-  function locateAll () {
-    if (closed || cmd.status !== 'ready') return
-    if (wakeId === null && !wakeLocating) {
-      wakeLocating = true
-      cmd.xrevrange(wakeKey, '+', '-', 'COUNT', 1).then((last) => {
-        wakeLocating = false
-        if (wakeId === null) wakeId = last.length ? last[0][0] : '0-0'
-        if (!reading) read()
-      }, (err) => {
-        wakeLocating = false
-        debug('recovery: cannot locate %s: %s', wakeKey, err.message)
+  constructor (memory, hooks, options) {
+    this.memory = memory
+    this.hooks = hooks
+    this.options = options
+    /** The Redis side, created with the first namespace: no Redis connection unless recovery is used. */
+    this.stream = null
+    /** Redis unreachable and broadcasts numbered here (logged once per outage). */
+    this.degraded = false
+    /** @type {Map<string, Array<{ id: string, wake: Function }>>} restores waiting for the reader to reach an offset */
+    this.reaching = new Map()
+    this.closed = false
+  }
+
+  get log () {
+    return this.options.log || { info () {}, warn () {} }
+  }
+
+  has (name) { return this.memory.has(name) }
+
+  namespace (name) {
+    const known = this.memory.has(name)
+    const state = this.memory.namespace(name)
+    if (!known && !this.closed) this.shared().register(name)
+    return state
+  }
+
+  shared () {
+    if (this.stream === null) {
+      this.stream = createRedisStream({
+        redis: this.options.redis,
+        channel: this.options.channel || 'clusterize:bus',
+        serialization: this.options.serialization,
+        maxMessageBytes: this.options.maxMessageBytes,
+        log: this.log,
+        onEntry: (name, id, entry) => this.fromStream(name, id, entry),
+        onStateChange: (up) => { if (up) this.recovered() }
       })
     }
-    for (const name of streams.keys()) locate(name)
+    return this.stream
   }
 
   /**
-   * Read a namespace's stream after its last entry now: entries before are
-   * none of this host's business (no socket of this namespace is here yet).
-   * This host's XADDs to it wait for the answer (see append()), so they come
-   * after that position whatever retries the client makes meanwhile.
+   * A replayable broadcast of this host goes to the stream (the readers
+   * deliver it); any other, or any while Redis is away, is numbered here.
    */
-  function locate (name) {
-    const stream = streams.get(name)
-    if (stream.lastId !== null || stream.located !== null || cmd.status !== 'ready') return
-    const located = stream.located = cmd.xrevrange(stream.key, '+', '-', 'COUNT', 1).then((last) => {
-      stream.located = null
-      if (stream.lastId === null) stream.lastId = last.length ? last[0][0] : '0-0'
-      debug('recovery: reading %s after %s', stream.key, stream.lastId)
-    }, (err) => {
-      stream.located = null
-      debug('recovery: cannot start reading %s: %s', stream.key, err.message)
-      throw err
-    })
-    // Wake the readers blocked on the streams they knew (ours included) so they add this one.
-    located.then(() => cmd.xadd(wakeKey, 'MAXLEN', '~', 100, '*', 'n', name))
-      .then(() => cmd.pexpire(wakeKey, 24 * 3600 * 1000))
-      .catch((err) => debug('recovery: cannot wake the readers: %s', err.message))
+  publish (name, data, meta) {
+    const state = this.namespace(name)
+    if (this.stream !== null && replayable(data.m) !== null && meta.host === undefined) {
+      if (this.stream.ready) return this.publishShared(state, data)
+      this.degrade('not connected')
+    }
+    this.publishHere(state, data, meta, true)
   }
 
-  /** The read loop: one XREAD BLOCK at a time on the reader's connection, for as long as we run. */
-  async function read () {
-    reading = true
-    while (!closed) {
-      const keys = [wakeKey]
-      const ids = [wakeId]
-      for (const stream of streams.values()) {
-        if (stream.lastId === null) continue
-        keys.push(stream.key)
-        ids.push(stream.lastId)
-      }
-      let reply
-      try {
-        reply = await reader.xreadBuffer('COUNT', READ_COUNT, 'BLOCK', 0, 'STREAMS', ...keys, ...ids)
-      } catch (err) {
-        if (closed) break
-        debug('recovery: XREAD failed: %s', err.message)
-        await new Promise((resolve) => setTimeout(resolve, 200).unref())
-        continue
-      }
-      if (reply === null || closed) continue
-      for (const [keyBuffer, entries] of reply) {
-        const key = keyBuffer.toString()
-        if (key === wakeKey) {
-          if (entries.length) wakeId = entries[entries.length - 1][0].toString()
-          continue
-        }
-        const name = names.get(key)
-        const stream = streams.get(name)
-        for (const [idBuffer, fields] of entries) {
-          const id = idBuffer.toString()
-          stream.lastId = id
-          const entry = parseEntry(fields)
-          // Skipped (delivered here already) or malformed: only the position moves.
-          const skip = entry === null || (entry.u !== undefined && skipped.delete(entry.u))
-          options.onEntry(name, id, skip ? null : entry.m)
-        }
-      }
+  publishHere (state, data, meta, forward) {
+    const numbered = this.memory.publish(state.name, data, meta, forward)
+    if (numbered && this.stream !== null) {
+      // Offsets of the stream given before this packet cannot replay it: not recovered exactly anymore.
+      state.mixed = true
+      state.streamFloor = this.stream.lastDelivered(state.name)
     }
-    reading = false
   }
 
-  /** @returns {{ u?: string, m: object }|null} */
-  function parseEntry (fields) {
-    let u
-    let d
-    for (let i = 0; i < fields.length; i += 2) {
-      const field = fields[i].toString()
-      if (field === 'u') u = fields[i + 1].toString()
-      else if (field === 'd') d = fields[i + 1]
-    }
+  /** XADD the packet; if Redis fails it, deliver it here after all (skipped if it shows up in the stream anyway). */
+  publishShared (state, data) {
+    const stream = this.stream
+    let appended
     try {
-      return { u, m: decode(d) }
+      appended = stream.append(state.name, { m: data.m, i: data.i }, state.maxPackets)
     } catch (err) {
-      debug('recovery: ignoring a malformed stream entry: %s', err.message)
-      return null
+      debug('recovery: packet not added to the stream: %s', err.message)
+      return this.publishHere(state, data, {}, true)
     }
+    appended.added.then(() => {
+      // An outage seen as failed XADDs ends with one that works (the connection may never have closed).
+      if (this.degraded && this.stream === stream) this.recovered()
+    }, (err) => {
+      stream.skip(appended.uid)
+      if (this.stream !== stream) return // closed meanwhile (shutdown)
+      this.degrade(err.message)
+      // Not forwarded: it may have reached the stream (and the other hosts) after all.
+      this.publishHere(state, data, {}, false)
+    }).catch((err) => debug('recovery: fallback delivery failed: %s', err.message))
   }
 
-  function encode (topic, value) {
-    const payload = codec.encode(topic, value, 'socket.io recovery state')
-    return Buffer.concat([tag, typeof payload === 'string' ? Buffer.from(payload) : payload])
-  }
-
-  function decode (buffer) {
-    if (!Buffer.isBuffer(buffer) || buffer.length < 2) throw new Error('empty value')
-    const name = String.fromCharCode(buffer[0])
-    let theirs = codecs[name]
-    if (theirs === undefined) {
-      if (name !== 'j' && name !== 'a') throw new Error(`unknown serialization ${name}`)
-      theirs = codecs[name] = createCodec({ serialization: name === 'a' ? 'advanced' : 'json', maxMessageBytes: codec.maxMessageBytes })
-    }
-    const body = buffer.subarray(1)
-    return theirs.decode(theirs.name === 'json' ? body.toString('utf8') : body)
-  }
-
-  const streamKey = (name) => prefix + 'log:' + name
-  const sessionPrefix = (name) => prefix + 's:' + name + ':'
-  const indexKey = (name) => prefix + 'idx:' + name
-
-  return {
-    where,
-    prefix,
-    /** The command connection is up: broadcasts go through the streams. */
-    get ready () { return !closed && cmd.status === 'ready' },
-
-    /** The last entry of `name` this host has sent to its workers (null until its stream is located). */
-    lastDelivered (name) {
-      const stream = streams.get(name)
-      return stream === undefined ? null : stream.lastId
-    },
-
-    /** Read the stream of namespace `name` from now on. */
-    register (name) {
-      if (streams.has(name)) return
-      const key = streamKey(name)
-      streams.set(name, { key, lastId: null, located: null })
-      names.set(key, name)
-      locateAll()
-    },
-
-    /**
-     * Add a packet to the namespace's stream; it comes back through the reader.
-     * Throws (sync) when the bus codec refuses the message.
-     * @returns {{ uid: string, added: Promise<string> }} the entry's uid, and its id once Redis took it
-     */
-    append (name, m, maxPackets) {
-      const key = streamKey(name)
-      const payload = encode(key, m)
-      const uid = `${instance}.${++counter}`
-      const add = () => cmd.xadd(key, 'MAXLEN', '~', maxPackets, '*', 'u', uid, 'd', payload)
-      const stream = streams.get(name)
-      if (stream !== undefined && stream.lastId === null) {
-        // Not located yet: after it (in order: the callbacks run in the order they were added).
-        locate(name)
-        if (stream.located !== null) return { uid, added: stream.located.then(add) }
+  /** An entry of the shared stream, in stream order: to this host's workers (entry null: skipped, only the position moves). */
+  fromStream (name, id, entry) {
+    const state = this.memory.namespaces.get(name)
+    if (state === undefined) return
+    if (entry !== null && entry.m) {
+      if (state.mixed) {
+        state.mixed = false
+        state.invalidate()
       }
-      return { uid, added: add() }
-    },
-
-    /** This host delivered entry `uid` itself (its XADD failed): skip it if it shows up in the stream after all. */
-    skip (uid) {
-      skipped.set(uid, Date.now())
-    },
-
-    persist (name, session, ttlMs, maxSessions) {
-      const key = sessionPrefix(name) + session.pid
-      return cmd.eval(PERSIST_SCRIPT, 2, key, indexKey(name), encode(key, session), Math.ceil(ttlMs), Date.now(), maxSessions, session.pid, sessionPrefix(name))
-    },
-
-    /** @returns {Promise<object|null>} the session of `pid`, taken out of Redis (it restores once) */
-    take (name, pid) {
-      return cmd.evalBuffer(TAKE_SCRIPT, 2, sessionPrefix(name) + pid, indexKey(name), pid).then((value) => value === null ? null : decode(value))
-    },
-
-    /**
-     * The entries of `name` from `offset` to `head` included.
-     * @returns {Promise<Array<[string, object]>>} [id, m] pairs
-     */
-    range (name, offset, head) {
-      return cmd.xrangeBuffer(streamKey(name), offset, head).then((entries) => entries.map(([id, fields]) => {
-        const entry = parseEntry(fields)
-        return [id.toString(), entry === null ? null : entry.m]
-      }))
-    },
-
-    /** Expire what is older than maxDisconnectionDuration (called every few seconds). */
-    trim (name, maxAgeMs, now) {
-      if (cmd.status !== 'ready') return
-      for (const [uid, at] of skipped) {
-        if (at >= now - maxAgeMs) break
-        skipped.delete(uid)
-      }
-      const key = streamKey(name)
-      cmd.xtrim(key, 'MINID', '~', `${Math.max(0, now - maxAgeMs)}-0`).then(
-        () => cmd.pexpire(key, Math.ceil(maxAgeMs) + 60000),
-        (err) => debug('recovery: XTRIM %s failed: %s', key, err.message)
-      ).catch(() => {})
-    },
-
-    close () {
-      if (closed) return Promise.resolve()
-      closed = true
-      const closing = [quit(reader)]
-      if (ownsClients) closing.push(quit(cmd))
-      return Promise.all(closing).then(() => undefined)
+      this.hooks.deliver(name, { t: 'm', m: entry.m, i: entry.i, o: id, q: id })
     }
+    const waiters = this.reaching.get(name)
+    if (waiters === undefined) return
+    const still = waiters.filter((waiter) => compareIds(waiter.id, id) > 0 || waiter.wake(true))
+    if (still.length === 0) this.reaching.delete(name)
+    else this.reaching.set(name, still)
+  }
+
+  degrade (cause) {
+    if (this.degraded) return
+    this.degraded = true
+    this.log.warn(`socket.io recovery: Redis (${this.stream.where}) cannot take broadcasts (${cause}): until it can, this host numbers them itself; ` +
+      'its clients keep getting them but recover only on this host, and other hosts get them only if the bus bridge is up', { prefix: this.stream.prefix })
+  }
+
+  recovered () {
+    if (!this.degraded) return
+    this.degraded = false
+    this.log.info(`socket.io recovery: Redis (${this.stream.where}) reachable again: broadcasts go through the shared log`)
+  }
+
+  /** In Redis (any host can restore it); in this primary while Redis is away, or if it fails the write. */
+  persist (name, session) {
+    const state = this.namespace(name)
+    if (this.stream === null || !this.stream.ready) return this.memory.persist(name, session)
+    let persisting
+    try {
+      persisting = this.stream.persist(state.name, session, state.maxDisconnectionDuration, state.maxSessions)
+    } catch (err) {
+      debug('recovery: session %s not persisted in Redis: %s', session.pid, err.message)
+      return this.memory.persist(name, session)
+    }
+    return persisting.then(() => true, (err) => {
+      debug('recovery: session %s not persisted in Redis: %s', session.pid, err.message)
+      return this.memory.persist(name, session)
+    })
+  }
+
+  knows (name, offset) {
+    return this.memory.knows(name, offset) || isStreamId(offset)
+  }
+
+  /**
+   * The session from this primary (persisted while Redis was unreachable)
+   * or from Redis (persisted by any host), and the packets after the offset
+   * from the stream (or from this primary's log for an offset it gave while
+   * Redis was unreachable). Null when not exact.
+   */
+  async restore (name, pid, offset) {
+    const state = this.memory.namespaces.get(name)
+    const stream = this.stream
+    // An offset of neither kind: no restore (and the session is left alone).
+    if (state === undefined || stream === null || (!isStreamId(offset) && state.seqOf(offset) === null)) return null
+    let session = state.takeSession(pid, Date.now())
+    if (session === null) {
+      if (!stream.ready) return null
+      session = await stream.take(state.name, pid)
+      if (session === null || !Array.isArray(session.rooms)) return null
+    }
+    if (!isStreamId(offset)) {
+      const missed = state.missedAfter(offset, session.rooms)
+      return missed === null ? null : { session, missed, head: state.seq, epoch: state.epoch }
+    }
+    if (state.streamFloor !== null && compareIds(offset, state.streamFloor) <= 0) return null
+    // An offset given by another host may be ahead of this host's reader: wait until it is delivered here.
+    if (!(await this.reached(stream, state.name, offset))) return null
+    // Up to what this host's workers have been sent: what comes after reaches the restoring worker as usual.
+    const head = stream.lastDelivered(state.name)
+    const entries = await stream.range(state.name, offset, head)
+    // The offset's own entry first, or packets after it were trimmed (or it is no offset of this stream).
+    if (entries.length === 0 || entries[0][0] !== offset) return null
+    const missed = []
+    for (let i = 1; i < entries.length; i++) {
+      const kept = entries[i][1] === null ? null : replayable(entries[i][1].m)
+      if (kept !== null && shouldInclude(session.rooms, kept.opts)) missed.push([entries[i][0], kept.packet.data])
+    }
+    return { session, missed, head }
+  }
+
+  /** @returns {Promise<boolean>|boolean} this host's reader has delivered the stream entry `id` of `name` (false after waitMs) */
+  reached (stream, name, id) {
+    const last = stream.lastDelivered(name)
+    if (last !== null && compareIds(last, id) >= 0) return true
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        const waiters = this.reaching.get(name) || []
+        const index = waiters.indexOf(waiter)
+        if (index !== -1) waiters.splice(index, 1)
+        resolve(false)
+      }, this.options.waitMs())
+      timer.unref()
+      const waiter = {
+        id,
+        wake (value) {
+          clearTimeout(timer)
+          resolve(value)
+          return false
+        }
+      }
+      let waiters = this.reaching.get(name)
+      if (waiters === undefined) {
+        waiters = []
+        this.reaching.set(name, waiters)
+      }
+      waiters.push(waiter)
+    })
+  }
+
+  sweep (now) {
+    this.memory.sweep(now)
+    if (this.stream === null) return
+    for (const state of this.memory.namespaces.values()) this.stream.trim(state.name, state.maxDisconnectionDuration, now)
+  }
+
+  stats () {
+    const stats = this.memory.stats()
+    if (this.stream !== null) stats.redis = { ready: this.stream.ready, degraded: this.degraded }
+    return stats
+  }
+
+  /** Close the Redis connections (shutdown). */
+  close () {
+    this.closed = true
+    const stream = this.stream
+    this.stream = null
+    return stream === null ? Promise.resolve() : stream.close()
   }
 }
 
-module.exports = { createRedisLog, isStreamId, compareIds, keyPrefix }
+module.exports = { RedisLog }

@@ -20,6 +20,7 @@ const { ClusterizeError, ClusterizeOptionError } = require('../errors')
 const { internalBus } = require('../bus')
 const { createRecovery } = require('./socket-io-recovery')
 const { coalesceWebSocketWrites } = require('./coalesce-writes')
+const { serverOptionsOf } = require('./socketio-internals')
 
 const TOPIC_PREFIX = '$cz:sio:'
 const kNamed = Symbol('clusterize.sessionIdsBySlot')
@@ -92,12 +93,13 @@ function createAdapter (options) {
       super(nsp, options || {})
       this.topic = TOPIC_PREFIX + nsp.name
       // socket.io's connectionStateRecovery: broadcasts are numbered by the primary (./socket-io-recovery.js).
-      this.recovery = nsp.server.opts && nsp.server.opts.connectionStateRecovery ? createRecovery(this, recoveryOptions(options)) : null
-      this.deliverLocally = (packet, opts) => Adapter.prototype.broadcast.call(this, packet, opts)
+      this.recovery = serverOptionsOf(nsp.server).connectionStateRecovery ? createRecovery(this, recoveryOptions(options)) : null
+      /** With recovery, the broadcast doPublish() refused (thrown from broadcast()). */
+      this.refused = null
       this.onBusMessage = (data) => {
         if (!data || typeof data !== 'object') return
-        if (data.t === 's') {
-          if (this.recovery !== null) this.recovery.deliver(data, this.deliverLocally)
+        if (data.t === 'm' && data.m && this.recovery !== null) {
+          this.recovery.receive(data)
         } else if (data.t === 'm' && data.m && data.m.uid !== this.uid) {
           this.onMessage(data.m)
         } else if (data.t === 'r' && data.to === this.uid) {
@@ -117,10 +119,13 @@ function createAdapter (options) {
      * sockets of this worker (the base class would log it at debug level).
      */
     broadcast (packet, opts) {
-      if (this.recovery !== null && !(opts.flags && opts.flags.local)) {
-        // Delivered here too when it comes back numbered: one order on every worker.
-        this.recovery.publish(packet, opts)
-        return
+      if (this.recovery !== null) {
+        // ClusterAdapter's own: doPublish() returns the offset the primary assigns.
+        const delivered = super.broadcast(packet, opts)
+        const refused = this.refused
+        this.refused = null
+        if (refused !== null) throw refused
+        return delivered
       }
       if (!(opts.flags && opts.flags.local)) {
         internalBus.broadcast(this.topic, {
@@ -132,6 +137,16 @@ function createAdapter (options) {
     }
 
     doPublish (message) {
+      if (this.recovery !== null && message.type === MessageType.BROADCAST && message.data.requestId === undefined) {
+        try {
+          return this.recovery.publish(message)
+        } catch (err) {
+          // ClusterAdapter#broadcast calls this synchronously; a promise that never settles keeps
+          // it from delivering the packet here, and broadcast() throws the error.
+          this.refused = err
+          return new Promise(function never () {})
+        }
+      }
       internalBus.broadcast(this.topic, { t: 'm', m: message })
       return Promise.resolve('')
     }

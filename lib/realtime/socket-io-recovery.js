@@ -2,14 +2,22 @@
 
 /**
  * socket.io connection-state recovery across workers: the worker's side of
- * ./recovery-service.js (read that first).
+ * ./recovery-service.js (read that first), behind socket.io-adapter's
+ * ClusterAdapter API, as socket.io's own Redis-streams adapter does it.
  *
- * - A broadcast is sent to the primary, which numbers it and sends it back
- *   to every worker (this one included): every worker delivers a namespace's
- *   packets in the primary's order, each event carrying its offset.
+ * - doPublish() of a broadcast sends it to the primary, which numbers it and
+ *   sends it to every worker, this one included: that copy tells this worker
+ *   the offset, which doPublish() returns (ClusterAdapter#broadcast then
+ *   delivers it here with the offset appended); the other workers get it
+ *   through ClusterAdapter#onMessage(message, offset). Every worker delivers
+ *   a namespace's packets in the primary's order (./recovery-order.js).
  * - A socket cut with a recoverable reason is persisted in the primary (a
  *   request: the old worker waits for the answer before it exits), and the
  *   worker the client reconnects to restores it from there.
+ * - The primary also holds a copy of every connected socket's session, sent
+ *   once the app's 'connection' handlers ran and after each join or leave:
+ *   if this worker dies without persisting (kill -9, OOM), the primary
+ *   persists that copy instead.
  * - A restore answers with the packets up to the primary's head at that
  *   moment; the packets this worker delivers meanwhile (after the head) are
  *   added from what it saw while the restore was in flight, so the client
@@ -19,13 +27,10 @@
 const debug = require('debug')('clusterize:socket.io')
 const { internalBus } = require('../bus')
 const { onConnectionsClosed } = require('../worker/drain-hooks')
-const { QUEUE_TOPIC, STATE_TOPIC, DEFAULTS, shouldInclude } = require('./recovery-service')
-const { compareIds } = require('./recovery-redis')
-
-/** socket.io's own rule for packets that can be replayed: events without ack, not volatile. */
-function isReplayable (packet, opts) {
-  return packet.type === 2 && packet.id === undefined && !(opts.flags && opts.flags.volatile)
-}
+const { QUEUE_TOPIC, STATE_TOPIC } = require('./recovery-service')
+const { DEFAULTS, shouldInclude, compareIds } = require('./recovery-log')
+const { createDeliveryOrder } = require('./recovery-order')
+const { privateSessionIdOf, serverOptionsOf, interceptNamespaceAdd } = require('./socketio-internals')
 
 /**
  * Is the packet numbered `seq` after `head`? Numbers (this host's log) or
@@ -41,6 +46,8 @@ function isAfter (seq, head) {
 /** How many packets a restore in flight may see go by before it gives up (the client then connects afresh). */
 const MAX_SEEN_DURING_RESTORE = 100000
 const PERSIST_TIMEOUT_MS = 10000
+/** A broadcast whose numbered copy has not come back by then is delivered here without an offset (ClusterAdapter's own fallback). */
+const PUBLISH_TIMEOUT_MS = 10000
 
 /** Adapters with recovery in this process, for the drain. */
 const adapters = new Set()
@@ -54,7 +61,7 @@ let drainHookAdded = false
 function createRecovery (adapter, options) {
   const nsp = adapter.nsp
   const name = nsp.name
-  const settings = nsp.server.opts.connectionStateRecovery
+  const settings = serverOptionsOf(nsp.server).connectionStateRecovery
   const liveWaitMs = options.liveWaitMs === undefined ? DEFAULTS.liveWaitMs : options.liveWaitMs
   /** Restores in flight: each collects the numbered packets delivered meanwhile. */
   const restoring = new Set()
@@ -65,24 +72,59 @@ function createRecovery (adapter, options) {
   /** Restored sessions whose socket has not connected yet: pid -> the watch on its connection. */
   const awaitingConnect = new Map()
   const restoringClients = watchRestoringClients(nsp)
+  const order = createDeliveryOrder()
+  /** @type {Map<number, { resolve: Function, reject: Function, timer: object }>} this worker's broadcasts waiting for their offset */
+  const publishing = new Map()
+  let publishId = 0
 
   internalBus.send('primary', QUEUE_TOPIC, { op: 'cfg', n: name, d: settings.maxDisconnectionDuration, p: options.maxPackets, x: options.maxSessions, l: liveWaitMs })
 
   function onConnection (socket) {
-    if (typeof socket.pid !== 'string') return
-    const pid = socket.pid
+    const pid = privateSessionIdOf(socket)
+    if (pid === null) return
     const waiting = awaitingConnect.get(pid)
     if (waiting !== undefined) {
       awaitingConnect.delete(pid)
       waiting.conn.off('close', waiting.onClose)
     }
-    send({ op: 'live', n: name, s: pid, w: process.pid })
+    // Reported once the app's 'connection' handlers ran: with the rooms and socket.data they set.
+    changed(socket.id)
     socket.once('disconnect', function onDisconnect () {
       if (persistedPids.delete(pid)) return
       send({ op: 'gone', n: name, s: pid })
     })
   }
   nsp.on('connection', onConnection)
+  // The adapter's public room events: every join and leave of a socket of this worker.
+  const onRoomChange = (room, id) => changed(id)
+  adapter.on('join-room', onRoomChange)
+  adapter.on('leave-room', onRoomChange)
+
+  /**
+   * The primary keeps a copy of each connected socket's session (id, rooms,
+   * socket.data) as it changes, so that it can persist it itself when this
+   * worker dies without doing so (kill -9, OOM). Changes are coalesced: one
+   * message per socket per turn of the event loop.
+   */
+  const dirty = new Set()
+  let flushing = null
+  function changed (id) {
+    dirty.add(id)
+    if (flushing === null) flushing = setImmediate(syncChanged)
+  }
+
+  function syncChanged () {
+    flushing = null
+    for (const id of dirty) {
+      const socket = nsp.sockets.get(id)
+      const pid = socket === undefined || !socket.connected ? null : privateSessionIdOf(socket)
+      if (pid === null) continue
+      const live = { op: 'live', n: name, s: pid, w: process.pid }
+      // socket.data the bus cannot carry: the primary still knows the socket is here (see restore waits), not its state.
+      if (!send(Object.assign({ x: { sid: socket.id, pid, rooms: [...socket.rooms], data: socket.data } }, live))) send(live)
+    }
+    dirty.clear()
+  }
 
   adapters.add(adapter)
   if (!drainHookAdded) {
@@ -129,46 +171,73 @@ function createRecovery (adapter, options) {
     return true
   }
 
+  /** A numbered packet is delivered here now: the restores in flight note it (see restore()). */
+  function noteDelivered (data) {
+    if (typeof data.o !== 'string' || restoring.size === 0) return
+    const { packet, opts } = data.m.data
+    if (!packet || !Array.isArray(packet.data) || !opts) return
+    const seen = { seq: data.q, rooms: opts.rooms, except: opts.except, data: packet.data.concat(data.o) }
+    for (const watch of restoring) {
+      if (watch.seen.length >= MAX_SEEN_DURING_RESTORE) watch.overflow = true
+      else watch.seen.push(seen)
+    }
+  }
+
+  /** @returns {boolean} sent (a refusal of the bus, e.g. backpressure, is only traced: these messages are hints) */
   function send (data) {
     try {
       internalBus.send('primary', QUEUE_TOPIC, data)
+      return true
     } catch (err) {
       debug('recovery: %s for %s not sent: %s', data.op, data.s, err.message)
+      return false
     }
   }
 
   return {
     /**
-     * Send a broadcast to the primary to be numbered; it comes back to every
-     * worker. Throws like internalBus.send (the emit reaches no one).
+     * ClusterAdapter#doPublish of a broadcast without ack: sent to the
+     * primary to be numbered. Throws like internalBus.send when the bus
+     * refuses it (too large, unserialisable).
+     * @param {object} message a ClusterMessage
+     * @returns {Promise<string|undefined>} the offset (undefined for a packet socket.io does not replay)
      */
-    publish (packet, opts) {
-      internalBus.send('primary', QUEUE_TOPIC, {
-        op: 'pub',
-        n: name,
-        k: isReplayable(packet, opts) ? 1 : 0,
-        m: { uid: adapter.uid, packet, opts: { rooms: [...opts.rooms], except: [...opts.except], flags: opts.flags || {} } }
+    publish (message) {
+      const id = ++publishId
+      internalBus.send('primary', QUEUE_TOPIC, { op: 'pub', n: name, i: id, m: message })
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => {
+          publishing.delete(id)
+          reject(new Error('no offset from the primary in time'))
+        }, PUBLISH_TIMEOUT_MS)
+        timer.unref()
+        publishing.set(id, { resolve, reject, timer })
       })
     },
 
     /**
-     * A numbered broadcast from the primary: deliver it to this worker's
-     * sockets, its offset appended (what the client keeps).
-     * @param {{ m: object, o?: string, q?: number }} message
-     * @param {Function} deliverLocally (packet, opts) => void
+     * A cluster message of this namespace from the primary: numbered (`o`,
+     * `q`) or not. This worker's own broadcast comes back to settle its
+     * doPublish(); any other is handed to ClusterAdapter#onMessage, in order.
+     * @param {{ m: object, i?: number, o?: string, q?: number|string }} data
      */
-    deliver (message, deliverLocally) {
-      const m = message.m
-      if (!m || !m.packet || !m.opts) return
-      const packet = m.packet
-      if (typeof message.o === 'string' && Array.isArray(packet.data)) {
-        packet.data.push(message.o)
-        for (const watch of restoring) {
-          if (watch.seen.length >= MAX_SEEN_DURING_RESTORE) watch.overflow = true
-          else watch.seen.push({ seq: message.q, rooms: m.opts.rooms, except: m.opts.except, data: packet.data })
-        }
+    receive (data) {
+      const m = data.m
+      if (m.uid === adapter.uid) {
+        const waiting = data.i === undefined ? undefined : publishing.get(data.i)
+        if (waiting === undefined) return
+        publishing.delete(data.i)
+        clearTimeout(waiting.timer)
+        order.run(function settleOwn () {
+          noteDelivered(data)
+          waiting.resolve(data.o)
+        }, true)
+        return
       }
-      deliverLocally(packet, { rooms: new Set(m.opts.rooms), except: new Set(m.opts.except), flags: m.opts.flags })
+      order.run(function deliverRemote () {
+        noteDelivered(data)
+        adapter.onMessage(m, data.o)
+      })
     },
 
     persist (session) {
@@ -184,6 +253,8 @@ function createRecovery (adapter, options) {
       restoring.add(watch)
       try {
         const answer = await internalBus.request(STATE_TOPIC, { op: 'restore', n: name, s: pid, o: offset }, { timeoutMs: liveWaitMs + PERSIST_TIMEOUT_MS })
+        // In the delivery order: what comes later reaches the socket once socket.io has joined it to its rooms.
+        await new Promise((resolve) => order.run(resolve, true))
         if (!answer || watch.overflow) return null
         const rooms = answer.session.rooms
         // With bus.redis the offset is the stream entry's id (no epoch).
@@ -206,7 +277,18 @@ function createRecovery (adapter, options) {
     settled () { return Promise.allSettled(Array.from(persisting)) },
 
     close () {
+      order.close()
+      for (const waiting of publishing.values()) {
+        clearTimeout(waiting.timer)
+        waiting.reject(new Error('adapter closed'))
+      }
+      publishing.clear()
       nsp.off('connection', onConnection)
+      adapter.off('join-room', onRoomChange)
+      adapter.off('leave-room', onRoomChange)
+      if (flushing !== null) clearImmediate(flushing)
+      flushing = null
+      dirty.clear()
       restoringClients.stop()
       adapters.delete(adapter)
     }
@@ -221,20 +303,15 @@ function createRecovery (adapter, options) {
  */
 function watchRestoringClients (nsp) {
   const byPid = new Map()
-  const add = nsp._add
-  if (typeof add === 'function') {
-    nsp._add = function addNotingRestore (client, auth, fn) {
-      const pid = auth && typeof auth.pid === 'string' && typeof auth.offset === 'string' && client && client.conn ? auth.pid : null
-      if (pid === null) return add.call(this, client, auth, fn)
-      byPid.set(pid, client.conn)
-      try {
-        return add.call(this, client, auth, fn)
-      } finally {
-        // restoreSession() took it in add's synchronous part, or will not: never kept.
-        byPid.delete(pid)
-      }
+  const restore = interceptNamespaceAdd(nsp, {
+    before (client, auth) {
+      if (auth && typeof auth.pid === 'string' && typeof auth.offset === 'string' && client && client.conn) byPid.set(auth.pid, client.conn)
+    },
+    after (client, auth) {
+      // restoreSession() took it in add's synchronous part, or will not: never kept.
+      if (auth && typeof auth.pid === 'string') byPid.delete(auth.pid)
     }
-  }
+  })
   return {
     /** The connection restoring `pid`, once (restoreSession runs synchronously inside _add). */
     take (pid) {
@@ -243,7 +320,7 @@ function watchRestoringClients (nsp) {
       return conn
     },
     stop () {
-      if (typeof add === 'function') nsp._add = add
+      restore()
       byPid.clear()
     }
   }
@@ -270,4 +347,4 @@ async function persistBeforeExit ({ deadline }) {
   debug('recovery: drain deadline passed with sessions not yet persisted')
 }
 
-module.exports = { createRecovery, isReplayable }
+module.exports = { createRecovery }

@@ -1,0 +1,53 @@
+'use strict'
+
+/**
+ * socket.io-client helpers for the recovery tests (fixtures/socketio-recovery.js):
+ * an ack'ed request, and a sender of numbered messages to a room.
+ */
+
+const { io: connectClient } = require('socket.io-client')
+
+/** Ask the server with an ack; rejects on the client's ack timeout. */
+function ask (socket, event, ...args) {
+  return new Promise((resolve, reject) => {
+    socket.timeout(5000).emit(event, ...args, (err, value) => err ? reject(err) : resolve(value))
+  })
+}
+
+/**
+ * Emit numbered messages to `room`, one at a time, until stopped. A message
+ * whose ack is lost (to a reload, a crash) is "unsure": the server may or may
+ * not have emitted it; it is never sent again under the same number.
+ * @param {number} port
+ * @param {string} room
+ * @param {Array} sockets where the client is added (the test disconnects them)
+ * @param {number} [from] the first number
+ */
+function startSender (port, room, sockets, from = 1) {
+  const socket = connectClient(`http://127.0.0.1:${port}`, { transports: ['websocket'], forceNew: true, reconnectionDelay: 50, reconnectionDelayMax: 200 })
+  sockets.push(socket)
+  const sender = { room, acked: [], unsure: [], stopped: false, done: null }
+  sender.done = (async () => {
+    let n = from - 1
+    while (!sender.stopped) {
+      if (!socket.connected) {
+        await new Promise((resolve) => socket.once('connect', resolve))
+        continue
+      }
+      n++
+      try {
+        await ask(socket, 'send', room, n)
+        sender.acked.push(n)
+      } catch {
+        sender.unsure.push(n)
+      }
+    }
+  })()
+  sender.stop = () => {
+    sender.stopped = true
+    return sender.done
+  }
+  return sender
+}
+
+module.exports = { ask, startSender }
