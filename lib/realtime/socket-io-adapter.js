@@ -19,6 +19,7 @@ const debug = require('debug')('clusterize:socket.io')
 const { internalBus } = require('../bus')
 const { createRecovery } = require('./socket-io-recovery')
 const { coalesceWebSocketWrites } = require('./coalesce-writes')
+const { serverOptionsOf } = require('./socketio-internals')
 
 const TOPIC_PREFIX = '$cz:sio:'
 const kNamed = Symbol('clusterize.sessionIdsBySlot')
@@ -91,7 +92,7 @@ function createAdapter (options) {
       super(nsp, options || {})
       this.topic = TOPIC_PREFIX + nsp.name
       // socket.io's connectionStateRecovery: broadcasts are numbered by the primary (./socket-io-recovery.js).
-      this.recovery = nsp.server.opts && nsp.server.opts.connectionStateRecovery ? createRecovery(this, recoveryOptions(options)) : null
+      this.recovery = serverOptionsOf(nsp.server).connectionStateRecovery ? createRecovery(this, recoveryOptions(options)) : null
       this.deliverLocally = (packet, opts) => Adapter.prototype.broadcast.call(this, packet, opts)
       this.onBusMessage = (data) => {
         if (!data || typeof data !== 'object') return
