@@ -94,3 +94,40 @@ test('a WebSocket client that never answers the close frame is cut at the drain 
   await cluster.waitEvent('worker:exit', (d) => d.pid === oldPid)
   await cluster.stop()
 })
+
+// RFC 6455 5.5.1: one Close frame per connection, and no data frame after it.
+test('a reload sends each WebSocket exactly one Close (1012) and no data frame after it, although the app keeps sending', async () => {
+  const { connectRawWebSocket } = require('./helpers/raw-websocket')
+  const cluster = await startCluster(fixture, { env: env({ workers: 1, reload: { bakeMs: 0 } }, { CZ_WS_TICK_MS: '20' }) })
+  const client = await connectRawWebSocket(cluster.port)
+  await eventually(() => client.frames.some((f) => f.text === 'tick'), { what: 'the app ticking' })
+  assert.strictEqual((await cluster.reload()).ok, true)
+  await client.closed
+  assert.deepStrictEqual(client.closes(), [{ type: 'close', code: 1012, reason: 'server restarting' }], JSON.stringify(client.frames.slice(-5)))
+  assert.deepStrictEqual(client.afterFirstClose(), [], 'nothing after the Close')
+  await cluster.stop()
+})
+
+test('shutdown sends each WebSocket exactly one Close (1001) and no data frame after it', async () => {
+  const { connectRawWebSocket } = require('./helpers/raw-websocket')
+  const cluster = await startCluster(fixture, { env: env({ workers: 1 }, { CZ_WS_TICK_MS: '20' }) })
+  const client = await connectRawWebSocket(cluster.port)
+  await eventually(() => client.frames.some((f) => f.text === 'tick'), { what: 'the app ticking' })
+  cluster.signal('SIGTERM')
+  await client.closed
+  assert.deepStrictEqual(client.closes(), [{ type: 'close', code: 1001, reason: 'server going away' }], JSON.stringify(client.frames.slice(-5)))
+  assert.deepStrictEqual(client.afterFirstClose(), [])
+  assert.strictEqual((await cluster.exit).code, 0)
+})
+
+test('a WebSocket the app closes in onDrain keeps its own Close (4000) and gets no second one', async () => {
+  const { connectRawWebSocket } = require('./helpers/raw-websocket')
+  const cluster = await startCluster(fixture, { env: env({ workers: 1, reload: { bakeMs: 0 } }, { CZ_WS_TICK_MS: '20', CZ_WS_CLOSE_ON_DRAIN: '4000' }) })
+  const client = await connectRawWebSocket(cluster.port)
+  await eventually(() => client.frames.some((f) => f.text === 'tick'), { what: 'the app ticking' })
+  assert.strictEqual((await cluster.reload()).ok, true)
+  await client.closed
+  assert.deepStrictEqual(client.closes(), [{ type: 'close', code: 4000, reason: 'app says bye' }], JSON.stringify(client.frames.slice(-5)))
+  assert.deepStrictEqual(client.afterFirstClose(), [])
+  await cluster.stop()
+})
