@@ -73,7 +73,7 @@ test('shutdown closes WebSockets with 1001, after the onDrain hook said goodbye'
   assert.strictEqual((await cluster.exit).code, 0)
 })
 
-test('a WebSocket client that never answers the close frame is cut at the drain deadline, and the old worker still exits', async () => {
+test('a WebSocket client that never answers the close frame is cut (after the close handshake time, within the drain deadline), and the old worker still exits', async () => {
   const net = require('net')
   const cluster = await startCluster(fixture, { env: env({ workers: 1, reload: { bakeMs: 0, drainTimeoutMs: 1500 } }) })
   const oldPid = (await cluster.stats()).workers[0].pid

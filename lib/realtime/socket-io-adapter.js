@@ -20,6 +20,7 @@ const { internalBus } = require('../bus')
 const { createRecovery } = require('./socket-io-recovery')
 const { coalesceWebSocketWrites } = require('./coalesce-writes')
 const { serverOptionsOf } = require('./socketio-internals')
+const { registerEngine } = require('./engines')
 
 const TOPIC_PREFIX = '$cz:sio:'
 const kNamed = Symbol('clusterize.sessionIdsBySlot')
@@ -48,15 +49,18 @@ function nameSessionsBySlot (engine) {
 }
 
 /**
- * Set up socket.io's engine.io server: sessions named by slot, WebSocket
- * writes coalesced (unless `coalesceWrites: false`). The engine exists once
- * the server is attached, right after the adapter is built.
+ * Set up socket.io's engine.io server: sessions named by slot, closed by
+ * engine.io when the worker drains, WebSocket writes coalesced (unless
+ * `coalesceWrites: false`). The engine exists once the server is attached,
+ * right after the adapter is built.
  */
 function prepareEngine (server, options) {
   process.nextTick(function prepareEngineOnceAttached () {
     const engine = server && server.engine
     if (!engine) return
     nameSessionsBySlot(engine)
+    // A draining worker closes its sessions through engine.io (./engines.js).
+    registerEngine(engine)
     if (!(options && options.coalesceWrites === false)) coalesceWebSocketWrites(engine)
   })
 }

@@ -6,7 +6,7 @@
  * them (the client would see 1006, an abnormal closure). They are counted,
  * and on drain a WebSocket is closed with code 1012 (Service Restart) on
  * reload/recycle or 1001 (Going Away) on shutdown, then the connection ends
- * once the client answers it.
+ * once the client answers it (or CLOSE_HANDSHAKE_MS passes).
  *
  * A WebSocket owned by ws (a `ws` server, or socket.io's engine.io, which
  * runs ws) is closed through ws's own close(): ws then sends the one Close
@@ -21,6 +21,9 @@ const debug = require('debug')('clusterize:upgrades')
 const { webSocketOfSocket } = require('./socketio-internals')
 
 const kUpgrade = Symbol('clusterize.upgrade')
+
+/** How long a WebSocket client has to answer our Close before its connection is cut. */
+const CLOSE_HANDSHAKE_MS = 2000
 
 /** Close codes (RFC 6455, IANA registry). */
 const CLOSE_CODES = { restart: 1012, goingAway: 1001 }
@@ -51,7 +54,8 @@ function trackUpgrades (server) {
 
   /**
    * Say goodbye to every upgraded connection: a close frame for WebSockets,
-   * then end our side once the client has answered (or `graceMs` passes).
+   * then end our side once the client has answered (or `graceMs` passes; for a
+   * WebSocket at most CLOSE_HANDSHAKE_MS).
    * @param {'reload'|'shutdown'|string} reason
    * @param {number} graceMs
    */
@@ -61,9 +65,12 @@ function trackUpgrades (server) {
     debug('closing %d upgraded connections with %d', sockets.size, code)
     for (const socket of sockets) {
       if (socket.destroyed) continue
-      if (socket[kUpgrade] === 'websocket') closeWebSocket(socket, code, text)
-      // The client echoes the close and closes TCP; end ours if it does not.
-      const timer = setTimeout(() => socket.destroy(), Math.max(0, graceMs))
+      const webSocket = socket[kUpgrade] === 'websocket'
+      if (webSocket) closeWebSocket(socket, code, text)
+      // A live client echoes the Close within a round trip and closes TCP; one
+      // that does not (its network is gone, say mid-upgrade) is cut after
+      // CLOSE_HANDSHAKE_MS rather than holding the drain to its deadline.
+      const timer = setTimeout(() => socket.destroy(), Math.max(0, webSocket ? Math.min(graceMs, CLOSE_HANDSHAKE_MS) : graceMs))
       timer.unref()
       socket.once('close', () => clearTimeout(timer))
     }
@@ -102,4 +109,4 @@ function closeFrame (code, reason) {
   return frame
 }
 
-module.exports = { trackUpgrades, CLOSE_CODES }
+module.exports = { trackUpgrades, CLOSE_CODES, CLOSE_HANDSHAKE_MS }

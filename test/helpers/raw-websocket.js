@@ -32,7 +32,9 @@ async function connectRawWebSocket (port, options) {
     closed: new Promise((resolve) => socket.once('close', resolve)),
     closes: () => client.frames.filter((f) => f.type === 'close'),
     /** Every frame after the first Close. */
-    afterFirstClose: () => client.frames.slice(client.frames.findIndex((f) => f.type === 'close') + 1)
+    afterFirstClose: () => client.frames.slice(client.frames.findIndex((f) => f.type === 'close') + 1),
+    /** Send one text frame. */
+    sendText: (text) => socket.write(maskedFrame(0x1, Buffer.from(text, 'utf8')))
   }
   let buffer = Buffer.alloc(0)
   let echoed = false
@@ -49,7 +51,7 @@ async function connectRawWebSocket (port, options) {
       client.frames.push(frame.value)
       if (frame.value.type === 'close' && echoClose && !echoed && socket.writable) {
         echoed = true
-        socket.write(maskedClose(frame.value.code))
+        socket.write(maskedFrame(0x8, closePayload(frame.value.code)))
       }
     }
   })
@@ -84,13 +86,19 @@ function readFrame (buffer) {
   return { value, size: offset + length }
 }
 
-/** A client-to-server Close frame (clients must mask, RFC 6455 5.3). */
-function maskedClose (code) {
-  const mask = Buffer.from([1, 2, 3, 4])
+/** The payload of a Close frame with `code` (none when null). */
+function closePayload (code) {
   const payload = Buffer.alloc(code === null ? 0 : 2)
   if (code !== null) payload.writeUInt16BE(code, 0)
-  for (let i = 0; i < payload.length; i++) payload[i] ^= mask[i % 4]
-  return Buffer.concat([Buffer.from([0x88, 0x80 | payload.length]), mask, payload])
+  return payload
+}
+
+/** A client-to-server frame, masked as clients must (RFC 6455 5.3); payloads under 126 bytes. */
+function maskedFrame (opcode, payload) {
+  const mask = Buffer.from([1, 2, 3, 4])
+  const masked = Buffer.from(payload)
+  for (let i = 0; i < masked.length; i++) masked[i] ^= mask[i % 4]
+  return Buffer.concat([Buffer.from([0x80 | opcode, 0x80 | masked.length]), mask, masked])
 }
 
 module.exports = { connectRawWebSocket }
