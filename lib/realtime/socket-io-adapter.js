@@ -21,6 +21,7 @@ const { createRecovery } = require('./socket-io-recovery')
 const { coalesceWebSocketWrites } = require('./coalesce-writes')
 const { serverOptionsOf } = require('./socketio-internals')
 const { registerEngine } = require('./engines')
+const { extractBinaries, restoreBinaries } = require('./binary')
 
 const TOPIC_PREFIX = '$cz:sio:'
 const kNamed = Symbol('clusterize.sessionIdsBySlot')
@@ -65,6 +66,18 @@ function prepareEngine (server, options) {
   })
 }
 
+/**
+ * `envelope` carrying `payload` under `key`, its binaries (Buffers, typed
+ * arrays) beside it in `b`, so they arrive as Buffers whatever the bus's
+ * serialization (see ./binary.js).
+ */
+function withBinaries (envelope, key, payload) {
+  const { message, binaries } = extractBinaries(payload)
+  envelope[key] = message
+  if (binaries !== null) envelope.b = binaries
+  return envelope
+}
+
 /** The recovery bounds from createAdapter()'s options (see types/socket.io.d.ts). */
 function recoveryOptions (options) {
   const recovery = (options && options.recovery) || {}
@@ -103,9 +116,9 @@ function createAdapter (options) {
         if (data.t === 's') {
           if (this.recovery !== null) this.recovery.deliver(data, this.deliverLocally)
         } else if (data.t === 'm' && data.m && data.m.uid !== this.uid) {
-          this.onMessage(data.m)
+          this.onMessage(data.b ? restoreBinaries(data.m, data.b) : data.m)
         } else if (data.t === 'r' && data.to === this.uid) {
-          this.onResponse(data.r)
+          this.onResponse(data.b ? restoreBinaries(data.r, data.b) : data.r)
         }
       }
       internalBus.on(this.topic, this.onBusMessage)
@@ -127,22 +140,19 @@ function createAdapter (options) {
         return
       }
       if (!(opts.flags && opts.flags.local)) {
-        internalBus.broadcast(this.topic, {
-          t: 'm',
-          m: { uid: this.uid, nsp: this.nsp.name, type: MessageType.BROADCAST, data: { packet, opts: { rooms: [...opts.rooms], except: [...opts.except], flags: opts.flags } } }
-        })
+        this.doPublish({ uid: this.uid, nsp: this.nsp.name, type: MessageType.BROADCAST, data: { packet, opts: { rooms: [...opts.rooms], except: [...opts.except], flags: opts.flags } } })
       }
       Adapter.prototype.broadcast.call(this, packet, opts)
     }
 
     doPublish (message) {
-      internalBus.broadcast(this.topic, { t: 'm', m: message })
+      internalBus.broadcast(this.topic, withBinaries({ t: 'm', m: null }, 'm', message))
       return Promise.resolve('')
     }
 
     doPublishResponse (requesterUid, response) {
       // Every server sees it; only the requester (by uid) takes it.
-      internalBus.broadcast(this.topic, { t: 'r', to: requesterUid, r: response })
+      internalBus.broadcast(this.topic, withBinaries({ t: 'r', to: requesterUid, r: null }, 'r', response))
       return Promise.resolve()
     }
 
