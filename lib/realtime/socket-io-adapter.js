@@ -16,7 +16,7 @@
  */
 
 const debug = require('debug')('clusterize:socket.io')
-const { internalBus } = require('../bus')
+const { bus, internalBus, ClusterizeBusError } = require('../bus')
 const { createRecovery } = require('./socket-io-recovery')
 const { coalesceWebSocketWrites } = require('./coalesce-writes')
 const { serverOptionsOf } = require('./socketio-internals')
@@ -92,17 +92,50 @@ function recoveryOptions (options) {
   return recovery
 }
 
+let toldInMemory = false
+
 /**
- * @param {{ heartbeatInterval?: number, heartbeatTimeout?: number, coalesceWrites?: boolean, recovery?: { maxPackets?: number, maxSessions?: number, liveWaitMs?: number } }} [options]
+ * Outside clusterize (a plain `node app.js`, a test) there is no bus to carry
+ * the adapter's messages: socket.io's own in-memory adapter serves instead,
+ * as if no adapter had been given, unless the user asked for strictness.
+ */
+function inMemoryAdapter (nsp, strict, base) {
+  // A clusterize worker whose bus has not started yet built its Server too early: an in-memory
+  // adapter there would silently keep broadcasts on this worker.
+  if (process.env.CLUSTERIZE_WORKER_ID !== undefined) {
+    throw new ClusterizeBusError('clusterize-express/socket.io: the socket.io Server was created before clusterize() started this worker\'s bus: ' +
+      'create it inside the app factory (clusterize(() => createApp())), not when a module is first required', 'ERR_CLUSTERIZE_BUS_NOT_STARTED')
+  }
+  if (strict) {
+    throw new ClusterizeBusError('clusterize-express/socket.io: createAdapter({ strict: true }) is used in a process that is not run by clusterize() ' +
+      '(the bus is not running): start the app through clusterize(), or leave strict off to use socket.io\'s in-memory adapter here', 'ERR_CLUSTERIZE_BUS_NOT_STARTED')
+  }
+  if (!toldInMemory) {
+    toldInMemory = true
+    debug('not run by clusterize (no bus in this process): socket.io\'s in-memory adapter serves instead')
+  }
+  // socket.io's default: the session-aware adapter when connectionStateRecovery is on (socket.io-adapter >= 2.5).
+  const recovery = serverOptionsOf(nsp.server).connectionStateRecovery
+  const InMemory = recovery && typeof base.SessionAwareAdapter === 'function' ? base.SessionAwareAdapter : base.Adapter
+  return new InMemory(nsp)
+}
+
+/**
+ * @param {{ heartbeatInterval?: number, heartbeatTimeout?: number, coalesceWrites?: boolean, strict?: boolean, recovery?: { maxPackets?: number, maxSessions?: number, liveWaitMs?: number } }} [options]
  *   heartbeat*: passed to socket.io-adapter; coalesceWrites: one TCP write per engine.io flush
- *   (default true, see ./coalesce-writes.js); recovery: bounds of connectionStateRecovery's state in the primary
+ *   (default true, see ./coalesce-writes.js); strict: throw ERR_CLUSTERIZE_BUS_NOT_STARTED outside
+ *   clusterize instead of using socket.io's in-memory adapter; recovery: bounds of connectionStateRecovery's state in the primary
  * @returns {(nsp: object) => object} what io.adapter() takes
  */
 function createAdapter (options) {
-  const { ClusterAdapterWithHeartbeat, Adapter, MessageType } = loadBase()
-  if (options && options.coalesceWrites !== undefined && typeof options.coalesceWrites !== 'boolean') {
-    throw new TypeError(`clusterize-express/socket.io: createAdapter({ coalesceWrites }) must be true or false, got ${String(options.coalesceWrites)}`)
+  const base = loadBase()
+  const { ClusterAdapterWithHeartbeat, Adapter, MessageType } = base
+  for (const key of ['coalesceWrites', 'strict']) {
+    if (options && options[key] !== undefined && typeof options[key] !== 'boolean') {
+      throw new TypeError(`clusterize-express/socket.io: createAdapter({ ${key} }) must be true or false, got ${String(options[key])}`)
+    }
   }
+  const strict = Boolean(options && options.strict)
 
   class ClusterizeAdapter extends ClusterAdapterWithHeartbeat {
     constructor (nsp) {
@@ -178,6 +211,7 @@ function createAdapter (options) {
       throw new TypeError('clusterize-express/socket.io: createAdapter() returns what socket.io\'s io.adapter() takes: ' +
         'new Server(httpServer, { adapter: createAdapter() }) or io.adapter(createAdapter()); it was called with something that is not a socket.io namespace')
     }
+    if (bus.role === 'none') return inMemoryAdapter(nsp, strict, base)
     return new ClusterizeAdapter(nsp)
   }
 }

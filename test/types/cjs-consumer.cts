@@ -33,3 +33,6 @@ sio.createAdapter({ recovery: { maxPackets: 'many' } })
 sio.createAdapter({ coalesceWrites: false })
 // @ts-expect-error coalesceWrites is a boolean
 sio.createAdapter({ coalesceWrites: 'yes' })
+sio.createAdapter({ strict: true })
+// @ts-expect-error strict is a boolean
+sio.createAdapter({ strict: 1 })
