@@ -19,7 +19,7 @@ const debug = require('debug')('clusterize:socket.io')
 const { bus, internalBus, ClusterizeBusError } = require('../bus')
 const { createRecovery } = require('./socket-io-recovery')
 const { coalesceWebSocketWrites } = require('./coalesce-writes')
-const { serverOptionsOf } = require('./socketio-internals')
+const { serverOptionsOf, clusterMessageType } = require('./socketio-internals')
 const { registerEngine } = require('./engines')
 const { extractBinaries, restoreBinaries } = require('./binary')
 
@@ -27,12 +27,19 @@ const TOPIC_PREFIX = '$cz:sio:'
 const kNamed = Symbol('clusterize.sessionIdsBySlot')
 
 function loadBase () {
+  let base
   try {
-    return require('socket.io-adapter')
+    base = require('socket.io-adapter')
   } catch (err) {
-    throw new Error('clusterize-express/socket.io needs socket.io (>= 4.7, which brings socket.io-adapter >= 2.5): npm install socket.io' +
+    throw new Error('clusterize-express/socket.io needs socket.io (>= 4.7, with socket.io-adapter >= 2.5.3): npm install socket.io' +
       (err && err.code === 'MODULE_NOT_FOUND' ? '' : ` (${err.message})`))
   }
+  // socket.io 4.7.0 accepts socket.io-adapter 2.5.2, which has no cluster base class yet.
+  if (typeof base.ClusterAdapterWithHeartbeat !== 'function') {
+    throw new Error('clusterize-express/socket.io needs socket.io-adapter >= 2.5.3 (its ClusterAdapterWithHeartbeat); ' +
+      'this install has an older one: npm update socket.io-adapter')
+  }
+  return base
 }
 
 /**
@@ -129,7 +136,8 @@ function inMemoryAdapter (nsp, strict, base) {
  */
 function createAdapter (options) {
   const base = loadBase()
-  const { ClusterAdapterWithHeartbeat, Adapter, MessageType } = base
+  const { ClusterAdapterWithHeartbeat, Adapter } = base
+  const BROADCAST = clusterMessageType(base, 'BROADCAST')
   for (const key of ['coalesceWrites', 'strict']) {
     if (options && options[key] !== undefined && typeof options[key] !== 'boolean') {
       throw new TypeError(`clusterize-express/socket.io: createAdapter({ ${key} }) must be true or false, got ${String(options[key])}`)
@@ -173,7 +181,7 @@ function createAdapter (options) {
         return
       }
       if (!(opts.flags && opts.flags.local)) {
-        this.doPublish({ uid: this.uid, nsp: this.nsp.name, type: MessageType.BROADCAST, data: { packet, opts: { rooms: [...opts.rooms], except: [...opts.except], flags: opts.flags } } })
+        this.doPublish({ uid: this.uid, nsp: this.nsp.name, type: BROADCAST, data: { packet, opts: { rooms: [...opts.rooms], except: [...opts.except], flags: opts.flags } } })
       }
       Adapter.prototype.broadcast.call(this, packet, opts)
     }

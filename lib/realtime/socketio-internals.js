@@ -137,7 +137,26 @@ function interceptNamespaceAdd (nsp, hooks) {
   }
 }
 
+// socket.io-adapter's cluster message types: wire numbers, the same in every 2.5.x, but the enum
+// is exported only from 2.5.4 on (2.5.3, which socket.io 4.7.0 accepts, keeps it inside).
+const CLUSTER_MESSAGE_TYPES = { BROADCAST: 3 }
+
+/**
+ * The number of a socket.io-adapter cluster message type (`MessageType[name]`).
+ * Fallback: the number every 2.5.x uses.
+ * @param {object} base `require('socket.io-adapter')`
+ * @param {'BROADCAST'} name
+ * @returns {number}
+ */
+function clusterMessageType (base, name) {
+  const types = base ? base.MessageType : undefined
+  if (types && typeof types[name] === 'number') return types[name]
+  fellBack('socket.io-adapter MessageType')
+  return CLUSTER_MESSAGE_TYPES[name]
+}
+
 module.exports = {
+  clusterMessageType,
   webSocketOfSocket,
   tcpSocketOfTransport,
   wrapTransportSend,
