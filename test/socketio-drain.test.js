@@ -74,3 +74,16 @@ for (const stage of ['after the WebSocket connection opened', 'after the probe w
     assert.deepStrictEqual(ws.closes().map((f) => f.code), [1001], 'one Close, Going Away')
   })
 }
+
+test('reload: a socket.io WebSocket client gets exactly one Close (1012) and no frame after it, while the app keeps emitting', async () => {
+  const cluster = await startCluster(fixture, { env: { CZ_TEST_OPTIONS: JSON.stringify(options), CZ_SIO_TRANSPORTS: 'websocket', CZ_SIO_TICK_MS: '20' } })
+  const ws = await connectRawWebSocket(cluster.port, { path: '/socket.io/?EIO=4&transport=websocket' })
+  await eventually(() => ws.frames.some((f) => f.type === 'text' && f.text.startsWith('0')), { what: 'the engine.io open packet' })
+  ws.sendText('40')
+  await eventually(() => ws.frames.some((f) => f.type === 'text' && f.text.startsWith('42["tick"')), { what: 'the app ticking' })
+  assert.strictEqual((await cluster.reload()).ok, true)
+  await ws.closed
+  assert.deepStrictEqual(ws.closes(), [{ type: 'close', code: 1012, reason: 'server restarting' }], JSON.stringify(ws.frames.slice(-5)))
+  assert.deepStrictEqual(ws.afterFirstClose(), [])
+  await cluster.stop()
+})
