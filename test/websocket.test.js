@@ -131,3 +131,14 @@ test('a WebSocket the app closes in onDrain keeps its own Close (4000) and gets 
   assert.deepStrictEqual(client.afterFirstClose(), [])
   await cluster.stop()
 })
+
+test('a WebSocket no ws owns (another library) still gets a Close (1012) written by clusterize on reload', async () => {
+  const { connectRawWebSocket } = require('./helpers/raw-websocket')
+  const cluster = await startCluster(fixture, { env: env({ workers: 1, reload: { bakeMs: 0 } }, { CZ_WS_RAW: '1' }) })
+  const client = await connectRawWebSocket(cluster.port)
+  await eventually(() => client.frames.some((f) => f.type === 'text'), { what: 'the greeting' })
+  assert.strictEqual((await cluster.reload()).ok, true)
+  await client.closed
+  assert.deepStrictEqual(client.closes(), [{ type: 'close', code: 1012, reason: 'server restarting' }])
+  await cluster.stop()
+})
