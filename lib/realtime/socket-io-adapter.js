@@ -181,7 +181,8 @@ function createAdapter (options) {
         return
       }
       if (!(opts.flags && opts.flags.local)) {
-        this.doPublish({ uid: this.uid, nsp: this.nsp.name, type: BROADCAST, data: { packet, opts: { rooms: [...opts.rooms], except: [...opts.except], flags: opts.flags } } })
+        const message = { uid: this.uid, nsp: this.nsp.name, type: BROADCAST, data: { packet, opts: { rooms: [...opts.rooms], except: [...opts.except], flags: opts.flags } } }
+        internalBus.broadcast(this.topic, withBinaries({ t: 'm', m: null }, 'm', message))
       }
       Adapter.prototype.broadcast.call(this, packet, opts)
     }
