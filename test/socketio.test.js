@@ -80,6 +80,36 @@ test('io.emit, rooms, fetchSockets, socketsJoin, serverSideEmit and disconnectSo
   await cluster.stop()
 })
 
+for (const serialization of ['json', 'advanced']) {
+  test(`binary payloads reach clients on the other worker as Buffers, with bus.serialization '${serialization}' (broadcast, and a serverSideEmit answer)`, async () => {
+    const cluster = await startCluster(fixture, { env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 2, bus: { serialization } }) } })
+    const connected = []
+    for (let i = 0; i < 8 && new Set(connected.map((c) => c.worker)).size < 2; i++) {
+      const client = connect(cluster.port)
+      client.worker = (await client.hello).worker
+      client.bin = new Promise((resolve) => client.socket.once('bin', (blob, extra) => resolve({ blob, extra })))
+      connected.push(client)
+    }
+    assert.strictEqual(new Set(connected.map((c) => c.worker)).size, 2, 'clients on both workers')
+    const first = connected[0]
+    const other = connected.find((c) => c.worker !== first.worker)
+    await ask(first, 'emit-binary')
+    for (const client of [first, other]) {
+      const { blob, extra } = await client.bin
+      assert.ok(Buffer.isBuffer(blob), `worker ${client.worker} got ${JSON.stringify(blob)}`)
+      assert.deepStrictEqual([...blob], [0, 1, 2, 255])
+      assert.ok(Buffer.isBuffer(extra.nested[0]), `nested: ${JSON.stringify(extra.nested)}`)
+      assert.deepStrictEqual([...extra.nested[0]], [7, 8])
+      assert.strictEqual(extra.text, 'plain')
+    }
+    const sse = await ask(first, 'server-side')
+    assert.strictEqual(sse.err, null)
+    assert.ok(Buffer.isBuffer(sse.answers[0].blob), `answer: ${JSON.stringify(sse.answers[0])}`)
+    assert.strictEqual(sse.answers[0].blob.toString(), `from ${other.worker}`)
+    await cluster.stop()
+  })
+}
+
 test('requiring clusterize-express/socket.io loads nothing of socket.io until createAdapter() is called', () => {
   const { execFileSync } = require('child_process')
   const out = execFileSync(process.execPath, ['-e', `

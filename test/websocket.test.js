@@ -73,7 +73,7 @@ test('shutdown closes WebSockets with 1001, after the onDrain hook said goodbye'
   assert.strictEqual((await cluster.exit).code, 0)
 })
 
-test('a WebSocket client that never answers the close frame is cut at the drain deadline, and the old worker still exits', async () => {
+test('a WebSocket client that never answers the close frame is cut (after the close handshake time, within the drain deadline), and the old worker still exits', async () => {
   const net = require('net')
   const cluster = await startCluster(fixture, { env: env({ workers: 1, reload: { bakeMs: 0, drainTimeoutMs: 1500 } }) })
   const oldPid = (await cluster.stats()).workers[0].pid
@@ -92,5 +92,53 @@ test('a WebSocket client that never answers the close frame is cut at the drain 
   const closeFrame = received.indexOf(Buffer.from([0x88]))
   assert.ok(closeFrame > 0 && received.readUInt16BE(closeFrame + 2) === 1012, 'a 1012 close frame was sent first')
   await cluster.waitEvent('worker:exit', (d) => d.pid === oldPid)
+  await cluster.stop()
+})
+
+// RFC 6455 5.5.1: one Close frame per connection, and no data frame after it.
+test('a reload sends each WebSocket exactly one Close (1012) and no data frame after it, although the app keeps sending', async () => {
+  const { connectRawWebSocket } = require('./helpers/raw-websocket')
+  const cluster = await startCluster(fixture, { env: env({ workers: 1, reload: { bakeMs: 0 } }, { CZ_WS_TICK_MS: '20' }) })
+  const client = await connectRawWebSocket(cluster.port)
+  await eventually(() => client.frames.some((f) => f.text === 'tick'), { what: 'the app ticking' })
+  assert.strictEqual((await cluster.reload()).ok, true)
+  await client.closed
+  assert.deepStrictEqual(client.closes(), [{ type: 'close', code: 1012, reason: 'server restarting' }], JSON.stringify(client.frames.slice(-5)))
+  assert.deepStrictEqual(client.afterFirstClose(), [], 'nothing after the Close')
+  await cluster.stop()
+})
+
+test('shutdown sends each WebSocket exactly one Close (1001) and no data frame after it', async () => {
+  const { connectRawWebSocket } = require('./helpers/raw-websocket')
+  const cluster = await startCluster(fixture, { env: env({ workers: 1 }, { CZ_WS_TICK_MS: '20' }) })
+  const client = await connectRawWebSocket(cluster.port)
+  await eventually(() => client.frames.some((f) => f.text === 'tick'), { what: 'the app ticking' })
+  cluster.signal('SIGTERM')
+  await client.closed
+  assert.deepStrictEqual(client.closes(), [{ type: 'close', code: 1001, reason: 'server going away' }], JSON.stringify(client.frames.slice(-5)))
+  assert.deepStrictEqual(client.afterFirstClose(), [])
+  assert.strictEqual((await cluster.exit).code, 0)
+})
+
+test('a WebSocket the app closes in onDrain keeps its own Close (4000) and gets no second one', async () => {
+  const { connectRawWebSocket } = require('./helpers/raw-websocket')
+  const cluster = await startCluster(fixture, { env: env({ workers: 1, reload: { bakeMs: 0 } }, { CZ_WS_TICK_MS: '20', CZ_WS_CLOSE_ON_DRAIN: '4000' }) })
+  const client = await connectRawWebSocket(cluster.port)
+  await eventually(() => client.frames.some((f) => f.text === 'tick'), { what: 'the app ticking' })
+  assert.strictEqual((await cluster.reload()).ok, true)
+  await client.closed
+  assert.deepStrictEqual(client.closes(), [{ type: 'close', code: 4000, reason: 'app says bye' }], JSON.stringify(client.frames.slice(-5)))
+  assert.deepStrictEqual(client.afterFirstClose(), [])
+  await cluster.stop()
+})
+
+test('a WebSocket no ws owns (another library) still gets a Close (1012) written by clusterize on reload', async () => {
+  const { connectRawWebSocket } = require('./helpers/raw-websocket')
+  const cluster = await startCluster(fixture, { env: env({ workers: 1, reload: { bakeMs: 0 } }, { CZ_WS_RAW: '1' }) })
+  const client = await connectRawWebSocket(cluster.port)
+  await eventually(() => client.frames.some((f) => f.type === 'text'), { what: 'the greeting' })
+  assert.strictEqual((await cluster.reload()).ok, true)
+  await client.closed
+  assert.deepStrictEqual(client.closes(), [{ type: 'close', code: 1012, reason: 'server restarting' }])
   await cluster.stop()
 })

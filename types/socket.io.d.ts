@@ -11,6 +11,11 @@ export interface ClusterizeAdapterOptions {
    */
   coalesceWrites?: boolean
   /**
+   * Outside clusterize (a plain `node app.js`, a test), throw ERR_CLUSTERIZE_BUS_NOT_STARTED from
+   * `new Server()` instead of using socket.io's in-memory adapter. Default false.
+   */
+  strict?: boolean
+  /**
    * Bounds of socket.io's connectionStateRecovery state, kept in the primary, or in Redis with
    * `bus.redis` (used only when the Server has `connectionStateRecovery`). Packets are also dropped
    * after maxDisconnectionDuration.

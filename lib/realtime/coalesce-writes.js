@@ -14,6 +14,7 @@
  */
 
 const debug = require('debug')('clusterize:socket.io')
+const { tcpSocketOfTransport, wrapTransportSend } = require('./socketio-internals')
 
 const kCoalesced = Symbol('clusterize.coalescedSends')
 
@@ -24,17 +25,18 @@ const kCoalesced = Symbol('clusterize.coalescedSends')
 function coalesceTransportSends (transport) {
   if (!transport || transport.name !== 'websocket' || transport[kCoalesced]) return
   transport[kCoalesced] = true
-  const send = transport.send
-  transport.send = function sendCoalesced (packets) {
-    const tcp = packets.length > 1 && this.socket ? this.socket._socket : null
-    if (!tcp || typeof tcp.cork !== 'function') return send.call(this, packets)
-    tcp.cork()
-    try {
-      return send.call(this, packets)
-    } finally {
-      tcp.uncork()
+  wrapTransportSend(transport, function corkAround (send) {
+    return function sendCoalesced (packets) {
+      const tcp = packets.length > 1 ? tcpSocketOfTransport(transport) : null
+      if (tcp === null) return send(packets)
+      tcp.cork()
+      try {
+        return send(packets)
+      } finally {
+        tcp.uncork()
+      }
     }
-  }
+  })
 }
 
 /**

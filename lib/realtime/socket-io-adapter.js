@@ -17,21 +17,30 @@
 
 const debug = require('debug')('clusterize:socket.io')
 const { ClusterizeError, ClusterizeOptionError } = require('../errors')
-const { internalBus } = require('../bus')
+const { bus, internalBus, ClusterizeBusError } = require('../bus')
 const { createRecovery } = require('./socket-io-recovery')
 const { coalesceWebSocketWrites } = require('./coalesce-writes')
-const { serverOptionsOf } = require('./socketio-internals')
+const { serverOptionsOf, clusterMessageType } = require('./socketio-internals')
+const { registerEngine } = require('./engines')
+const { extractBinaries, restoreBinaries } = require('./binary')
 
 const TOPIC_PREFIX = '$cz:sio:'
 const kNamed = Symbol('clusterize.sessionIdsBySlot')
 
 function loadBase () {
+  let base
   try {
-    return require('socket.io-adapter')
+    base = require('socket.io-adapter')
   } catch (err) {
-    throw new ClusterizeError('clusterize-express/socket.io needs socket.io (>= 4.7, which brings socket.io-adapter >= 2.5): npm install socket.io' +
+    throw new ClusterizeError('clusterize-express/socket.io needs socket.io (>= 4.7, with socket.io-adapter >= 2.5.3): npm install socket.io' +
       (err && err.code === 'MODULE_NOT_FOUND' ? '' : ` (${err.message})`), 'ERR_CLUSTERIZE_REALTIME_SOCKETIO_MISSING', { cause: err })
   }
+  // socket.io 4.7.0 accepts socket.io-adapter 2.5.2, which has no cluster base class yet.
+  if (typeof base.ClusterAdapterWithHeartbeat !== 'function') {
+    throw new ClusterizeError('clusterize-express/socket.io needs socket.io-adapter >= 2.5.3 (its ClusterAdapterWithHeartbeat); ' +
+      'this install has an older one: npm update socket.io-adapter', 'ERR_CLUSTERIZE_REALTIME_SOCKETIO_MISSING')
+  }
+  return base
 }
 
 /**
@@ -49,17 +58,32 @@ function nameSessionsBySlot (engine) {
 }
 
 /**
- * Set up socket.io's engine.io server: sessions named by slot, WebSocket
- * writes coalesced (unless `coalesceWrites: false`). The engine exists once
- * the server is attached, right after the adapter is built.
+ * Set up socket.io's engine.io server: sessions named by slot, closed by
+ * engine.io when the worker drains, WebSocket writes coalesced (unless
+ * `coalesceWrites: false`). The engine exists once the server is attached,
+ * right after the adapter is built.
  */
 function prepareEngine (server, options) {
   process.nextTick(function prepareEngineOnceAttached () {
     const engine = server && server.engine
     if (!engine) return
     nameSessionsBySlot(engine)
+    // A draining worker closes its sessions through engine.io (./engines.js).
+    registerEngine(engine)
     if (!(options && options.coalesceWrites === false)) coalesceWebSocketWrites(engine)
   })
+}
+
+/**
+ * `envelope` carrying `payload` under `key`, its binaries (Buffers, typed
+ * arrays) beside it in `b`, so they arrive as Buffers whatever the bus's
+ * serialization (see ./binary.js).
+ */
+function withBinaries (envelope, key, payload) {
+  const { message, binaries } = extractBinaries(payload)
+  envelope[key] = message
+  if (binaries !== null) envelope.b = binaries
+  return envelope
 }
 
 /** The recovery bounds from createAdapter()'s options (see types/socket.io.d.ts). */
@@ -76,17 +100,51 @@ function recoveryOptions (options) {
   return recovery
 }
 
+let toldInMemory = false
+
 /**
- * @param {{ heartbeatInterval?: number, heartbeatTimeout?: number, coalesceWrites?: boolean, recovery?: { maxPackets?: number, maxSessions?: number, liveWaitMs?: number } }} [options]
+ * Outside clusterize (a plain `node app.js`, a test) there is no bus to carry
+ * the adapter's messages: socket.io's own in-memory adapter serves instead,
+ * as if no adapter had been given, unless the user asked for strictness.
+ */
+function inMemoryAdapter (nsp, strict, base) {
+  // A clusterize worker whose bus has not started yet built its Server too early: an in-memory
+  // adapter there would silently keep broadcasts on this worker.
+  if (process.env.CLUSTERIZE_WORKER_ID !== undefined) {
+    throw new ClusterizeBusError('clusterize-express/socket.io: the socket.io Server was created before clusterize() started this worker\'s bus: ' +
+      'create it inside the app factory (clusterize(() => createApp())), not when a module is first required', 'ERR_CLUSTERIZE_BUS_NOT_STARTED')
+  }
+  if (strict) {
+    throw new ClusterizeBusError('clusterize-express/socket.io: createAdapter({ strict: true }) is used in a process that is not run by clusterize() ' +
+      '(the bus is not running): start the app through clusterize(), or leave strict off to use socket.io\'s in-memory adapter here', 'ERR_CLUSTERIZE_BUS_NOT_STARTED')
+  }
+  if (!toldInMemory) {
+    toldInMemory = true
+    debug('not run by clusterize (no bus in this process): socket.io\'s in-memory adapter serves instead')
+  }
+  // socket.io's default: the session-aware adapter when connectionStateRecovery is on (socket.io-adapter >= 2.5).
+  const recovery = serverOptionsOf(nsp.server).connectionStateRecovery
+  const InMemory = recovery && typeof base.SessionAwareAdapter === 'function' ? base.SessionAwareAdapter : base.Adapter
+  return new InMemory(nsp)
+}
+
+/**
+ * @param {{ heartbeatInterval?: number, heartbeatTimeout?: number, coalesceWrites?: boolean, strict?: boolean, recovery?: { maxPackets?: number, maxSessions?: number, liveWaitMs?: number } }} [options]
  *   heartbeat*: passed to socket.io-adapter; coalesceWrites: one TCP write per engine.io flush
- *   (default true, see ./coalesce-writes.js); recovery: bounds of connectionStateRecovery's state in the primary
+ *   (default true, see ./coalesce-writes.js); strict: throw ERR_CLUSTERIZE_BUS_NOT_STARTED outside
+ *   clusterize instead of using socket.io's in-memory adapter; recovery: bounds of connectionStateRecovery's state in the primary
  * @returns {(nsp: object) => object} what io.adapter() takes
  */
 function createAdapter (options) {
-  const { ClusterAdapterWithHeartbeat, Adapter, MessageType } = loadBase()
-  if (options && options.coalesceWrites !== undefined && typeof options.coalesceWrites !== 'boolean') {
-    throw new ClusterizeOptionError(`clusterize-express/socket.io: createAdapter({ coalesceWrites }) must be true or false, got ${String(options.coalesceWrites)}`, 'coalesceWrites')
+  const base = loadBase()
+  const { ClusterAdapterWithHeartbeat, Adapter } = base
+  const BROADCAST = clusterMessageType(base, 'BROADCAST')
+  for (const key of ['coalesceWrites', 'strict']) {
+    if (options && options[key] !== undefined && typeof options[key] !== 'boolean') {
+      throw new ClusterizeOptionError(`clusterize-express/socket.io: createAdapter({ ${key} }) must be true or false, got ${String(options[key])}`, key)
+    }
   }
+  const strict = Boolean(options && options.strict)
 
   class ClusterizeAdapter extends ClusterAdapterWithHeartbeat {
     constructor (nsp) {
@@ -101,9 +159,9 @@ function createAdapter (options) {
         if (data.t === 'm' && data.m && this.recovery !== null) {
           this.recovery.receive(data)
         } else if (data.t === 'm' && data.m && data.m.uid !== this.uid) {
-          this.onMessage(data.m)
+          this.onMessage(data.b ? restoreBinaries(data.m, data.b) : data.m)
         } else if (data.t === 'r' && data.to === this.uid) {
-          this.onResponse(data.r)
+          this.onResponse(data.b ? restoreBinaries(data.r, data.b) : data.r)
         }
       }
       internalBus.on(this.topic, this.onBusMessage)
@@ -128,16 +186,14 @@ function createAdapter (options) {
         return delivered
       }
       if (!(opts.flags && opts.flags.local)) {
-        internalBus.broadcast(this.topic, {
-          t: 'm',
-          m: { uid: this.uid, nsp: this.nsp.name, type: MessageType.BROADCAST, data: { packet, opts: { rooms: [...opts.rooms], except: [...opts.except], flags: opts.flags } } }
-        })
+        const message = { uid: this.uid, nsp: this.nsp.name, type: BROADCAST, data: { packet, opts: { rooms: [...opts.rooms], except: [...opts.except], flags: opts.flags } } }
+        internalBus.broadcast(this.topic, withBinaries({ t: 'm', m: null }, 'm', message))
       }
       Adapter.prototype.broadcast.call(this, packet, opts)
     }
 
     doPublish (message) {
-      if (this.recovery !== null && message.type === MessageType.BROADCAST && message.data.requestId === undefined) {
+      if (this.recovery !== null && message.type === BROADCAST && message.data.requestId === undefined) {
         try {
           return this.recovery.publish(message)
         } catch (err) {
@@ -147,13 +203,13 @@ function createAdapter (options) {
           return new Promise(function never () {})
         }
       }
-      internalBus.broadcast(this.topic, { t: 'm', m: message })
+      internalBus.broadcast(this.topic, withBinaries({ t: 'm', m: null }, 'm', message))
       return Promise.resolve('')
     }
 
     doPublishResponse (requesterUid, response) {
       // Every server sees it; only the requester (by uid) takes it.
-      internalBus.broadcast(this.topic, { t: 'r', to: requesterUid, r: response })
+      internalBus.broadcast(this.topic, withBinaries({ t: 'r', to: requesterUid, r: null }, 'r', response))
       return Promise.resolve()
     }
 
@@ -180,6 +236,7 @@ function createAdapter (options) {
         'new Server(httpServer, { adapter: createAdapter() }) or io.adapter(createAdapter()); it was called with something that is not a socket.io namespace',
       'ERR_CLUSTERIZE_REALTIME_NOT_A_NAMESPACE')
     }
+    if (bus.role === 'none') return inMemoryAdapter(nsp, strict, base)
     return new ClusterizeAdapter(nsp)
   }
 }

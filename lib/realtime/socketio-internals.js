@@ -23,6 +23,65 @@ function fellBack (what) {
   debug('%s: not found in this version, using the fallback', what)
 }
 
+/** Is `value` shaped like a ws WebSocket (the public part we call)? */
+function isWebSocketLike (value) {
+  return value !== null && typeof value === 'object' && typeof value.close === 'function' &&
+    typeof value.readyState === 'number' && typeof value.OPEN === 'number'
+}
+
+/**
+ * The ws WebSocket that owns an upgraded TCP socket, or null.
+ * ws marks the socket it takes with its private `Symbol('websocket')`
+ * (ws/lib/constants.js kWebSocket) once the handshake is done. The symbol
+ * is found by its description, so every copy of ws in the tree matches
+ * (the app's, engine.io's own). Fallback: null (the caller writes its own
+ * close frame).
+ * @param {import('net').Socket} socket
+ * @returns {object|null} a ws WebSocket
+ */
+function webSocketOfSocket (socket) {
+  if (!socket || typeof socket !== 'object') return null
+  for (const symbol of Object.getOwnPropertySymbols(socket)) {
+    if (symbol.description !== 'websocket') continue
+    const owner = socket[symbol]
+    if (isWebSocketLike(owner)) return owner
+  }
+  return null
+}
+
+/**
+ * The TCP socket under an engine.io WebSocket transport, or null: engine.io
+ * keeps the ws WebSocket as `transport.socket`, and ws keeps the TCP socket
+ * as `_socket`. Fallback: null (the caller does not cork).
+ * @param {object} transport an engine.io transport
+ * @returns {import('net').Socket|null}
+ */
+function tcpSocketOfTransport (transport) {
+  const ws = transport && transport.socket
+  const tcp = ws && typeof ws === 'object' ? ws._socket : null
+  if (tcp && typeof tcp.cork === 'function' && typeof tcp.uncork === 'function') return tcp
+  fellBack('engine.io transport.socket._socket')
+  return null
+}
+
+/**
+ * Replace `send(packets)` on one engine.io transport instance (the method
+ * engine.io's Socket#flush calls with every queued packet). `wrap` gets the
+ * original, bound to the transport, and returns the replacement.
+ * Fallback: the transport is left as it is, and false is returned.
+ * @param {object} transport
+ * @param {(send: (packets: object[]) => void) => (packets: object[]) => void} wrap
+ * @returns {boolean} whether send was replaced
+ */
+function wrapTransportSend (transport, wrap) {
+  if (!transport || typeof transport.send !== 'function') {
+    fellBack('engine.io transport.send')
+    return false
+  }
+  transport.send = wrap(transport.send.bind(transport))
+  return true
+}
+
 /**
  * socket.io's private session id of a socket (`socket.pid`, set when
  * connectionStateRecovery is on), or null.
@@ -78,7 +137,29 @@ function interceptNamespaceAdd (nsp, hooks) {
   }
 }
 
+// socket.io-adapter's cluster message types: wire numbers, the same in every 2.5.x, but the enum
+// is exported only from 2.5.4 on (2.5.3, which socket.io 4.7.0 accepts, keeps it inside).
+const CLUSTER_MESSAGE_TYPES = { BROADCAST: 3 }
+
+/**
+ * The number of a socket.io-adapter cluster message type (`MessageType[name]`).
+ * Fallback: the number every 2.5.x uses.
+ * @param {object} base `require('socket.io-adapter')`
+ * @param {'BROADCAST'} name
+ * @returns {number}
+ */
+function clusterMessageType (base, name) {
+  const types = base ? base.MessageType : undefined
+  if (types && typeof types[name] === 'number') return types[name]
+  fellBack('socket.io-adapter MessageType')
+  return CLUSTER_MESSAGE_TYPES[name]
+}
+
 module.exports = {
+  clusterMessageType,
+  webSocketOfSocket,
+  tcpSocketOfTransport,
+  wrapTransportSend,
   privateSessionIdOf,
   serverOptionsOf,
   interceptNamespaceAdd

@@ -11,6 +11,7 @@ const { trackConnections } = require('./connections')
 const poolRegistry = require('../pool/registry')
 const { runDrainHooks, runConnectionsClosedHooks } = require('./drain-hooks')
 const { watchListenCalls } = require('./pitfalls')
+const { closeEngines } = require('../realtime/engines')
 
 /**
  * Build the user's app into a configured, tracked, not yet listening server.
@@ -42,7 +43,11 @@ async function drainServer (target, timeoutMs, reason) {
   if (target.server && target.listening) stopListening(target.server)
   await runDrainHooks({ reason: reason || 'shutdown', deadline }, target.log)
   const remaining = Math.max(0, deadline - Date.now())
-  const timedOut = target.tracker ? await raceDeadline(target.tracker.drain({ reason, graceMs: remaining }), remaining) : false
+  const drained = target.tracker ? target.tracker.drain({ reason, graceMs: remaining }) : null
+  // After the WebSockets got their close code from the tracker: socket.io's
+  // long-polling GETs are in-flight requests that only engine.io can end.
+  closeEngines()
+  const timedOut = drained !== null ? await raceDeadline(drained, remaining) : false
   if (timedOut) target.tracker.destroyAll()
   await runConnectionsClosedHooks({ reason: reason || 'shutdown', deadline }, target.log)
   await poolRegistry.closeAll({ timeoutMs: Math.max(0, deadline - Date.now()) }).catch(() => {})

@@ -41,3 +41,6 @@ cz.clusterize(() => require('express')(), { probes: { port: 9090, guardStats: 'y
 cz.clusterize(() => require('express')(), { reload: { signal: 'SIGHUP' } })
 // @ts-expect-error a reload cannot be bound to SIGKILL
 cz.clusterize(() => require('express')(), { reload: { signal: 'SIGKILL' } })
+sio.createAdapter({ strict: true })
+// @ts-expect-error strict is a boolean
+sio.createAdapter({ strict: 1 })
