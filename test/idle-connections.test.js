@@ -99,3 +99,69 @@ test("'rr': keepAliveTimeout and server.timeout set by the app hold for handed-o
     await cluster.stop()
   }
 })
+
+/** Normal clients: `count` requests, one connection each; resolves with their statuses (or error codes). */
+async function serveClients (cluster, count) {
+  const results = []
+  for (let i = 0; i < count; i++) {
+    results.push(await cluster.get('/', { timeoutMs: 5000 }).then((r) => r.status, (err) => err.code || err.message))
+  }
+  return results
+}
+
+test('under ulimit -n 256, more idle sockets than the limit allows are shed oldest first; clients keep being served and no worker exits', async () => {
+  const cluster = await startCluster(fixture, {
+    fdLimit: 256,
+    env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 2, health: { heartbeatMs: 200 } }) }
+  })
+  // Half of them send nothing, half a request head: both are idle until a request is whole.
+  const silent = await openIdle(cluster.port, 400, '')
+  const half = await openIdle(cluster.port, 400, HALF_REQUEST)
+  try {
+    const statuses = await serveClients(cluster, 20)
+    assert.deepStrictEqual(statuses, Array(20).fill(200), 'every normal client was served')
+    const stats = await eventually(async () => {
+      const s = await cluster.stats()
+      return s.workers.reduce((sum, w) => sum + ((w.heartbeat && w.heartbeat.idleShed) || 0), 0) > 0 ? s : null
+    }, { timeoutMs: 20000, what: () => `idle connections shed, in stats\n--- cluster output ---\n${cluster.output}` })
+    // Oldest first: the first sockets opened are the ones that went.
+    assert.ok(silent.closed() > 0, 'some of the oldest idle sockets were closed')
+    assert.ok(silent.sockets.slice(0, 50).every((e) => e.closed), 'the 50 oldest were closed')
+    for (const worker of stats.workers) {
+      assert.ok(worker.heartbeat.idleConnections <= 128, `worker ${worker.id} keeps at most half its 256 descriptors idle (${worker.heartbeat.idleConnections})`)
+    }
+    assert.deepStrictEqual(cluster.events.filter((e) => e.event === 'worker:exit'), [], 'no worker exited')
+    assert.match(cluster.output, /idle connections: closing the ones idle the longest/)
+  } finally {
+    silent.destroy()
+    half.destroy()
+    await cluster.stop()
+  }
+})
+
+test('a worker out of file descriptors (maxIdleConnections above the limit) keeps running, says so once and in stats, and serves again once they are back', async () => {
+  const cluster = await startCluster(fixture, {
+    fdLimit: 256,
+    env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 1, maxIdleConnections: 100000, health: { heartbeatMs: 200 }, probes: { port: 0 } }) }
+  })
+  const idle = await openIdle(cluster.port, 400, '')
+  try {
+    await eventually(async () => {
+      const s = await cluster.stats()
+      return s.workers.some((w) => w.heartbeat && w.heartbeat.fdExhausted)
+    }, { timeoutMs: 20000, what: () => `a heartbeat saying fdExhausted\n--- cluster output ---\n${cluster.output}` })
+    const metrics = await cluster.probe('/metrics')
+    assert.match(metrics.body, /clusterize_worker_fd_exhausted\{[^}]*\} 1/)
+    assert.strictEqual(cluster.output.match(/out of file descriptors/g).length, 1, 'logged once')
+    idle.destroy()
+    await eventually(async () => {
+      const s = await cluster.stats()
+      return s.workers.every((w) => w.heartbeat && !w.heartbeat.fdExhausted)
+    }, { timeoutMs: 20000, what: () => `fdExhausted cleared\n--- cluster output ---\n${cluster.output}` })
+    assert.deepStrictEqual(await serveClients(cluster, 5), Array(5).fill(200))
+    assert.deepStrictEqual(cluster.events.filter((e) => e.event === 'worker:exit'), [], 'no worker exited')
+  } finally {
+    idle.destroy()
+    await cluster.stop()
+  }
+})

@@ -86,6 +86,8 @@ function createDashboard (options) {
           handed: w.connectionsHanded,
           poolQueue: h.poolQueue,
           webSockets: h.webSockets,
+          idleShed: h.idleShed,
+          fdExhausted: h.fdExhausted === true,
           session: w.session ? { store: w.session.store, available: w.session.available !== false } : null
         }
       })
