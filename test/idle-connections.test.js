@@ -165,3 +165,19 @@ test('a worker out of file descriptors (maxIdleConnections above the limit) keep
     await cluster.stop()
   }
 })
+
+test("'sticky.sid' under ulimit -n 256: silent sockets the primary holds for their request line are shed oldest first; clients keep being served", async () => {
+  const cluster = await startCluster(fixture, {
+    fdLimit: 256,
+    env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 2, scheduling: 'sticky', sticky: { sid: true } }) }
+  })
+  const silent = await openIdle(cluster.port, 600, '')
+  try {
+    assert.deepStrictEqual(await serveClients(cluster, 10), Array(10).fill(200), 'every normal client was served')
+    assert.ok(silent.sockets.slice(0, 50).every((e) => e.closed), 'the 50 oldest silent sockets were closed')
+    assert.deepStrictEqual(cluster.events.filter((e) => e.event === 'worker:exit'), [], 'no worker exited')
+  } finally {
+    silent.destroy()
+    await cluster.stop()
+  }
+})
