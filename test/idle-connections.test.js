@@ -181,3 +181,40 @@ test("'sticky.sid' under ulimit -n 256: silent sockets the primary holds for the
     await cluster.stop()
   }
 })
+
+test('WebSockets are never shed as idle: 10 open WebSockets survive 100 idle sockets against maxIdleConnections: 5', async () => {
+  const WebSocket = require('ws')
+  const cluster = await startCluster(path.join(__dirname, 'fixtures/ws-cluster.js'), {
+    env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 1, maxIdleConnections: 5 }) }
+  })
+  // One at a time: a connection still sending its upgrade request is idle like any other.
+  const sockets = []
+  for (let i = 0; i < 10; i++) {
+    sockets.push(await new Promise((resolve, reject) => {
+      const ws = new WebSocket(`ws://127.0.0.1:${cluster.port}/`)
+      ws.once('message', () => resolve(ws))
+      ws.once('error', reject)
+    }))
+  }
+  const closed = []
+  for (const ws of sockets) ws.once('close', () => closed.push(ws))
+  const idle = await openIdle(cluster.port, 100, '')
+  try {
+    await eventually(() => idle.closed() >= 95, { timeoutMs: 20000, what: () => `idle sockets shed (${idle.closed()} were)` })
+    // Each WebSocket still answers.
+    for (const ws of sockets) {
+      const echo = new Promise((resolve) => {
+        if (ws.readyState !== WebSocket.OPEN) return resolve('not open')
+        ws.once('message', (data) => resolve(String(data)))
+        ws.once('close', () => resolve('closed'))
+      })
+      ws.send('ping')
+      assert.strictEqual(await echo, 'ping')
+    }
+    assert.strictEqual(closed.length, 0, 'no WebSocket was closed')
+  } finally {
+    for (const ws of sockets) ws.terminate()
+    idle.destroy()
+    await cluster.stop()
+  }
+})

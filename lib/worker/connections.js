@@ -167,8 +167,11 @@ function trackConnections (server, options) {
     get inFlight () { return state.inFlight },
     get served () { return state.served },
     get connections () { return sockets.size },
-    /** Connections with no request in flight. */
-    get idle () { return idle.size },
+    /** Connections with no request in flight (upgraded ones are dropped from the count here, once per heartbeat). */
+    get idle () {
+      for (const socket of idle) if (upgrades.has(socket)) idle.delete(socket)
+      return idle.size
+    },
     /** Idle connections destroyed so far because more than maxIdle were idle. */
     get shed () { return state.shed },
     /** Open upgraded connections (WebSockets). */
