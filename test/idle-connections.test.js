@@ -176,6 +176,7 @@ test("'sticky.sid' under ulimit -n 256: silent sockets the primary holds for the
     assert.deepStrictEqual(await serveClients(cluster, 10), Array(10).fill(200), 'every normal client was served')
     assert.ok(silent.sockets.slice(0, 50).every((e) => e.closed), 'the 50 oldest silent sockets were closed')
     assert.deepStrictEqual(cluster.events.filter((e) => e.event === 'worker:exit'), [], 'no worker exited')
+    assert.strictEqual(cluster.output.match(/have not sent their request line: closing the oldest/g).length, 1, 'logged once')
   } finally {
     silent.destroy()
     await cluster.stop()

@@ -40,9 +40,10 @@ class Handoffs {
 }
 
 /**
- * @param {{ mode: 'rr'|'sticky', port: number, host?: string, sid?: boolean, maxAwaiting?: number }} options
+ * @param {{ mode: 'rr'|'sticky', port: number, host?: string, sid?: boolean, maxAwaiting?: number, log?: object }} options
  *   `maxAwaiting`: with sid routing, connections held while they send their
- *   request line, at most (the oldest goes first); default no bound
+ *   request line, at most (the oldest goes first); default no bound. `log`
+ *   is told once when that starts
  * @param {import('./supervisor').Supervisor} supervisor
  * @param {{ isOverloaded: (record: object) => boolean }} health
  */
@@ -53,6 +54,7 @@ function createDispatcher (options, supervisor, health) {
   // flood of silent sockets must not take the primary's descriptors.
   const awaiting = new Set()
   const maxAwaiting = options.maxAwaiting || Infinity
+  let awaitingShed = 0
   const connMessage = protocol.conn()
   let listenHandle = null
   let cursor = 0
@@ -111,8 +113,11 @@ function createDispatcher (options, supervisor, health) {
       if (awaiting.size <= maxAwaiting) break
       awaiting.delete(socket)
       socket.destroy()
+      if (awaitingShed++ === 0 && options.log) {
+        options.log.warn(`more than ${maxAwaiting} connections have not sent their request line: closing the oldest (sticky.sid, option maxIdleConnections)`)
+      }
     }
-    debug('shed silent connections: %d still awaiting their request line', awaiting.size)
+    debug('shed silent connections (%d so far): %d still awaiting their request line', awaitingShed, awaiting.size)
   }
 
   function routeBySid (text, ready, address) {
