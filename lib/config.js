@@ -13,6 +13,7 @@ const { createChecks } = require('./check-options')
 const { DEFAULT_MAX_QUEUED_BYTES } = require('./bus/codec')
 const { availableCpus } = require('./cpus')
 const { RELOAD_SIGNALS } = require('./signals')
+const { defaultMaxIdleConnections } = require('./fd-limit')
 
 const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky']
 const SERIALIZATION = ['json', 'advanced']
@@ -63,7 +64,8 @@ const DEFAULTS = {
   logger: undefined,
   banner: true,
   keepAliveTimeout: 65000,
-  headersTimeout: 66000
+  headersTimeout: 66000,
+  maxIdleConnections: 'auto'
 }
 
 const TOP_LEVEL = Object.keys(DEFAULTS)
@@ -249,6 +251,12 @@ function resolveConfig (options, env) {
   if (typeof config.banner !== 'boolean') throw fail('banner', 'true or false', config.banner)
   config.keepAliveTimeout = checkInteger('keepAliveTimeout', pick('keepAliveTimeout'), 0, MAX_TIMER_MS)
   config.headersTimeout = checkInteger('headersTimeout', pick('headersTimeout'), 0, MAX_TIMER_MS)
+  // A timeout the app set on its own server stays unless these options were given (lib/worker/serve.js).
+  config.explicitServerTimeouts = ['keepAliveTimeout', 'headersTimeout'].filter((key) => options[key] !== undefined)
+  const maxIdle = pick('maxIdleConnections')
+  // 'auto' is read here, once per process: each worker's own descriptor limit.
+  if (maxIdle !== 'auto' && (!Number.isInteger(maxIdle) || maxIdle < 1)) throw fail('maxIdleConnections', "'auto' or an integer >= 1", maxIdle)
+  config.maxIdleConnections = maxIdle === 'auto' ? defaultMaxIdleConnections() : maxIdle
   return config
 }
 

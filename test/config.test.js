@@ -104,3 +104,25 @@ test('the loopback check parses the address: a DNS name that starts with 127. is
   assert.strictEqual(resolveConfig({ probes: { port: 0, host: '127.attacker.example' } }, {}).probes.dashboard, false, 'off by default on a DNS name')
   assert.strictEqual(resolveConfig({ probes: { port: 0, host: '::1' } }, {}).probes.dashboard, true)
 })
+
+test("maxIdleConnections: 'auto' is half the open-file soft limit from /proc/self/limits (1024 where unknown); bad values fail naming it", () => {
+  const { fdSoftLimit, defaultMaxIdleConnections } = require('../lib/fd-limit')
+  const limits = 'Limit                     Soft Limit           Hard Limit           Units     \n' +
+    'Max processes             63439                63439                processes \n' +
+    'Max open files            1024                 524288               files     \n'
+  assert.strictEqual(fdSoftLimit(limits), 1024)
+  assert.strictEqual(fdSoftLimit(limits.replace('1024  ', 'unlimited')), null)
+  assert.strictEqual(defaultMaxIdleConnections(1024), 512)
+  assert.strictEqual(defaultMaxIdleConnections(null), 1024)
+  assert.strictEqual(defaultMaxIdleConnections(20), 16, 'never below 16')
+  assert.strictEqual(resolveConfig({}, {}).maxIdleConnections, defaultMaxIdleConnections())
+  assert.strictEqual(resolveConfig({ maxIdleConnections: 300 }, {}).maxIdleConnections, 300)
+  for (const bad of [0, -1, 1.5, 'many', null]) {
+    assert.throws(() => resolveConfig({ maxIdleConnections: bad }, {}), (err) => err.option === 'maxIdleConnections' && /'auto' or an integer >= 1/.test(err.message), String(bad))
+  }
+})
+
+test('explicitServerTimeouts: which server timeouts the options set (the app\'s own stay otherwise)', () => {
+  assert.deepStrictEqual(resolveConfig({}, {}).explicitServerTimeouts, [])
+  assert.deepStrictEqual(resolveConfig({ headersTimeout: 5000 }, {}).explicitServerTimeouts, ['headersTimeout'])
+})

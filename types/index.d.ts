@@ -165,10 +165,19 @@ export interface ClusterizeOptions {
    * Default true.
    */
   banner?: boolean
-  /** Default 65000 (longer than load balancers' 60 s idle timeout). */
+  /**
+   * Default 65000 (longer than load balancers' 60 s idle timeout). A keepAliveTimeout the app set
+   * on its own http.Server stays unless this option is given.
+   */
   keepAliveTimeout?: number
-  /** Default 66000. */
+  /** Default 66000. A headersTimeout the app set on its own http.Server stays unless this option is given. */
   headersTimeout?: number
+  /**
+   * Per process: idle connections (no request in flight) kept at most; beyond it the one idle
+   * the longest is closed. With sticky.sid, also the connections the primary holds for their
+   * request line. Default 'auto': half the open-file soft limit (1024 where it cannot be read).
+   */
+  maxIdleConnections?: number | 'auto'
 }
 
 export interface WorkerInfo {
@@ -252,6 +261,12 @@ export interface Heartbeat {
   inFlight: number
   served: number
   connections: number
+  /** Connections with no request in flight. */
+  idleConnections: number
+  /** Idle connections closed because more than maxIdleConnections were idle, since the worker started. */
+  idleShed: number
+  /** The worker is out of file descriptors (EMFILE/ENFILE); rss is then the last one read. */
+  fdExhausted: boolean
   /** Open upgraded connections (WebSockets). */
   webSockets: number
   poolQueue: number

@@ -102,6 +102,8 @@ function createDashboard (options) {
           handed: w.connectionsHanded,
           poolQueue: h.poolQueue,
           webSockets: h.webSockets,
+          idleShed: h.idleShed,
+          fdExhausted: h.fdExhausted === true,
           session: w.session ? { store: w.session.store, available: w.session.available !== false } : null
         }
       })
@@ -166,7 +168,14 @@ function createDashboard (options) {
   }
 
   function servePage (res) {
-    if (page === null) page = fs.readFileSync(path.join(__dirname, 'page.html'))
+    if (page === null) {
+      try {
+        page = fs.readFileSync(path.join(__dirname, 'page.html'))
+      } catch (err) {
+        // Out of descriptors (EMFILE) the primary must answer, not throw.
+        return send(res, 503, `dashboard page unavailable (${err.code || err.message}); try again\n`)
+      }
+    }
     res.writeHead(200, {
       'Content-Type': 'text/html; charset=utf-8',
       'Cache-Control': 'no-store',

@@ -40,13 +40,21 @@ class Handoffs {
 }
 
 /**
- * @param {{ mode: 'rr'|'sticky', port: number, host?: string, sid?: boolean }} options
+ * @param {{ mode: 'rr'|'sticky', port: number, host?: string, sid?: boolean, maxAwaiting?: number, log?: object }} options
+ *   `maxAwaiting`: with sid routing, connections held while they send their
+ *   request line, at most (the oldest goes first); default no bound. `log`
+ *   is told once when that starts
  * @param {import('./supervisor').Supervisor} supervisor
  * @param {{ isOverloaded: (record: object) => boolean }} health
  */
 function createDispatcher (options, supervisor, health) {
   const byRecord = new Map()
   const pending = []
+  // Sid routing: sockets still sending their first bytes, oldest first. A
+  // flood of silent sockets must not take the primary's descriptors.
+  const awaiting = new Set()
+  const maxAwaiting = options.maxAwaiting || Infinity
+  let awaitingShed = 0
   const connMessage = protocol.conn()
   let listenHandle = null
   let cursor = 0
@@ -85,7 +93,11 @@ function createDispatcher (options, supervisor, health) {
     const socket = new net.Socket({ handle, readable: true, writable: true })
     socket.setTimeout(FIRST_BYTES_TIMEOUT_MS, () => socket.destroy())
     socket.on('error', () => socket.destroy())
+    socket.once('close', () => awaiting.delete(socket))
+    awaiting.add(socket)
+    if (awaiting.size > maxAwaiting) shedAwaiting()
     socket.once('data', function onFirstBytes (head) {
+      awaiting.delete(socket)
       socket.pause()
       socket.setTimeout(0)
       const ready = supervisor.readyRecords()
@@ -94,6 +106,18 @@ function createDispatcher (options, supervisor, health) {
       const raw = detachHandle(socket)
       if (raw !== null) hand(record, raw, protocol.connWithHead(head))
     })
+  }
+
+  function shedAwaiting () {
+    for (const socket of awaiting) {
+      if (awaiting.size <= maxAwaiting) break
+      awaiting.delete(socket)
+      socket.destroy()
+      if (awaitingShed++ === 0 && options.log) {
+        options.log.warn(`more than ${maxAwaiting} connections have not sent their request line: closing the oldest (sticky.sid, option maxIdleConnections)`)
+      }
+    }
+    debug('shed silent connections (%d so far): %d still awaiting their request line', awaitingShed, awaiting.size)
   }
 
   function routeBySid (text, ready, address) {

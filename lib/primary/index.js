@@ -137,7 +137,7 @@ function startPrimary (createApp, config) {
   async function listen () {
     if (listenMode === 'handoff') {
       const health = { isOverloaded: (record) => (parts.health ? parts.health.isOverloaded(record) : false) }
-      parts.dispatcher = createDispatcher({ mode, port: config.port, host: config.host, sid: mode === 'sticky' && config.sticky.sid }, supervisor, health)
+      parts.dispatcher = createDispatcher({ mode, port: config.port, host: config.host, sid: mode === 'sticky' && config.sticky.sid, maxAwaiting: config.maxIdleConnections, log }, supervisor, health)
       try {
         state.port = (await parts.dispatcher.listen()).port
       } catch (err) {

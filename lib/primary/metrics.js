@@ -86,6 +86,9 @@ function createMetrics (supervisor, busStatus) {
     perWorker('clusterize_worker_event_loop_utilization', 'Event-loop utilisation over the last heartbeat interval', (h) => h.eventLoopUtilization)
     perWorker('clusterize_worker_requests_in_flight', 'Requests being answered by each worker', (h) => h.inFlight)
     perWorker('clusterize_worker_websockets', 'Open upgraded connections (WebSockets) of each worker', (h) => h.webSockets || 0)
+    perWorker('clusterize_worker_idle_connections', 'Connections with no request in flight on each worker', (h) => h.idleConnections || 0)
+    perWorker('clusterize_worker_idle_connections_shed', 'Idle connections each worker closed because more than maxIdleConnections were idle (since it started)', (h) => h.idleShed || 0)
+    perWorker('clusterize_worker_fd_exhausted', '1 while a worker is out of file descriptors (EMFILE/ENFILE); its RSS is then the last one read', (h) => (h.fdExhausted ? 1 : 0))
     perWorker('clusterize_worker_pool_queue_depth', 'Offload tasks waiting for a thread in each worker', (h) => h.poolQueue || 0)
     new client.Gauge({
       name: 'clusterize_bus_queued_bytes',

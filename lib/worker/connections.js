@@ -8,6 +8,11 @@
  * is closed by us only once it has been idle for longer than its client
  * ever paused on it (twice its longest pause, at least `idleCloseMs`, at
  * most the server's keepAliveTimeout), or the deadline passes.
+ *
+ * It also bounds idle connections (no request in flight: kept alive between
+ * requests, or still sending a request head): beyond `maxIdle`, the one idle
+ * the longest is destroyed, so a flood of sockets that never send a request
+ * cannot take every file descriptor and starve the clients being served.
  */
 
 const debug = require('debug')('clusterize:drain')
@@ -21,12 +26,18 @@ const kLongestPause = Symbol('clusterize.longestPause')
 
 /**
  * @param {import('http').Server} server
- * @param {{ idleCloseMs?: number }} [options]
+ * @param {{ idleCloseMs?: number, maxIdle?: number, log?: object }} [options]
+ *   `maxIdle`: idle connections kept at most (default: no bound);
+ *   `log`: told once when shedding starts
  */
 function trackConnections (server, options) {
   const idleCloseMs = (options && options.idleCloseMs) || 2000
+  const maxIdle = (options && options.maxIdle) || Infinity
+  const log = options && options.log
   const sockets = new Set()
-  const state = { inFlight: 0, served: 0, draining: false }
+  // Insertion order is idle-since order: a socket moves to the end whenever it becomes idle.
+  const idle = new Set()
+  const state = { inFlight: 0, served: 0, draining: false, shed: 0 }
   const upgrades = trackUpgrades(server)
   let idleTimer = null
   let onDrained = null
@@ -38,11 +49,30 @@ function trackConnections (server, options) {
     socket[kLongestPause] = 0
     // 'close' fires once: one shared listener, no closure per connection.
     socket.on('close', onSocketClose)
+    idle.add(socket)
+    if (idle.size > maxIdle) shedIdle()
   })
 
   function onSocketClose () {
     sockets.delete(this)
+    idle.delete(this)
     checkDrained()
+  }
+
+  /** Destroy the longest-idle sockets until at most maxIdle are idle. */
+  function shedIdle () {
+    for (const socket of idle) {
+      if (idle.size <= maxIdle) break
+      idle.delete(socket)
+      // An upgraded connection left HTTP: it is the app's, never idle here.
+      if (upgrades.has(socket)) continue
+      state.shed++
+      socket.destroy()
+    }
+    if (state.shed > 0 && !state.shedLogged) {
+      state.shedLogged = true
+      if (log) log.warn(`more than ${maxIdle} idle connections: closing the ones idle the longest (option maxIdleConnections); counted in stats as idleShed`, { pid: process.pid })
+    }
   }
 
   // Runs before the app so the Connection header can still be changed.
@@ -50,6 +80,7 @@ function trackConnections (server, options) {
     const socket = req.socket
     state.inFlight++
     if (socket[kActive]++ === 0) {
+      idle.delete(socket)
       const pause = Date.now() - socket[kIdleSince]
       if (pause > socket[kLongestPause]) socket[kLongestPause] = pause
     }
@@ -66,8 +97,11 @@ function trackConnections (server, options) {
     this[kSocket] = null
     state.inFlight--
     state.served++
-    socket[kActive]--
     socket[kIdleSince] = Date.now()
+    if (--socket[kActive] === 0 && sockets.has(socket) && !socket.destroyed) {
+      idle.add(socket)
+      if (idle.size > maxIdle) shedIdle()
+    }
   }
 
   /** How long a socket must be idle before closing it is unlikely to cut its client's next request. */
@@ -133,6 +167,13 @@ function trackConnections (server, options) {
     get inFlight () { return state.inFlight },
     get served () { return state.served },
     get connections () { return sockets.size },
+    /** Connections with no request in flight (upgraded ones are dropped from the count here, once per heartbeat). */
+    get idle () {
+      for (const socket of idle) if (upgrades.has(socket)) idle.delete(socket)
+      return idle.size
+    },
+    /** Idle connections destroyed so far because more than maxIdle were idle. */
+    get shed () { return state.shed },
     /** Open upgraded connections (WebSockets). */
     get upgraded () { return upgrades.count },
     get draining () { return state.draining }

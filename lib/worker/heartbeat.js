@@ -11,28 +11,35 @@ const poolRegistry = require('../pool/registry')
 
 /**
  * @param {{ inFlight: number, served: number, connections: number }} tracker
+ * @param {{ onFdExhausted?: (err: Error) => void }} [options] called once, the
+ *   first time the process is out of file descriptors
  * @returns {{ sample: () => object, stop: () => void }}
  */
-function createHealthSampler (tracker) {
+function createHealthSampler (tracker, options) {
   const delay = monitorEventLoopDelay({ resolution: 10 })
   delay.enable()
   let lastElu = performance.eventLoopUtilization()
   const heapLimit = v8.getHeapStatistics().heap_size_limit
+  const memory = readMemory(options && options.onFdExhausted)
 
   function sample () {
-    const memory = process.memoryUsage()
     const elu = performance.eventLoopUtilization(lastElu)
     lastElu = performance.eventLoopUtilization()
+    const { rss, heapUsed, fdExhausted } = memory()
     const figures = {
-      rss: memory.rss,
-      heapUsed: memory.heapUsed,
+      rss,
+      heapUsed,
       heapLimit,
+      // true while the process is out of descriptors (rss is then the last one read)
+      fdExhausted,
       eventLoopDelayP99Ms: delay.count > 0 ? round(delay.percentile(99) / 1e6) : 0,
       eventLoopDelayMaxMs: delay.count > 0 ? round(delay.max / 1e6) : 0,
       eventLoopUtilization: round(elu.utilization),
       inFlight: tracker.inFlight,
       served: tracker.served,
       connections: tracker.connections,
+      idleConnections: tracker.idle || 0,
+      idleShed: tracker.shed || 0,
       webSockets: tracker.upgraded || 0,
       poolQueue: poolRegistry.queueDepth(),
       poolBusy: poolRegistry.busyThreads()
@@ -44,6 +51,31 @@ function createHealthSampler (tracker) {
   return {
     sample,
     stop () { delay.disable() }
+  }
+}
+
+/**
+ * process.memoryUsage() reads RSS from /proc/self/stat, which needs a free
+ * descriptor: out of them (EMFILE, ENFILE) it throws, and a throw here would
+ * kill the worker. Then the heap figure comes from V8 (no descriptor) and
+ * the last RSS read stands in.
+ */
+function readMemory (onFdExhausted) {
+  let lastRss = 0
+  let told = false
+  return function memory () {
+    try {
+      const usage = process.memoryUsage()
+      lastRss = usage.rss
+      return { rss: usage.rss, heapUsed: usage.heapUsed, fdExhausted: false }
+    } catch (err) {
+      const fdExhausted = err && (err.code === 'EMFILE' || err.code === 'ENFILE' || /\b(EMFILE|ENFILE)\b/.test(err.message))
+      if (fdExhausted && !told) {
+        told = true
+        if (onFdExhausted) onFdExhausted(err)
+      }
+      return { rss: lastRss, heapUsed: v8.getHeapStatistics().used_heap_size, fdExhausted: Boolean(fdExhausted) }
+    }
   }
 }
 

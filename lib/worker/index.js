@@ -99,7 +99,9 @@ function startWorker (createApp, config) {
     pitfalls.watchMemoryStores(log, workers, appDir)
     const built = await prepareServer(createApp, config, {
       port,
-      onPortClash: (clash) => log.info(pitfalls.portClashNote(clash), { pid: process.pid })
+      onPortClash: (clash) => log.info(pitfalls.portClashNote(clash), { pid: process.pid }),
+      // Through the current logger: a promoted spare logs under its new slot.
+      log: { warn: (message, meta) => log.warn(message, meta) }
     })
     if (built.listenedByApp) log.warn(pitfalls.listenWarning(port), { pid: process.pid })
     pitfalls.warnOnMemoryStore(built.server, log, workers)
@@ -108,7 +110,7 @@ function startWorker (createApp, config) {
     tracker = built.tracker
     if (spare) await warmUpHttp()
     const address = listenMode === 'handoff' || spare ? { port, handoff: listenMode === 'handoff' } : await listen()
-    sampler = createHealthSampler(tracker)
+    sampler = createHealthSampler(tracker, { onFdExhausted: (err) => log.warn(fdExhaustedMessage(err), { pid: process.pid }) })
     channel.postNow(protocol.ready(address))
     sendHeartbeat()
     heartbeatTimer = setInterval(sendHeartbeat, config.health.heartbeatMs)
@@ -158,6 +160,11 @@ function startWorker (createApp, config) {
     if (!channel.postNow(protocol.drained(timedOut), undefined, () => process.exit(0))) process.exit(0)
     setTimeout(() => process.exit(0), 1000).unref()
   }
+}
+
+function fdExhaustedMessage (err) {
+  return `out of file descriptors (${err.code || err.message}): heartbeats carry the last known RSS; ` +
+    'idle connections are shed above maxIdleConnections; stats show fdExhausted while it lasts'
 }
 
 /** Where the app's own require() starts: its module's folder, else the main script's. */

@@ -5,29 +5,56 @@
  * user's app, and drain it on shutdown.
  */
 
+const http = require('http')
 const net = require('net')
+const debug = require('debug')('clusterize:timeouts')
 const { loadApp } = require('./load-app')
 const { trackConnections } = require('./connections')
+const { enforceServerTimeouts } = require('./server-timeouts')
 const poolRegistry = require('../pool/registry')
 const { runDrainHooks, runConnectionsClosedHooks } = require('./drain-hooks')
 const { watchListenCalls } = require('./pitfalls')
 const { closeEngines } = require('../realtime/engines')
 
+/** The server timeouts clusterize has options for. */
+const SERVER_TIMEOUTS = ['keepAliveTimeout', 'headersTimeout']
+let nodeDefaults = null
+
 /**
  * Build the user's app into a configured, tracked, not yet listening server.
  * @param {Function|string} createApp
  * @param {object} config resolved configuration
- * @param {{ port?: number, onPortClash?: (port: number) => void }} [own] the port clusterize
- *   serves, and what to do when the app's own listen() on it fails (see watchListenCalls)
+ * @param {{ port?: number, onPortClash?: (port: number) => void, log?: object }} [own] the port clusterize
+ *   serves, what to do when the app's own listen() on it fails (see watchListenCalls), and the logger
  * @returns {Promise<{ app: Function|null, server: import('http').Server, tracker: object, listenedByApp: boolean }>}
  *   `listenedByApp`: the app called listen() itself while it was built
  */
 async function prepareServer (createApp, config, own) {
   const { value: { app, server }, listened } = await watchListenCalls(() => loadApp(createApp), own)
-  // Load balancers keep idle connections for 60 s; a server that closes first causes 502s.
-  server.keepAliveTimeout = config.keepAliveTimeout
-  server.headersTimeout = config.headersTimeout
-  return { app, server, tracker: trackConnections(server), listenedByApp: listened }
+  applyServerTimeouts(server, config)
+  // Before any connection: handed-off connections reach a server that never listens (see ./server-timeouts.js).
+  enforceServerTimeouts(server)
+  const tracker = trackConnections(server, { maxIdle: config.maxIdleConnections, log: own && own.log })
+  return { app, server, tracker, listenedByApp: listened }
+}
+
+/**
+ * Load balancers keep idle connections for 60 s; a server that closes first
+ * causes 502s, hence clusterize's defaults. A timeout the app set on its own
+ * server (it differs from Node's default) is the app's choice and stays,
+ * unless the clusterize option was given explicitly.
+ */
+function applyServerTimeouts (server, config) {
+  if (nodeDefaults === null) nodeDefaults = new http.Server()
+  const explicit = config.explicitServerTimeouts || SERVER_TIMEOUTS
+  for (const name of SERVER_TIMEOUTS) {
+    const setByApp = typeof server[name] === 'number' && server[name] !== nodeDefaults[name]
+    if (setByApp && !explicit.includes(name)) {
+      debug('keeping the app\'s %s = %d', name, server[name])
+      continue
+    }
+    server[name] = config[name]
+  }
 }
 
 /**

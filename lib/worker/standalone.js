@@ -38,13 +38,13 @@ function startStandalone (createApp, config) {
   Object.defineProperty(handle, 'bus', { enumerable: true, get: () => require('../bus').bus })
 
   handle.ready = (async () => {
-    const built = await prepareServer(createApp, config)
+    const built = await prepareServer(createApp, config, { log })
     if (built.listenedByApp) log.warn(require('./pitfalls').listenWarning(config.port))
     handle.app = built.app
     handle.server = built.server
     tracker = built.tracker
     const address = await listenServer(built.server, { port: config.port, host: config.host })
-    sampler = createHealthSampler(tracker)
+    sampler = createHealthSampler(tracker, { onFdExhausted: (err) => log.warn(`out of file descriptors (${err.code || err.message}): stats carry the last known RSS and show fdExhausted`) })
     log.info(`single process ${process.pid} listening on port ${address.port}`)
     const worker = { id: 0, pid: process.pid, generation: 1, state: 'ready' }
     handle.emit('worker:ready', worker)

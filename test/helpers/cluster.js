@@ -16,14 +16,21 @@ const started = new Set()
 
 /**
  * @param {string} fixture path to the primary script
- * @param {{ env?: object, args?: string[], readyTimeoutMs?: number, waitReady?: boolean }} [options]
+ * @param {{ env?: object, args?: string[], readyTimeoutMs?: number, waitReady?: boolean, fdLimit?: number }} [options]
+ *   `fdLimit`: start the primary (and so its workers) under `ulimit -n` of this many descriptors
  */
 function startCluster (fixture, options) {
   options = options || {}
-  const child = fork(path.resolve(fixture), options.args || [], {
+  const forkOptions = {
     env: Object.assign({}, process.env, { PORT: '0' }, options.env),
     stdio: ['ignore', 'pipe', 'pipe', 'ipc']
-  })
+  }
+  if (options.fdLimit) {
+    // sh sets the limit and execs node in its place: the pid and the IPC channel stay the child's.
+    forkOptions.execPath = '/bin/sh'
+    forkOptions.execArgv = ['-c', `ulimit -n ${Number(options.fdLimit)} && exec "$0" "$@"`, process.execPath]
+  }
+  const child = fork(path.resolve(fixture), options.args || [], forkOptions)
   const cluster = {
     child,
     pid: child.pid,

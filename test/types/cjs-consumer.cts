@@ -10,6 +10,14 @@ cz.bus.on('topic', (data: unknown) => console.log(data))
 cz.clusterize(() => require('express')(), { port: { value: 1 } })
 
 cz.clusterize(() => require('express')(), { workers: 2, spare: 1, reload: { bakeMs: 3000 } })
+cz.clusterize(() => require('express')(), { maxIdleConnections: 'auto' })
+cz.clusterize(() => require('express')(), { maxIdleConnections: 2000 })
+// @ts-expect-error maxIdleConnections is a number or 'auto'
+cz.clusterize(() => require('express')(), { maxIdleConnections: 'lots' })
+if ('stats' in handle) {
+  const beat = handle.stats().workers[0].heartbeat
+  if (beat) console.log(beat.idleConnections + beat.idleShed, beat.fdExhausted === true)
+}
 // @ts-expect-error workers is a number or 'auto' (strings from WORKERS are parsed at run time)
 cz.clusterize(() => require('express')(), { workers: 'many' })
 

@@ -1,0 +1,56 @@
+'use strict'
+
+/**
+ * The process's open-file soft limit, read once, and the idle-connection
+ * bound clusterize derives from it. Node raises the soft limit to the hard
+ * limit at startup, so what /proc reports here is what this process has.
+ */
+
+const fs = require('fs')
+
+/** Where the limit cannot be read (no /proc): the bound a 2048-descriptor process would get. */
+const UNKNOWN_LIMIT_IDLE = 1024
+/** Never below this: a process with a tiny limit still keeps a few keep-alive clients. */
+const MIN_IDLE = 16
+
+let cached
+
+/**
+ * @param {string} [text] the contents of /proc/self/limits (read when omitted)
+ * @returns {number|null} the soft limit on open files, or null when unknown or unlimited
+ */
+function fdSoftLimit (text) {
+  if (text === undefined) {
+    if (cached !== undefined) return cached
+    try {
+      text = fs.readFileSync('/proc/self/limits', 'latin1')
+    } catch {
+      cached = null
+      return cached
+    }
+    cached = parseSoftLimit(text)
+    return cached
+  }
+  return parseSoftLimit(text)
+}
+
+function parseSoftLimit (text) {
+  const line = /^Max open files\s+(\S+)\s+(\S+)/m.exec(text)
+  if (line === null || !/^\d+$/.test(line[1])) return null
+  return Number(line[1])
+}
+
+/**
+ * The default `maxIdleConnections`: half the open-file soft limit, so idle
+ * sockets alone can never take the descriptors that requests in flight,
+ * files, Redis and IPC need.
+ * @param {number|null} [limit] defaults to this process's soft limit
+ * @returns {number}
+ */
+function defaultMaxIdleConnections (limit) {
+  if (limit === undefined) limit = fdSoftLimit()
+  if (limit === null) return UNKNOWN_LIMIT_IDLE
+  return Math.max(MIN_IDLE, Math.floor(limit / 2))
+}
+
+module.exports = { fdSoftLimit, defaultMaxIdleConnections }

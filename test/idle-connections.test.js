@@ -1,0 +1,221 @@
+'use strict'
+
+// Idle and half-sent connections in every scheduling mode: the app's server
+// timeouts hold, idle sockets beyond maxIdleConnections are shed oldest
+// first, and a worker out of file descriptors degrades instead of crashing.
+
+const { test, after } = require('node:test')
+const assert = require('node:assert')
+const net = require('net')
+const path = require('path')
+const { startCluster, stopAll } = require('./helpers/cluster')
+const { eventually } = require('./helpers/wait')
+const { reusePortSupport } = require('../lib/primary/scheduling')
+
+const fixture = path.join(__dirname, 'fixtures/idle-cluster.js')
+const HALF_REQUEST = 'GET / HTTP/1.1\r\nHost: x\r\n'
+
+after(stopAll)
+
+/**
+ * Open `count` connections that send `head` (maybe nothing) and then wait.
+ * Resolves once all are connected; tracks what the server does to them.
+ */
+async function openIdle (port, count, head) {
+  const sockets = []
+  await Promise.all(Array.from({ length: count }, () => new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1')
+    const entry = { socket, closed: false, data: '', error: null }
+    sockets.push(entry)
+    socket.setEncoding('latin1')
+    socket.on('data', (chunk) => { entry.data += chunk })
+    socket.on('error', (err) => { entry.error = err })
+    socket.on('close', () => { entry.closed = true; resolve() })
+    socket.on('connect', () => {
+      if (head) socket.write(head)
+      resolve()
+    })
+  })))
+  return {
+    sockets,
+    closed: () => sockets.filter((e) => e.closed).length,
+    destroy: () => { for (const e of sockets) e.socket.destroy() }
+  }
+}
+
+const MODES = [
+  ['rr', {}],
+  ['sticky', { scheduling: 'sticky' }],
+  ['sticky.sid', { scheduling: 'sticky', sticky: { sid: true } }],
+  ['none', { scheduling: 'none' }],
+  ['reuseport', { scheduling: 'reuseport' }],
+  ['workers: 0', { workers: 0 }]
+]
+
+for (const [name, options] of MODES) {
+  const skip = name === 'reuseport' && !reusePortSupport().supported ? `reuseport needs Node >= 22.12 on Linux (${process.versions.node})` : false
+  test(`'${name}': the app's headersTimeout/requestTimeout close 20 half-sent requests with 408`, { skip }, async () => {
+    const cluster = await startCluster(fixture, {
+      env: {
+        CZ_TEST_OPTIONS: JSON.stringify(Object.assign({ workers: 2 }, options)),
+        CZ_SERVER: JSON.stringify({ headersTimeout: 3000, requestTimeout: 4000 })
+      }
+    })
+    const idle = await openIdle(cluster.port, 20, HALF_REQUEST)
+    try {
+      await eventually(() => idle.closed() === 20, {
+        timeoutMs: 30000,
+        what: () => `20 half-sent requests closed by the server (${idle.closed()} were)\n--- cluster output ---\n${cluster.output}`
+      })
+      for (const entry of idle.sockets) assert.match(entry.data, /^HTTP\/1\.1 408 /, 'the server answered Request Timeout')
+      // Still serving.
+      assert.strictEqual((await cluster.get('/')).status, 200)
+    } finally {
+      idle.destroy()
+      await cluster.stop()
+    }
+  })
+}
+
+test("'rr': keepAliveTimeout and server.timeout set by the app hold for handed-off connections", async () => {
+  const cluster = await startCluster(fixture, {
+    env: {
+      CZ_TEST_OPTIONS: JSON.stringify({ workers: 1 }),
+      CZ_SERVER: JSON.stringify({ keepAliveTimeout: 500, timeout: 1000 })
+    }
+  })
+  // One answered request, then silence: keepAliveTimeout. No bytes at all: server.timeout.
+  const kept = await openIdle(cluster.port, 1, 'GET / HTTP/1.1\r\nHost: x\r\n\r\n')
+  const silent = await openIdle(cluster.port, 1, '')
+  try {
+    await eventually(() => kept.closed() === 1 && silent.closed() === 1, {
+      timeoutMs: 20000,
+      what: () => `both sockets closed by the server\n--- cluster output ---\n${cluster.output}`
+    })
+    assert.match(kept.sockets[0].data, /^HTTP\/1\.1 200 /)
+  } finally {
+    kept.destroy()
+    silent.destroy()
+    await cluster.stop()
+  }
+})
+
+/** Normal clients: `count` requests, one connection each; resolves with their statuses (or error codes). */
+async function serveClients (cluster, count) {
+  const results = []
+  for (let i = 0; i < count; i++) {
+    results.push(await cluster.get('/', { timeoutMs: 5000 }).then((r) => r.status, (err) => err.code || err.message))
+  }
+  return results
+}
+
+test('under ulimit -n 256, more idle sockets than the limit allows are shed oldest first; clients keep being served and no worker exits', async () => {
+  const cluster = await startCluster(fixture, {
+    fdLimit: 256,
+    env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 2, health: { heartbeatMs: 200 } }) }
+  })
+  // Half of them send nothing, half a request head: both are idle until a request is whole.
+  const silent = await openIdle(cluster.port, 400, '')
+  const half = await openIdle(cluster.port, 400, HALF_REQUEST)
+  try {
+    const statuses = await serveClients(cluster, 20)
+    assert.deepStrictEqual(statuses, Array(20).fill(200), 'every normal client was served')
+    const stats = await eventually(async () => {
+      const s = await cluster.stats()
+      return s.workers.reduce((sum, w) => sum + ((w.heartbeat && w.heartbeat.idleShed) || 0), 0) > 0 ? s : null
+    }, { timeoutMs: 20000, what: () => `idle connections shed, in stats\n--- cluster output ---\n${cluster.output}` })
+    // Oldest first: the first sockets opened are the ones that went.
+    assert.ok(silent.closed() > 0, 'some of the oldest idle sockets were closed')
+    assert.ok(silent.sockets.slice(0, 50).every((e) => e.closed), 'the 50 oldest were closed')
+    for (const worker of stats.workers) {
+      assert.ok(worker.heartbeat.idleConnections <= 128, `worker ${worker.id} keeps at most half its 256 descriptors idle (${worker.heartbeat.idleConnections})`)
+    }
+    assert.deepStrictEqual(cluster.events.filter((e) => e.event === 'worker:exit'), [], 'no worker exited')
+    assert.match(cluster.output, /idle connections: closing the ones idle the longest/)
+  } finally {
+    silent.destroy()
+    half.destroy()
+    await cluster.stop()
+  }
+})
+
+test('a worker out of file descriptors (maxIdleConnections above the limit) keeps running, says so once and in stats, and serves again once they are back', async () => {
+  const cluster = await startCluster(fixture, {
+    fdLimit: 256,
+    env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 1, maxIdleConnections: 100000, health: { heartbeatMs: 200 }, probes: { port: 0 } }) }
+  })
+  const idle = await openIdle(cluster.port, 400, '')
+  try {
+    await eventually(async () => {
+      const s = await cluster.stats()
+      return s.workers.some((w) => w.heartbeat && w.heartbeat.fdExhausted)
+    }, { timeoutMs: 20000, what: () => `a heartbeat saying fdExhausted\n--- cluster output ---\n${cluster.output}` })
+    const metrics = await cluster.probe('/metrics')
+    assert.match(metrics.body, /clusterize_worker_fd_exhausted\{[^}]*\} 1/)
+    assert.strictEqual(cluster.output.match(/out of file descriptors/g).length, 1, 'logged once')
+    idle.destroy()
+    await eventually(async () => {
+      const s = await cluster.stats()
+      return s.workers.every((w) => w.heartbeat && !w.heartbeat.fdExhausted)
+    }, { timeoutMs: 20000, what: () => `fdExhausted cleared\n--- cluster output ---\n${cluster.output}` })
+    assert.deepStrictEqual(await serveClients(cluster, 5), Array(5).fill(200))
+    assert.deepStrictEqual(cluster.events.filter((e) => e.event === 'worker:exit'), [], 'no worker exited')
+  } finally {
+    idle.destroy()
+    await cluster.stop()
+  }
+})
+
+test("'sticky.sid' under ulimit -n 256: silent sockets the primary holds for their request line are shed oldest first; clients keep being served", async () => {
+  const cluster = await startCluster(fixture, {
+    fdLimit: 256,
+    env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 2, scheduling: 'sticky', sticky: { sid: true } }) }
+  })
+  const silent = await openIdle(cluster.port, 600, '')
+  try {
+    assert.deepStrictEqual(await serveClients(cluster, 10), Array(10).fill(200), 'every normal client was served')
+    assert.ok(silent.sockets.slice(0, 50).every((e) => e.closed), 'the 50 oldest silent sockets were closed')
+    assert.deepStrictEqual(cluster.events.filter((e) => e.event === 'worker:exit'), [], 'no worker exited')
+    assert.strictEqual(cluster.output.match(/have not sent their request line: closing the oldest/g).length, 1, 'logged once')
+  } finally {
+    silent.destroy()
+    await cluster.stop()
+  }
+})
+
+test('WebSockets are never shed as idle: 10 open WebSockets survive 100 idle sockets against maxIdleConnections: 5', async () => {
+  const WebSocket = require('ws')
+  const cluster = await startCluster(path.join(__dirname, 'fixtures/ws-cluster.js'), {
+    env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 1, maxIdleConnections: 5 }) }
+  })
+  // One at a time: a connection still sending its upgrade request is idle like any other.
+  const sockets = []
+  for (let i = 0; i < 10; i++) {
+    sockets.push(await new Promise((resolve, reject) => {
+      const ws = new WebSocket(`ws://127.0.0.1:${cluster.port}/`)
+      ws.once('message', () => resolve(ws))
+      ws.once('error', reject)
+    }))
+  }
+  const closed = []
+  for (const ws of sockets) ws.once('close', () => closed.push(ws))
+  const idle = await openIdle(cluster.port, 100, '')
+  try {
+    await eventually(() => idle.closed() >= 95, { timeoutMs: 20000, what: () => `idle sockets shed (${idle.closed()} were)` })
+    // Each WebSocket still answers.
+    for (const ws of sockets) {
+      const echo = new Promise((resolve) => {
+        if (ws.readyState !== WebSocket.OPEN) return resolve('not open')
+        ws.once('message', (data) => resolve(String(data)))
+        ws.once('close', () => resolve('closed'))
+      })
+      ws.send('ping')
+      assert.strictEqual(await echo, 'ping')
+    }
+    assert.strictEqual(closed.length, 0, 'no WebSocket was closed')
+  } finally {
+    for (const ws of sockets) ws.terminate()
+    idle.destroy()
+    await cluster.stop()
+  }
+})
