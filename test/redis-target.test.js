@@ -72,6 +72,31 @@ test('malformed targets fail at startup naming the option, without the password'
   assert.throws(() => session({ secret: 's'.repeat(32), redis: 'redis+cluster://h:7000/5' }), /session: option "redis" \("redis\+cluster:\/\/h:7000\/5"\): a Redis Cluster has only database 0/)
 })
 
+test('a node-redis client is refused at startup, naming the option and what to pass instead (it was read as ioredis options: localhost:6379)', () => {
+  const { createClient, createCluster } = require('redis')
+  // Built, never connected: nothing here needs a server.
+  const client = createClient({ url: 'redis://:hunter2@10.9.8.7:6390' })
+  const nodeCluster = createCluster({ rootNodes: [{ url: 'redis://10.9.8.7:7000' }] })
+  for (const value of [client, nodeCluster]) {
+    assert.throws(() => session({ secret: 's'.repeat(32), store: 'redis', redis: value }), (err) => {
+      assert.equal(err.code, 'ERR_CLUSTERIZE_OPTION')
+      assert.equal(err.option, 'redis')
+      assert.match(err.message, /^session: option "redis" is a node-redis client \(package "redis"\).*Pass its URL instead.*ioredis.*`store` option/)
+      assert.doesNotMatch(err.message, /hunter2/)
+      return true
+    })
+    assert.throws(() => resolveConfig({ bus: { redis: value } }), (err) => {
+      assert.equal(err.option, 'bus.redis')
+      assert.match(err.message, /option "bus.redis" is a node-redis client/)
+      assert.doesNotMatch(err.message, /`store`/)
+      return true
+    })
+  }
+  assert.throws(() => parseRedisTarget(client, 'redis', 'session'), /this client's is "redis:\/\/:\*\*\*@10\.9\.8\.7:6390"/)
+  // Any other object that is not plain options is refused too, rather than read as options.
+  assert.throws(() => parseRedisTarget(new URL('redis://h:1'), 'bus.redis'), /option "bus.redis" is a URL instance, neither ioredis options nor an ioredis client/)
+})
+
 test('descriptions for logs carry no password', () => {
   assert.equal(describeRedisTarget(parseRedisTarget('redis://u:pw@h:1', 'r')), 'redis://u:***@h:1')
   assert.equal(describeRedisTarget(parseRedisTarget('redis+sentinel://:pw@a:1,b:2/m', 'r')), 'sentinel "m" via a:1,b:2')

@@ -143,6 +143,34 @@ function contract (name, target, options) {
       }
     })
 
+    it('without a callback, every operation returns a promise with the same answer', async () => {
+      const store = opened.store
+      await store.clear()
+      const id = sid('promise')
+      const sess = sessionExpiringIn(60000, { n: 1 })
+      await store.set(id, sess)
+      assert.equal((await store.get(id)).n, 1)
+      await store.touch(id, sessionExpiringIn(120000, { n: 1 }))
+      assert.equal(await store.length(), 1)
+      assert.deepEqual((await store.all()).map((one) => [one.id, one.n]), [[id, 1]])
+      await store.destroy(id)
+      assert.equal(await store.get(id), null)
+      await store.set(id, sess)
+      await store.clear()
+      assert.equal(await store.length(), 0)
+    })
+
+    it('without a callback, a failed operation rejects its promise with the 503 error', async () => {
+      const down = await target.openUnavailable()
+      try {
+        for (const [op, args] of [['get', ['x']], ['set', ['x', sessionExpiringIn(60000)]], ['all', []], ['length', []]]) {
+          await assert.rejects(down.store[op](...args), SessionStoreUnavailableError, op)
+        }
+      } finally {
+        await down.close()
+      }
+    })
+
     it('when the store cannot answer, every operation calls back once with a 503 SessionStoreUnavailableError', async () => {
       const down = await target.openUnavailable()
       try {

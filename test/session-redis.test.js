@@ -14,7 +14,9 @@ const request = require('supertest')
 const Redis = require('ioredis')
 const session = require('../middleware/session')
 const { createSessionApp } = require('./fixtures/session-app')
+const { ClusterizeRedisStore } = require('../lib/session/redis-store')
 const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix, privateRedis } = require('./helpers/redis')
+const { sessionExpiringIn } = require('./helpers/session')
 const { eventuallyPasses } = require('./helpers/wait')
 
 const SECRET = 'redis-test-secret-0123456789-abcdefghij'
@@ -56,6 +58,40 @@ describe('Redis store keys', async () => {
     assert.equal(stored.user.name, 'frank')
     const ttl = await client.ttl(key)
     assert.ok(ttl > 590 && ttl <= 600, `TTL ${ttl}s matches the 600 s cookie`)
+  })
+
+  it('a prefix is matched literally: glob characters in it do not reach another prefix\'s sessions', options, async () => {
+    // Unescaped, SCAN MATCH "app[12]:*" also matches "app1:..." and "app2:...".
+    const glob = new ClusterizeRedisStore({ redis: REDIS_URL, prefix: prefix + 'app[12]:' })
+    const plain = new ClusterizeRedisStore({ redis: REDIS_URL, prefix: prefix + 'app1:' })
+    try {
+      await plain.set('neighbour', sessionExpiringIn(60000, { n: 1 }))
+      await glob.set('mine', sessionExpiringIn(60000, { n: 2 }))
+      assert.equal(await glob.length(), 1)
+      assert.deepEqual((await glob.all()).map((sess) => sess.id), ['mine'])
+      await glob.clear()
+      assert.equal(await glob.length(), 0)
+      assert.equal((await plain.get('neighbour')).n, 1, 'clear left the other prefix alone')
+    } finally {
+      await glob.close()
+      await plain.close()
+    }
+  })
+
+  it('length, all and clear handle more sessions than one MGET or DEL batch', options, async () => {
+    const store = new ClusterizeRedisStore({ redis: REDIS_URL, prefix: prefix + 'many:' })
+    try {
+      const count = 1234
+      await Promise.all(Array.from({ length: count }, (_, i) => store.set(`s${i}`, sessionExpiringIn(60000, { i }))))
+      assert.equal(await store.length(), count)
+      const all = await store.all()
+      assert.equal(all.length, count)
+      assert.ok(all.every((sess) => sess.id === `s${sess.i}`), 'each session carries its own id')
+      await store.clear()
+      assert.equal(await store.length(), 0)
+    } finally {
+      await store.close()
+    }
   })
 
   it('a browser-session cookie gets the default TTL of one day', options, async () => {

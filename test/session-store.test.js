@@ -167,7 +167,7 @@ conformance('cluster store (default transport outside a worker: the backend atta
 describe('redis store', async () => {
   const options = await redisTestOptions()
   const prefix = uniquePrefix('conformance')
-  conformance('redis store (connect-redis + ioredis)', async () => {
+  conformance('redis store (ioredis)', async () => {
     const store = new ClusterizeRedisStore({ redis: REDIS_URL, prefix })
     try {
       await new Promise((resolve, reject) => store.checkAvailable((err) => err ? reject(err) : resolve()))

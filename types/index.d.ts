@@ -31,7 +31,8 @@ export interface RedisClusterTarget extends ClusterOptions {
  * - ioredis options for one node, or with `sentinels` and `name` for Sentinel;
  * - a list of cluster nodes, or `{ nodes, ...ClusterOptions }`;
  * - an ioredis Redis or Cluster client (used as is, not closed by us).
- * Checked at startup: a malformed target fails naming the option.
+ * Checked at startup: a malformed target fails naming the option, and so does a node-redis client
+ * (package `redis`) or any other object that is not plain options (pass its URL instead).
  */
 export type RedisTarget = string | RedisOptions | RedisSentinelTarget | RedisClusterTarget | ClusterNode[] | Redis | Cluster
 

@@ -55,6 +55,46 @@ function isRedisClient (value) {
 }
 
 /**
+ * A node-redis client (package `redis`: createClient, createCluster,
+ * createSentinel, v4 to v5). It has get/set/on like ioredis but no `status`,
+ * so without this check it would be read as ioredis options: sessions would
+ * go to 127.0.0.1:6379, whatever server the client was made for.
+ * @returns {boolean}
+ */
+function isNodeRedisClient (value) {
+  return value !== null && typeof value === 'object' && typeof value.sendCommand === 'function' &&
+    typeof value.status !== 'string' && ('isOpen' in value || 'masters' in value)
+}
+
+/**
+ * Some other client or class instance: options are plain objects, and reading
+ * anything else as options would connect somewhere the user did not ask.
+ * @returns {boolean}
+ */
+function isForeignObject (value) {
+  const proto = Object.getPrototypeOf(value)
+  return proto !== Object.prototype && proto !== null
+}
+
+/** Why a client object we do not speak is refused, and what to pass instead. */
+function foreignClientProblem (value, prefix) {
+  const nodeRedis = isNodeRedisClient(value)
+  const what = nodeRedis
+    ? 'is a node-redis client (package "redis"); clusterize speaks ioredis and cannot use it'
+    : `is ${describeInstance(value)}, neither ioredis options nor an ioredis client`
+  const url = nodeRedis && value.options && typeof value.options.url === 'string' ? ` (this client's is "${redact(value.options.url)}")` : ''
+  const store = prefix === 'session'
+    ? '; or, to keep this client, build connect-redis\'s RedisStore on it and pass that as the `store` option'
+    : ''
+  return `${what}. Pass its URL instead${url}, ioredis options or an ioredis Redis or Cluster instance${store}`
+}
+
+function describeInstance (value) {
+  const name = value.constructor && typeof value.constructor.name === 'string' ? value.constructor.name : ''
+  return name && name !== 'Object' ? `a ${name} instance` : 'an object with a prototype'
+}
+
+/**
  * Check and normalise a Redis target.
  * @param {*} value
  * @param {string} option the option's name, for the error ('redis', 'bus.redis', 'REDIS_URL')
@@ -69,6 +109,7 @@ function parseRedisTarget (value, option, prefix) {
   if (typeof value === 'string') return parseUrl(value.trim(), fail)
   if (Array.isArray(value)) return { kind: 'cluster', nodes: checkNodes(value, fail), options: {} }
   if (value === null || typeof value !== 'object') throw fail(`must be ${ACCEPTED}; got ${value === null ? 'null' : typeof value}`)
+  if (isNodeRedisClient(value) || isForeignObject(value)) throw fail(foreignClientProblem(value, prefix))
   if (value.nodes !== undefined) {
     if (!Array.isArray(value.nodes)) throw fail('has `nodes`, so it is a Redis Cluster configuration: `nodes` must be a list of "host:port" strings or { host, port } objects')
     const options = Object.assign({}, value)
@@ -235,4 +276,4 @@ function isClusterTarget (target) {
   return target.kind === 'cluster' || target.kind === 'cluster-client'
 }
 
-module.exports = { parseRedisTarget, describeRedisTarget, topologyOf, isClusterTarget, isClusterClient, isRedisClient, redact }
+module.exports = { parseRedisTarget, describeRedisTarget, topologyOf, isClusterTarget, isClusterClient, isRedisClient, isNodeRedisClient, redact }

@@ -19,6 +19,7 @@ const { toUnavailable } = require('./unavailable')
 const { sessionTooLarge } = require('./too-large')
 const { callOnce, answer } = require('./callback')
 const { inflatableOrNull, whyNotInflatable, Unreadable } = require('./inflatable')
+const { promised } = require('./promised')
 
 const DEFAULT_TIMEOUT_MS = 2000
 const DEFAULT_TTL_SECONDS = 86400
@@ -94,6 +95,7 @@ class ClusterStore extends Store {
   }
 
   get (sid, cb) {
+    if (typeof cb !== 'function') return promised(this, 'get', [sid])
     const remove = (removed) => this.destroy(sid, removed)
     this.call({ op: SESSION_OP.GET, sid }, function onGet (err, json) {
       if (err) return cb(err)
@@ -109,6 +111,7 @@ class ClusterStore extends Store {
   }
 
   set (sid, sess, cb) {
+    if (typeof cb !== 'function') return promised(this, 'set', [sid, sess])
     let json
     try {
       json = JSON.stringify(sess)
@@ -126,6 +129,7 @@ class ClusterStore extends Store {
 
   /** Extend the expiry and refresh the stored cookie (as MemoryStore does); the data stays as stored. */
   touch (sid, sess, cb) {
+    if (typeof cb !== 'function') return promised(this, 'touch', [sid, sess])
     let cookie
     try {
       cookie = sess && sess.cookie ? JSON.stringify(sess.cookie) : undefined
@@ -136,11 +140,13 @@ class ClusterStore extends Store {
   }
 
   destroy (sid, cb) {
+    if (typeof cb !== 'function') return promised(this, 'destroy', [sid])
     this.call({ op: SESSION_OP.DESTROY, sid }, doneWith(cb))
   }
 
   /** Every live session, as an array of session objects with their `id` (like connect-redis). */
   all (cb) {
+    if (typeof cb !== 'function') return promised(this, 'all', [])
     this.call({ op: SESSION_OP.ALL }, function onAll (err, pairs) {
       if (err) return cb(err)
       const out = []
@@ -157,10 +163,12 @@ class ClusterStore extends Store {
   }
 
   length (cb) {
+    if (typeof cb !== 'function') return promised(this, 'length', [])
     this.call({ op: SESSION_OP.LENGTH }, cb)
   }
 
   clear (cb) {
+    if (typeof cb !== 'function') return promised(this, 'clear', [])
     this.call({ op: SESSION_OP.CLEAR }, doneWith(cb))
   }
 

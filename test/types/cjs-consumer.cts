@@ -33,6 +33,12 @@ cz.clusterize(() => require('express')(), { bus: { redis: 'redis+cluster://10.0.
 cz.clusterize(() => require('express')(), { bus: { shardedPubSub: true } })
 // @ts-expect-error a Redis target is not a number
 cz.session({ redis: 6379 })
+import nodeRedis = require('redis')
+// A node-redis client is refused at startup (clusterize speaks ioredis); the types say so first.
+// @ts-expect-error
+cz.session({ redis: nodeRedis.createClient({ url: 'redis://10.0.0.1:6379' }) })
+// @ts-expect-error
+cz.clusterize(() => require('express')(), { bus: { redis: nodeRedis.createClient() } })
 // clusterize-express/socket.io: the adapter and its connection-state recovery bounds.
 import sio = require('clusterize-express/socket.io')
 sio.createAdapter({ heartbeatInterval: 500, recovery: { maxPackets: 1000, maxSessions: 5000, liveWaitMs: 2000 } })
