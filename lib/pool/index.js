@@ -15,11 +15,9 @@ const Queue = require('./queue')
 const Samples = require('./samples')
 const { QueueFullError, TaskAbortedError, PoolClosedError, OffloadOptionError } = require('./errors')
 const { MAX_TIMER_MS } = require('../errors')
-const { Task, remoteError } = require('./records')
-const { TASK, RESULT, STATUS, READY } = require('./messages')
+const { Task } = require('./records')
 const { PoolThreads } = require('./threads')
 
-const MAX_KNOWN_PER_THREAD = 4096
 const now = performance.now.bind(performance)
 const noop = () => {}
 
@@ -61,7 +59,7 @@ class Pool extends PoolThreads {
     this._run = new Samples(1024)
     this._keepAlive = setInterval(noop, 1 << 30)
     this._keepAlive.unref()
-    this._onTimer = this._onTimer.bind(this)
+    this._bindThreadEvents()
     for (let i = 0; i < opts.threads; i++) this._spawn()
     registry.register(this)
     debug('pool %d created: %d threads, maxQueue %d, taskTimeoutMs %d', this.id, opts.threads, opts.maxQueue, opts.taskTimeoutMs)
@@ -153,42 +151,17 @@ class Pool extends PoolThreads {
 
   /** Send `t` to the idle thread `th`; false when its arguments cannot be sent (t is rejected). */
   _start (th, t) {
-    const entry = t.entry
-    const msg = th.msg
-    let isNew = false
-    msg[TASK.ENTRY] = entry.id
-    msg[TASK.ARGS] = t.args
-    if (th.known.has(entry.id)) {
-      msg[TASK.DEF] = undefined
-    } else {
-      if (th.known.size >= MAX_KNOWN_PER_THREAD) {
-        th.known.clear()
-        msg[TASK.FLUSH] = true
-      }
-      msg[TASK.DEF] = entry.def
-      th.known.add(entry.id)
-      isNew = true
-    }
     try {
-      th.worker.postMessage(msg, t.transfer)
+      th.run(t)
     } catch (err) {
-      if (isNew) th.known.delete(entry.id)
-      msg[TASK.ARGS] = msg[TASK.DEF] = undefined
       this._counters.failed++
       this._settle(t, false, cloneError(t.args, err))
       return false
     }
-    msg[TASK.ARGS] = msg[TASK.DEF] = undefined
-    msg[TASK.FLUSH] = false
-    const startedAt = now()
-    this._wait.add(startedAt - t.enqueuedAt)
-    t.startedAt = startedAt
-    t.thread = th
+    this._wait.add(t.startedAt - t.enqueuedAt)
     t.args = null
     t.transfer = undefined
-    th.task = t
     this._busy++
-    if (t.timeoutMs > 0) this._armTimer(th, startedAt + t.timeoutMs, t.timeoutMs)
     return true
   }
 
@@ -205,24 +178,14 @@ class Pool extends PoolThreads {
     if (!th.retiring) this._idle.push(th)
   }
 
-  _onMessage (th, msg) {
-    const t = th.task
-    if (t === null) {
-      if (msg === READY) this._onReady(th)
-      return
-    }
-    th.task = null
+  _onDone (th, t, ok, value) {
     this._busy--
     const runMs = now() - t.startedAt
     this._run.add(runMs)
     this._avgRunMs = this._avgRunMs === 0 ? runMs : this._avgRunMs * 0.9 + runMs * 0.1
-    if (msg[RESULT.STATUS] === STATUS.OK) {
-      this._counters.completed++
-      this._settle(t, true, msg[RESULT.VALUE])
-    } else {
-      this._counters.failed++
-      this._settle(t, false, remoteError(msg[RESULT.VALUE]))
-    }
+    if (ok) this._counters.completed++
+    else this._counters.failed++
+    this._settle(t, ok, value)
     this._next(th)
   }
 
@@ -310,14 +273,12 @@ class Pool extends PoolThreads {
       this._rejectQueued(err)
       const exits = []
       for (const th of this._threads.slice()) {
-        if (th.task !== null) {
-          const t = th.task
-          th.task = null
+        exits.push(th.exited())
+        const t = this._retire(th)
+        if (t !== null) {
           this._busy--
           this._settle(t, false, err)
         }
-        exits.push(new Promise((resolve) => th.worker.once('exit', resolve)))
-        this._retire(th)
       }
       if (this._respawnTimer !== null) clearTimeout(this._respawnTimer)
       clearInterval(this._keepAlive)

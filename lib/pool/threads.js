@@ -3,39 +3,27 @@
 /**
  * The thread lifecycle half of Pool: start threads, notice them ready,
  * replace one that crashed, timed out or was aborted, back off when threads
- * keep failing at startup, retire them. Pool (./index.js) extends it and owns
- * every field used here.
+ * keep failing at startup, retire them. Each thread is a PoolThread
+ * (./thread.js); Pool (./index.js) extends this class and owns every field
+ * used here.
  */
 
-const path = require('node:path')
-const { Worker } = require('node:worker_threads')
-const { performance } = require('node:perf_hooks')
 const debug = require('debug')('clusterize:pool')
-const { TaskTimeoutError, ThreadExitError, ThreadStartupError } = require('./errors')
-const { Thread, removeItem } = require('./records')
-
-const THREAD_MAIN = path.join(__dirname, 'thread-main.js')
-const now = performance.now.bind(performance)
-const noop = () => {}
+const { TaskTimeoutError, ThreadStartupError } = require('./errors')
+const { removeItem } = require('./records')
+const { PoolThread } = require('./thread')
 
 class PoolThreads {
-  _armTimer (th, deadline, delay) {
-    if (th.timer !== null) {
-      if (th.timerAt <= deadline) return // fires earlier and re-checks
-      clearTimeout(th.timer)
-    }
-    th.timerAt = deadline
-    th.timer = setTimeout(this._onTimer, Math.max(1, Math.ceil(delay)), th)
-    th.timer.unref()
+  /** Bind the handlers every thread's events go to (once per pool, not per thread). */
+  _bindThreadEvents () {
+    this._onReady = this._onReady.bind(this)
+    this._onDone = this._onDone.bind(this)
+    this._onTimeout = this._onTimeout.bind(this)
+    this._onStartupFailure = this._onStartupFailure.bind(this)
+    this._onThreadExit = this._onThreadExit.bind(this)
   }
 
-  _onTimer (th) {
-    th.timer = null
-    const t = th.task
-    if (t === null || t.timeoutMs <= 0 || th.retiring) return
-    const deadline = t.startedAt + t.timeoutMs
-    const remaining = deadline - now()
-    if (remaining > 1) return this._armTimer(th, deadline, remaining)
+  _onTimeout (th, t) {
     this._counters.timedOut++
     debug('pool %d: task timed out after %d ms on thread %d, replacing it', this.id, t.timeoutMs, th.id)
     this._killRunning(th, new TaskTimeoutError(t.timeoutMs))
@@ -43,22 +31,23 @@ class PoolThreads {
 
   /** Reject the running task of `th`, terminate the thread and start a replacement. */
   _killRunning (th, err) {
-    const t = th.task
-    th.task = null
+    const t = this._retire(th)
     this._busy--
-    this._retire(th)
     this._settle(t, false, err)
     this._replace()
   }
 
+  /** Terminate `th` and forget it; returns the task it was running, or null. */
   _retire (th) {
-    if (!th.ready) this._starting--
-    th.retiring = true
-    if (th.timer !== null) clearTimeout(th.timer)
-    th.timer = null
+    this._forget(th)
+    return th.retire()
+  }
+
+  /** Take `th` out of the pool's lists (it is retiring or has exited). */
+  _forget (th) {
+    if (th.starting) this._starting--
     removeItem(this._threads, th)
     removeItem(this._idle, th)
-    th.worker.terminate().catch(noop)
   }
 
   _replace () {
@@ -68,56 +57,41 @@ class PoolThreads {
   }
 
   _spawn () {
-    const th = new Thread(this._nextThreadId++, null)
-    const worker = new Worker(THREAD_MAIN, {
-      workerData: { setup: this.options.setup, niceness: this.options.niceness },
-      resourceLimits: this.options.resourceLimits
-    })
-    th.worker = worker
-    worker.unref()
-    worker.on('message', (msg) => this._onMessage(th, msg))
-    worker.on('error', (err) => { th.error = err })
-    worker.on('exit', (code) => this._onExit(th, code))
+    const th = new PoolThread(this._nextThreadId++, this.options)
+    th.on('ready', this._onReady)
+    th.on('done', this._onDone)
+    th.on('timeout', this._onTimeout)
+    th.on('startupFailure', this._onStartupFailure)
+    th.on('exit', this._onThreadExit)
     this._threads.push(th)
     this._starting++
     return th
   }
 
   _onReady (th) {
-    if (th.ready || th.retiring) return
-    th.ready = true
     this._starting--
     this._startupFailures = 0
     this._next(th)
   }
 
-  _onExit (th, code) {
-    if (th.retiring) return
-    if (!th.ready) this._starting--
-    th.retiring = true
-    if (th.timer !== null) clearTimeout(th.timer)
-    removeItem(this._threads, th)
-    removeItem(this._idle, th)
-    const reason = th.error ? th.error.message : `exit code ${code}`
-    if (!th.ready) return this._onStartupFailure(th, reason, code)
-    const t = th.task
+  _onThreadExit (th, t, code) {
+    this._forget(th)
     if (t !== null) {
-      th.task = null
       this._busy--
       this._counters.failed++
       this._counters.crashed++
-      const message = th.error
-        ? `offload thread crashed while running the task: ${th.error.message}`
-        : `offload thread exited with code ${code} while running the task`
-      debug('pool %d: thread %d died running a task (%s), replacing it', this.id, th.id, reason)
-      this._settle(t, false, new ThreadExitError(message, code, th.error || undefined))
+      debug('pool %d: thread %d died running a task (%s), replacing it', this.id, th.id, th.exitReason(code))
+      this._settle(t, false, th.crashError(code))
     } else {
-      debug('pool %d: idle thread %d exited (%s), replacing it', this.id, th.id, reason)
+      debug('pool %d: idle thread %d exited (%s), replacing it', this.id, th.id, th.exitReason(code))
     }
     this._replace()
   }
 
   _onStartupFailure (th, reason, code) {
+    // the pool counted it as starting until now: it exited before it was ready
+    this._starting--
+    removeItem(this._threads, th)
     if (this._closed) return
     this._startupFailures++
     debug('pool %d: thread %d failed at startup (%d in a row): %s', this.id, th.id, this._startupFailures, reason)
