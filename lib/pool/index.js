@@ -4,71 +4,67 @@
  * Our own worker_threads pool behind offload(): pre-warmed threads, idle-first
  * dispatch, a bounded FIFO queue, per-task timeouts counted from dispatch,
  * AbortSignal support, crash isolation, graceful close and stats.
+ *
+ * The Pool owns the queue, dispatch, counters and lifecycle (start, replace,
+ * back off, close). Each thread is a PoolThread (./thread.js) that owns its
+ * Worker, running task, deadline and state; the pool drives it through its
+ * methods and hears from it through its events.
  */
 
 const { performance } = require('node:perf_hooks')
 const debug = require('debug')('clusterize:pool')
 const registry = require('./registry')
-const { normalizeOptions } = require('./options')
+const { normalizeOptions, callOptions } = require('./options')
 const { resolveTask, unwrapTransfers, cloneError } = require('./task')
-const Queue = require('./queue')
-const Samples = require('./samples')
-const { QueueFullError, TaskAbortedError, PoolClosedError, OffloadOptionError } = require('./errors')
-const { MAX_TIMER_MS } = require('../errors')
-const { Task, remoteError } = require('./records')
-const { TASK, RESULT, STATUS, READY } = require('./messages')
-const { PoolThreads } = require('./threads')
+const TaskQueue = require('./task-queue')
+const Pending = require('./pending')
+const PoolMetrics = require('./metrics')
+const StartupBackoff = require('./backoff')
+const { PoolThread } = require('./thread')
+const { QueueFullError, TaskAbortedError, TaskTimeoutError, ThreadStartupError, PoolClosedError, OffloadOptionError } = require('./errors')
+const { Task, removeItem } = require('./records')
 
-const MAX_KNOWN_PER_THREAD = 4096
 const now = performance.now.bind(performance)
-const noop = () => {}
 
 let nextPoolId = 1
 
-/**
- * A pool of worker threads. Create it with `createPool(options)`.
- * PoolThreads (./threads.js) is the thread lifecycle half (start, crash,
- * timeout, retire); this class adds dispatch, the queue and the public API.
- */
-class Pool extends PoolThreads {
+/** A pool of worker threads. Create it with `createPool(options)`. */
+class Pool {
   /**
    * @param {object} [options] see the README, "Offload" (threads, maxQueue, taskTimeoutMs, resourceLimits, setup, maxStartupFailures, niceness)
    * @param {{ prefix?: string, middleware?: boolean, normalized?: boolean }} [ctx]
    */
   constructor (options, ctx = {}) {
-    super()
     const opts = ctx.normalized ? options : normalizeOptions(options, ctx)
     this.id = nextPoolId++
     this.options = opts
     this._threads = []
     this._idle = []
-    this._queue = new Queue()
-    this._queued = 0
+    this._queue = new TaskQueue()
     this._busy = 0
-    this._pending = 0
+    this._pending = new Pending()
     this._nextThreadId = 1
     this._starting = 0
-    this._startupFailures = 0
-    this._respawnTimer = null
+    this._backoff = new StartupBackoff(opts.maxStartupFailures)
     this._broken = null
     this._closing = false
     this._closed = false
     this._closePromise = null
-    this._drained = null
-    this._avgRunMs = 0
-    this._counters = { completed: 0, failed: 0, cancelled: 0, timedOut: 0, rejected: 0, crashed: 0, replaced: 0 }
-    this._wait = new Samples(1024)
-    this._run = new Samples(1024)
-    this._keepAlive = setInterval(noop, 1 << 30)
-    this._keepAlive.unref()
-    this._onTimer = this._onTimer.bind(this)
+    this._metrics = new PoolMetrics()
+    // one bound handler per event for all threads, not a closure per thread
+    this._onReady = this._onReady.bind(this)
+    this._onDone = this._onDone.bind(this)
+    this._onTimeout = this._onTimeout.bind(this)
+    this._onStartupFailure = this._onStartupFailure.bind(this)
+    this._onThreadExit = this._onThreadExit.bind(this)
+    this._respawn = () => { if (!this._closed) this._spawn() }
     for (let i = 0; i < opts.threads; i++) this._spawn()
     registry.register(this)
     debug('pool %d created: %d threads, maxQueue %d, taskTimeoutMs %d', this.id, opts.threads, opts.maxQueue, opts.taskTimeoutMs)
   }
 
   /** Tasks waiting for a thread. */
-  get queued () { return this._queued }
+  get queued () { return this._queue.length }
   /** Threads currently running a task. */
   get busy () { return this._busy }
   /** Number of live threads (starting or ready). */
@@ -105,24 +101,21 @@ class Pool extends PoolThreads {
     let signal = null
     let terminateOnAbort = true
     if (options !== undefined && options !== null) {
-      if (options.timeoutMs !== undefined) {
-        if (!Number.isInteger(options.timeoutMs) || options.timeoutMs < 0 || options.timeoutMs > MAX_TIMER_MS) return Promise.reject(new OffloadOptionError(`offload: option "timeoutMs" must be an integer from 0 to ${MAX_TIMER_MS} (ms), got ${options.timeoutMs}`, 'timeoutMs'))
-        timeoutMs = options.timeoutMs
+      try {
+        ({ timeoutMs, signal, terminateOnAbort } = callOptions(options, timeoutMs))
+      } catch (err) {
+        return Promise.reject(err)
       }
-      if (options.signal != null) {
-        signal = options.signal
-        if (signal.aborted) {
-          this._counters.cancelled++
-          return Promise.reject(new TaskAbortedError(signal.reason))
-        }
+      if (signal !== null && signal.aborted) {
+        this._metrics.cancelled++
+        return Promise.reject(new TaskAbortedError(signal.reason))
       }
-      if (options.terminateOnAbort === false) terminateOnAbort = false
     }
     const idle = this._idle
     // threads still starting count as capacity: a fresh pool accepts its first tasks
-    if (idle.length === 0 && this._queued >= this.options.maxQueue + this._starting) {
-      this._counters.rejected++
-      return Promise.reject(new QueueFullError(this.options.maxQueue, this._retryAfter()))
+    if (idle.length === 0 && this._queue.length >= this.options.maxQueue + this._starting) {
+      this._metrics.rejected++
+      return Promise.reject(new QueueFullError(this.options.maxQueue, this._metrics.retryAfter(this._queue.length + this._busy, this._threads.length)))
     }
     const transfer = unwrapTransfers(args)
     let t
@@ -133,96 +126,48 @@ class Pool extends PoolThreads {
       t.onAbort = () => this._abort(t)
       signal.addEventListener('abort', t.onAbort, { once: true })
     }
-    if (this._pending++ === 0) this._keepAlive.ref()
+    this._pending.add()
     t.enqueuedAt = now()
     if (idle.length > 0) {
       const th = idle.pop()
       if (!this._start(th, t)) this._next(th)
     } else {
       this._queue.push(t)
-      this._queued++
     }
     return promise
   }
 
-  _retryAfter () {
-    const threads = Math.max(1, this._threads.length)
-    const seconds = Math.ceil(((this._queued + this._busy) * this._avgRunMs) / threads / 1000)
-    return Math.min(60, Math.max(1, seconds))
-  }
-
   /** Send `t` to the idle thread `th`; false when its arguments cannot be sent (t is rejected). */
   _start (th, t) {
-    const entry = t.entry
-    const msg = th.msg
-    let isNew = false
-    msg[TASK.ENTRY] = entry.id
-    msg[TASK.ARGS] = t.args
-    if (th.known.has(entry.id)) {
-      msg[TASK.DEF] = undefined
-    } else {
-      if (th.known.size >= MAX_KNOWN_PER_THREAD) {
-        th.known.clear()
-        msg[TASK.FLUSH] = true
-      }
-      msg[TASK.DEF] = entry.def
-      th.known.add(entry.id)
-      isNew = true
-    }
     try {
-      th.worker.postMessage(msg, t.transfer)
+      th.run(t)
     } catch (err) {
-      if (isNew) th.known.delete(entry.id)
-      msg[TASK.ARGS] = msg[TASK.DEF] = undefined
-      this._counters.failed++
+      this._metrics.failed++
       this._settle(t, false, cloneError(t.args, err))
       return false
     }
-    msg[TASK.ARGS] = msg[TASK.DEF] = undefined
-    msg[TASK.FLUSH] = false
-    const startedAt = now()
-    this._wait.add(startedAt - t.enqueuedAt)
-    t.startedAt = startedAt
-    t.thread = th
+    this._metrics.waited(t.startedAt - t.enqueuedAt)
     t.args = null
     t.transfer = undefined
-    th.task = t
     this._busy++
-    if (t.timeoutMs > 0) this._armTimer(th, startedAt + t.timeoutMs, t.timeoutMs)
     return true
   }
 
   /** Give `th` the next queued task, or mark it idle. */
   _next (th) {
-    const queue = this._queue
-    while (this._queued > 0) {
-      const t = queue.shift()
-      if (t.done) continue
-      this._queued--
+    let t
+    while ((t = this._queue.shift()) !== undefined) {
       if (this._start(th, t)) return
     }
-    if (queue.length > 0) queue.clear() // only cancelled leftovers
     if (!th.retiring) this._idle.push(th)
   }
 
-  _onMessage (th, msg) {
-    const t = th.task
-    if (t === null) {
-      if (msg === READY) this._onReady(th)
-      return
-    }
-    th.task = null
+  _onDone (th, t, ok, value) {
     this._busy--
-    const runMs = now() - t.startedAt
-    this._run.add(runMs)
-    this._avgRunMs = this._avgRunMs === 0 ? runMs : this._avgRunMs * 0.9 + runMs * 0.1
-    if (msg[RESULT.STATUS] === STATUS.OK) {
-      this._counters.completed++
-      this._settle(t, true, msg[RESULT.VALUE])
-    } else {
-      this._counters.failed++
-      this._settle(t, false, remoteError(msg[RESULT.VALUE]))
-    }
+    this._metrics.ran(now() - t.startedAt)
+    if (ok) this._metrics.completed++
+    else this._metrics.failed++
+    this._settle(t, ok, value)
     this._next(th)
   }
 
@@ -234,26 +179,107 @@ class Pool extends PoolThreads {
     t.onAbort = null
     if (ok) t.resolve(value)
     else t.reject(value)
-    if (--this._pending === 0) {
-      this._keepAlive.unref()
-      if (this._drained !== null) this._drained()
-    }
+    this._pending.settled()
   }
 
   _abort (t) {
     if (t.done) return
     const th = t.thread
     if (th === null) {
-      // still queued: drop it (lazily removed from the queue)
-      this._queued--
-      this._counters.cancelled++
+      this._queue.cancelled()
+      this._metrics.cancelled++
       debug('pool %d: queued task cancelled', this.id)
       return this._settle(t, false, new TaskAbortedError(t.signal && t.signal.reason))
     }
     if (!t.terminateOnAbort) return
-    this._counters.cancelled++
+    this._metrics.cancelled++
     debug('pool %d: running task aborted, terminating thread %d', this.id, th.id)
     this._killRunning(th, new TaskAbortedError(t.signal && t.signal.reason))
+  }
+
+  _onTimeout (th, t) {
+    this._metrics.timedOut++
+    debug('pool %d: task timed out after %d ms on thread %d, replacing it', this.id, t.timeoutMs, th.id)
+    this._killRunning(th, new TaskTimeoutError(t.timeoutMs))
+  }
+
+  /** Reject the running task of `th`, terminate the thread and start a replacement. */
+  _killRunning (th, err) {
+    const t = this._retire(th)
+    this._busy--
+    this._settle(t, false, err)
+    this._replace()
+  }
+
+  /** Terminate `th` and forget it; returns the task it was running, or null. */
+  _retire (th) {
+    this._forget(th)
+    return th.retire()
+  }
+
+  /** Take `th` out of the pool's lists (it is retiring or has exited). */
+  _forget (th) {
+    if (th.starting) this._starting--
+    removeItem(this._threads, th)
+    removeItem(this._idle, th)
+  }
+
+  _replace () {
+    if (this._closed) return
+    this._metrics.replaced++
+    this._spawn()
+  }
+
+  _spawn () {
+    const th = new PoolThread(this._nextThreadId++, this.options)
+    th.on('ready', this._onReady)
+    th.on('done', this._onDone)
+    th.on('timeout', this._onTimeout)
+    th.on('startupFailure', this._onStartupFailure)
+    th.on('exit', this._onThreadExit)
+    this._threads.push(th)
+    this._starting++
+    return th
+  }
+
+  _onReady (th) {
+    this._starting--
+    this._backoff.reset()
+    this._next(th)
+  }
+
+  _onThreadExit (th, t, code) {
+    this._forget(th)
+    if (t !== null) {
+      this._busy--
+      this._metrics.failed++
+      this._metrics.crashed++
+      debug('pool %d: thread %d died running a task (%s), replacing it', this.id, th.id, th.exitReason(code))
+      this._settle(t, false, th.crashError(code))
+    } else {
+      debug('pool %d: idle thread %d exited (%s), replacing it', this.id, th.id, th.exitReason(code))
+    }
+    this._replace()
+  }
+
+  _onStartupFailure (th, reason, code) {
+    // the pool counted it as starting until now: it exited before it was ready
+    this._starting--
+    removeItem(this._threads, th)
+    if (this._closed) return
+    if (this._backoff.failed(this._respawn)) {
+      debug('pool %d: thread %d failed at startup (%d in a row): %s', this.id, th.id, this._backoff.failures, reason)
+      return
+    }
+    debug('pool %d: thread %d failed at startup (%d in a row), giving up: %s', this.id, th.id, this._backoff.failures, reason)
+    this._broken = new ThreadStartupError(reason, th.error || undefined)
+    this._broken.exitCode = code
+    if (this._threads.length === 0) this._rejectQueued(this._broken)
+  }
+
+  _rejectQueued (err) {
+    let t
+    while ((t = this._queue.shift()) !== undefined) this._settle(t, false, err)
   }
 
   /**
@@ -261,22 +287,13 @@ class Pool extends PoolThreads {
    * @returns {object} see PoolStats in types/index.d.ts
    */
   stats () {
-    const c = this._counters
     return {
       threads: this._threads.length,
       busy: this._busy,
       idle: this._idle.length,
-      queued: this._queued,
+      queued: this._queue.length,
       maxQueue: this.options.maxQueue,
-      completed: c.completed,
-      failed: c.failed,
-      cancelled: c.cancelled,
-      timedOut: c.timedOut,
-      rejected: c.rejected,
-      crashed: c.crashed,
-      replaced: c.replaced,
-      waitTime: this._wait.percentiles(),
-      runTime: this._run.percentiles(),
+      ...this._metrics.snapshot(),
       broken: this._broken === null ? null : this._broken.message,
       closing: this._closing
     }
@@ -294,33 +311,24 @@ class Pool extends PoolThreads {
     const timeoutMs = options && options.timeoutMs !== undefined ? options.timeoutMs : 30000
     this._closing = true
     registry.unregister(this)
-    debug('pool %d closing: %d running, %d queued', this.id, this._busy, this._queued)
-    const drained = this._pending === 0 || this._broken !== null
-      ? Promise.resolve(true)
-      : new Promise((resolve) => {
-        // Closing never fails: a deadline past what a timer can wait (it would
-        // fire after 1 ms) means as long as a timer can wait.
-        const timer = setTimeout(() => resolve(false), Math.min(Math.max(0, timeoutMs), MAX_TIMER_MS))
-        this._drained = () => { clearTimeout(timer); resolve(true) }
-      })
+    debug('pool %d closing: %d running, %d queued', this.id, this._busy, this._queue.length)
+    // a broken pool has no thread to drain into
+    const drained = this._broken !== null ? Promise.resolve(true) : this._pending.drained(timeoutMs)
     this._closePromise = drained.then((ok) => {
-      this._drained = null
       this._closed = true
       const err = new PoolClosedError('offload pool closed before the task finished')
       this._rejectQueued(err)
       const exits = []
       for (const th of this._threads.slice()) {
-        if (th.task !== null) {
-          const t = th.task
-          th.task = null
+        exits.push(th.exited())
+        const t = this._retire(th)
+        if (t !== null) {
           this._busy--
           this._settle(t, false, err)
         }
-        exits.push(new Promise((resolve) => th.worker.once('exit', resolve)))
-        this._retire(th)
       }
-      if (this._respawnTimer !== null) clearTimeout(this._respawnTimer)
-      clearInterval(this._keepAlive)
+      this._backoff.cancel()
+      this._pending.stop()
       return Promise.all(exits).then(() => {
         debug('pool %d closed (drained: %s)', this.id, ok)
         return { drained: ok }

@@ -4,6 +4,7 @@ const path = require('node:path')
 const { OffloadOptionError } = require('./errors')
 const { createChecks, describe } = require('../check-options')
 const cpus = require('../cpus')
+const { MAX_TIMER_MS } = require('../errors')
 
 const RESOURCE_LIMIT_KEYS = ['maxOldGenerationSizeMb', 'maxYoungGenerationSizeMb', 'codeRangeSizeMb', 'stackSizeMb']
 const POOL_KEYS = ['threads', 'maxQueue', 'taskTimeoutMs', 'resourceLimits', 'setup', 'maxStartupFailures', 'niceness']
@@ -122,4 +123,23 @@ function normalizeOptions (options, ctx = {}) {
   return out
 }
 
-module.exports = { normalizeOptions, defaultThreads, QUEUE_PER_THREAD, DEFAULT_NICENESS, POOL_KEYS, MIDDLEWARE_KEYS }
+/**
+ * Validate the per-call options of `pool.exec()`; throws OffloadOptionError
+ * naming the bad one.
+ * @param {{ signal?: AbortSignal|null, timeoutMs?: number, terminateOnAbort?: boolean }} options
+ * @param {number} defaultTimeoutMs the pool's taskTimeoutMs
+ * @returns {{ timeoutMs: number, signal: AbortSignal|null, terminateOnAbort: boolean }}
+ */
+function callOptions (options, defaultTimeoutMs) {
+  const timeoutMs = options.timeoutMs
+  if (timeoutMs !== undefined && (!Number.isInteger(timeoutMs) || timeoutMs < 0 || timeoutMs > MAX_TIMER_MS)) {
+    throw new OffloadOptionError(`offload: option "timeoutMs" must be an integer from 0 to ${MAX_TIMER_MS} (ms), got ${timeoutMs}`, 'timeoutMs')
+  }
+  return {
+    timeoutMs: timeoutMs === undefined ? defaultTimeoutMs : timeoutMs,
+    signal: options.signal == null ? null : options.signal,
+    terminateOnAbort: options.terminateOnAbort !== false
+  }
+}
+
+module.exports = { normalizeOptions, callOptions, defaultThreads, QUEUE_PER_THREAD, DEFAULT_NICENESS, POOL_KEYS, MIDDLEWARE_KEYS }

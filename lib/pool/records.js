@@ -1,7 +1,7 @@
 'use strict'
 
 /**
- * What the pool keeps per task and per thread, and how a thread's error
+ * What the pool keeps per task (a thread is a PoolThread, ./thread.js), and how a thread's error
  * report becomes an Error in the caller.
  */
 
@@ -26,22 +26,6 @@ class Task {
   }
 }
 
-/** One pool thread and what the pool knows about it. */
-class Thread {
-  constructor (id, worker) {
-    this.id = id
-    this.worker = worker
-    this.ready = false
-    this.task = null
-    this.retiring = false
-    this.error = null
-    this.known = new Set()
-    this.msg = [0, undefined, undefined, false]
-    this.timer = null
-    this.timerAt = 0
-  }
-}
-
 function remoteError (info) {
   if (info.outerVariable) return new OuterVariableError(info.outerVariable)
   if (info.clone) return new CloneError(info.message, 0)
@@ -53,4 +37,4 @@ function removeItem (list, item) {
   if (i !== -1) list.splice(i, 1)
 }
 
-module.exports = { Task, Thread, remoteError, removeItem }
+module.exports = { Task, remoteError, removeItem }
