@@ -79,7 +79,7 @@ test('a node-redis client is refused at startup, naming the option and what to p
   const nodeCluster = createCluster({ rootNodes: [{ url: 'redis://10.9.8.7:7000' }] })
   for (const value of [client, nodeCluster]) {
     assert.throws(() => session({ secret: 's'.repeat(32), store: 'redis', redis: value }), (err) => {
-      assert.equal(err.code, 'ERR_CLUSTERIZE_OPTION')
+      assert.equal(err.code, 'ERR_CLUSTERIZE_CONFIG_OPTION')
       assert.equal(err.option, 'redis')
       assert.match(err.message, /^session: option "redis" is a node-redis client \(package "redis"\).*Pass its URL instead.*ioredis.*`store` option/)
       assert.doesNotMatch(err.message, /hunter2/)
