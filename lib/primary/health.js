@@ -3,11 +3,12 @@
 /**
  * Watches heartbeats: a worker that stops sending them is hung (a busy loop
  * blocks its timers) and is killed and replaced; one over the memory limits
- * is recycled gracefully before V8 runs out of heap; one whose event loop is
+ * is recycled gracefully before V8 runs out of heap (./heap-guard.js); one whose event loop is
  * overloaded is skipped by the scheduler until it recovers.
  */
 
 const { STATES } = require('./worker-record')
+const { createHeapGuard } = require('./heap-guard')
 
 const MB = 1024 * 1024
 
@@ -20,17 +21,16 @@ const MB = 1024 * 1024
  * @returns {{ stop: () => void, isOverloaded: (record: object) => boolean }}
  */
 function watchHealth (config, supervisor, log, replacer) {
-  const { heartbeatMs, heartbeatTimeoutMs, maxMemoryMB, maxHeapRatio, maxEventLoopDelayMs } = config.health
+  const { heartbeatMs, heartbeatTimeoutMs, maxMemoryMB, maxEventLoopDelayMs } = config.health
   const overloaded = new WeakSet()
-  /** Per worker: its last heap figure, when it came, and the growth rate before it. */
-  const heapTrend = new WeakMap()
+  const judgeHeap = createHeapGuard(config.health)
   const recycle = replacer.recycle
 
   function onHeartbeat (record) {
     const figures = record.heartbeat
     if (judgeOverloaded(record)) overloaded.add(record)
     else overloaded.delete(record)
-    const heapProblem = judgeHeap(record, figures)
+    const heapProblem = judgeHeap(record, figures, record.heartbeatAt)
     if (!record.isReady() || record.spare || replacer.isReplacing(record)) return
     let problem = null
     if (maxMemoryMB > 0 && figures.rss > maxMemoryMB * MB) {
@@ -41,36 +41,6 @@ function watchHealth (config, supervisor, log, replacer) {
     if (!problem) return
     log.warn(`worker ${record.id} ${problem}: recycling it`, { pid: record.pid, generation: record.generation })
     recycle(record, 'memory', problem)
-  }
-
-  /**
-   * The heap guard: the heap used passes maxHeapRatio of what the old
-   * generation may hold, or it grows fast enough to pass it within three
-   * heartbeats. The growth test is what catches a fast leak (70 MB/s fills a
-   * 256 MB heap in under 4 s, a handful of beats) before V8 aborts; it needs
-   * two intervals of growth in a row and a heap at least half full, so a burst
-   * of garbage between two collections does not recycle a healthy worker.
-   * @returns {string|null} what is wrong
-   */
-  function judgeHeap (record, figures) {
-    if (!(maxHeapRatio > 0 && maxHeapRatio < 1) || typeof figures.heapUsed !== 'number') return null
-    const limit = figures.heapOldLimit || figures.heapLimit
-    const used = figures.heapUsed
-    const ceiling = limit * maxHeapRatio
-    const at = record.heartbeatAt
-    const previous = heapTrend.get(record)
-    const latest = previous && at > previous.at ? (used - previous.used) / (at - previous.at) : 0
-    const sustained = previous ? Math.min(latest, previous.rate) : 0
-    heapTrend.set(record, { at, used, rate: latest })
-    const percent = (bytes) => Math.round(100 * bytes / limit)
-    if (used > ceiling) {
-      return `heap at ${percent(used)}% of its limit (${Math.round(limit / MB)} MB; max ${percent(ceiling)}%)`
-    }
-    const horizonMs = 3 * heartbeatMs
-    if (sustained > 0 && used > limit / 2 && used + sustained * horizonMs > ceiling) {
-      return `heap grows ${Math.round(sustained * 1000 / MB)} MB/s, at ${percent(used)}% of its limit (${Math.round(limit / MB)} MB): it would pass ${percent(ceiling)}% within ${horizonMs} ms`
-    }
-    return null
   }
 
   /**
