@@ -188,7 +188,10 @@ function summarizeDetail (detail) {
   if (typeof detail !== 'string' || !detail.startsWith('{')) return 'reported done'
   try {
     const result = JSON.parse(detail)
-    return result.ok ? 'reported ok' : `ok: false, rolledBack: ${result.rolledBack}`
+    if (result.ok) return 'reported ok'
+    // What failed, without the worker's name: "exited with SIGABRT ...", "heap grows 80 MB/s ...", "sent no heartbeat ...".
+    const why = String(result.reason || '').replace(/^worker \d+ \(generation \d+\) /, '').split(/[:(]/)[0].trim()
+    return `ok: false, rolledBack: ${result.rolledBack} (${why})`
   } catch {
     return detail.slice(0, 60)
   }
