@@ -97,6 +97,17 @@ test('a reload into code leaking 70 MB/s on a 256 MB heap rolls back before V8 a
   await cluster.stop()
 })
 
+test('a primary held up longer than reload.heartbeatTimeoutMs while a healthy canary bakes does not take that for a hang', async () => {
+  const cluster = await startCluster(fixture, { env: env({ workers: 1, reload: { bakeMs: 3000 } }) })
+  const reloaded = cluster.reload()
+  await cluster.waitEvent('worker:ready', (d) => d.generation === 2)
+  // 4 s without reading a heartbeat (reload.heartbeatTimeoutMs is 3 s): they wait in the pipe.
+  await cluster.command({ type: 'cz-test:block', ms: 4000 }, 'cz-test:blocked')
+  const result = await reloaded
+  assert.strictEqual(result.ok, true, JSON.stringify(result))
+  await cluster.stop()
+})
+
 test('the crash-loop breaker tripped by hang kills names the failure (not "last failure: null")', async () => {
   const flag = path.join(tmp, 'hang-always')
   fs.writeFileSync(flag, '300')

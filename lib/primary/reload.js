@@ -104,6 +104,8 @@ function createReloader (config, supervisor, log) {
       await Promise.race([watch.failed, new Promise((resolve) => { timer = setTimeout(resolve, ms) })])
       clearTimeout(timer)
     }
+    // Heartbeats that arrived while this timer fired are read in the I/O phase that follows.
+    await new Promise((resolve) => setImmediate(resolve))
     watch.checkBeats()
     if (supervisor.stopped) watch.fail('shutting down')
   }
