@@ -9,9 +9,7 @@ cz.bus.on('topic', (data: unknown) => console.log(data))
 // @ts-expect-error port must be a number or numeric string
 cz.clusterize(() => require('express')(), { port: { value: 1 } })
 
-cz.clusterize(() => require('express')(), { workers: 2, spare: 1, reload: { bakeMs: 3000, heartbeatTimeoutMs: 2500 } })
-// @ts-expect-error reload.heartbeatTimeoutMs is a number of milliseconds
-cz.clusterize(() => require('express')(), { reload: { heartbeatTimeoutMs: '3s' } })
+cz.clusterize(() => require('express')(), { workers: 2, spare: 1, reload: { bakeMs: 3000 } })
 // @ts-expect-error workers is a number or 'auto' (strings from WORKERS are parsed at run time)
 cz.clusterize(() => require('express')(), { workers: 'many' })
 
@@ -35,3 +33,7 @@ sio.createAdapter({ recovery: { maxPackets: 'many' } })
 sio.createAdapter({ coalesceWrites: false })
 // @ts-expect-error coalesceWrites is a boolean
 sio.createAdapter({ coalesceWrites: 'yes' })
+// Reloads: a new worker silent for reload.heartbeatTimeoutMs fails the reload (#23).
+cz.clusterize(() => require('express')(), { reload: { bakeMs: 3000, heartbeatTimeoutMs: 2500 }, health: { maxHeapRatio: 0.85 } })
+// @ts-expect-error reload.heartbeatTimeoutMs is a number of milliseconds
+cz.clusterize(() => require('express')(), { reload: { heartbeatTimeoutMs: '3s' } })
