@@ -9,6 +9,7 @@
  * steady state.
  *
  *   node bench/reload.js [--seconds 20] [--concurrency 20]
+ *   node bench/reload.js --broken-only [--faults crash300,crash1000,hang,leak]
  *
  * Loopback only, ~75 s, stops everything it started by PID, PM2 by `pm2 kill`.
  */
@@ -33,8 +34,27 @@ const PAUSING_CLIENTS = arg('--pausing-clients', 40)
 const PAUSING_RELOADS = arg('--pausing-reloads', 3)
 /** --pausing-only: run just the last table (it takes ~1 min instead of ~4). */
 const PAUSING_ONLY = process.argv.includes('--pausing-only')
+/** --broken-only: just the broken-reload table; --faults crash300,hang,leak picks its rows. */
+const BROKEN_ONLY = process.argv.includes('--broken-only')
 const BROKEN_RELOAD_AT_MS = 3000
-const CRASH_FILE = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cz-bench-reload-')), 'crash-after-ms')
+const FAULT_DIR = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-bench-reload-'))
+const CRASH_FILE = path.join(FAULT_DIR, 'crash-after-ms')
+const HANG_FILE = path.join(FAULT_DIR, 'hang-after-ms')
+const LEAK_FILE = path.join(FAULT_DIR, 'leak-mb-per-s')
+const FAULT_ENV = { BENCH_CRASH_FILE: CRASH_FILE, BENCH_HANG_FILE: HANG_FILE, BENCH_LEAK_FILE: LEAK_FILE }
+
+/**
+ * The broken deploys: the new code passes any readiness check, then fails.
+ * execArgv applies to every contender's processes for that row (old code included).
+ */
+const ALL_FAULTS = [
+  { name: 'crash300', file: CRASH_FILE, content: '300', label: 'crashes 300 ms after boot' },
+  { name: 'crash1000', file: CRASH_FILE, content: '1000', label: 'crashes 1 s after boot' },
+  { name: 'hang', file: HANG_FILE, content: '1000', label: 'hangs (`for(;;){}`) 1 s after boot' },
+  { name: 'leak', file: LEAK_FILE, content: '70', label: 'leaks 70 MB/s, heap 256 MB', execArgv: ['--max-old-space-size=256'] }
+]
+const FAULTS_ARG = process.argv[process.argv.indexOf('--faults') + 1]
+const FAULTS = process.argv.includes('--faults') ? ALL_FAULTS.filter((f) => FAULTS_ARG.split(',').includes(f.name)) : ALL_FAULTS
 
 /** Reload by signal and wait for the server's "RELOAD_DONE" line. */
 function signalReloader (contender) {
@@ -100,14 +120,14 @@ function summarize (label, result, windows, replaced, workers) {
 }
 
 /**
- * One reload into code that crashes `crashAfterMs` after boot, under load.
+ * One reload into code that crashes, hangs or leaks after boot, under load.
  * The reload is not awaited: PM2 and the textbook restart may never report.
  */
-async function brokenReloadUnderLoad (contender, reload, crashAfterMs) {
+async function brokenReloadUnderLoad (contender, reload, fault) {
   const load = runClientLoop({ port: contender.port, concurrency: CONCURRENCY, durationMs: BROKEN_SECONDS * 1000 })
   let detail = 'no report'
   await sleep(BROKEN_RELOAD_AT_MS)
-  fs.writeFileSync(CRASH_FILE, String(crashAfterMs))
+  fs.writeFileSync(fault.file, fault.content)
   const reloadAt = Date.now()
   Promise.resolve().then(reload).then((d) => { detail = summarizeDetail(d) }, (err) => { detail = 'failed: ' + err.message.split('\n')[0] })
   const result = await load
@@ -115,7 +135,8 @@ async function brokenReloadUnderLoad (contender, reload, crashAfterMs) {
   const failedAfter = result.samples.filter((s) => s.start >= reloadAt && !s.ok).length
   return {
     label: contender.label,
-    crashAfterMs,
+    fault: fault.label,
+    alive: contender.isAlive ? await contender.isAlive() : null,
     total: result.samples.length,
     failed: failedAfter,
     errors: Object.entries(result.errors).map(([k, v]) => `${k} ${v}`).join(', ') || '-',
@@ -167,56 +188,70 @@ function summarizeDetail (detail) {
   if (typeof detail !== 'string' || !detail.startsWith('{')) return 'reported done'
   try {
     const result = JSON.parse(detail)
-    return result.ok ? 'reported ok' : `ok: false, rolledBack: ${result.rolledBack}`
+    if (result.ok) return 'reported ok'
+    // What failed, without the worker's name: "exited with SIGABRT ...", "heap grows 80 MB/s ...", "sent no heartbeat ...".
+    const why = String(result.reason || '').replace(/^worker \d+ \(generation \d+\) /, '').split(/[:(]/)[0].trim()
+    return `ok: false, rolledBack: ${result.rolledBack} (${why})`
   } catch {
     return detail.slice(0, 60)
   }
 }
 
-async function runContender (start, makeReload, crashAfterMs, pausing) {
+function clearFaults () {
+  for (const file of [CRASH_FILE, HANG_FILE, LEAK_FILE]) fs.rmSync(file, { force: true })
+}
+
+async function runContender (start, makeReload, fault, pausing) {
   let contender = null
   try {
-    fs.rmSync(CRASH_FILE, { force: true })
-    contender = await start()
+    clearFaults()
+    contender = await start(fault)
     await sleep(1000)
     if (pausing) return await pausingClientsAcrossReloads(contender, makeReload(contender))
-    if (crashAfterMs) return await brokenReloadUnderLoad(contender, makeReload(contender), crashAfterMs)
+    if (fault) return await brokenReloadUnderLoad(contender, makeReload(contender), fault)
     return await reloadUnderLoad(contender, makeReload(contender))
   } catch (err) {
     console.error(`skipped: ${err.message}`)
     return null
   } finally {
     if (contender) await contender.stop()
-    fs.rmSync(CRASH_FILE, { force: true })
+    clearFaults()
   }
 }
 
 const CONTENDERS = [
   {
-    start: () => startLocal('clusterize', { label: 'clusterize (SIGUSR2)', env: { BENCH_CRASH_FILE: CRASH_FILE } }),
+    start: (fault) => startLocal('clusterize', { label: 'clusterize (SIGUSR2)', env: FAULT_ENV, execArgv: fault && fault.execArgv }),
     reloader: (c) => signalReloader(c)
   },
   {
-    start: () => startPm2({ instances: WORKERS, label: 'PM2 `pm2 reload`', env: { BENCH_CRASH_FILE: CRASH_FILE } }),
+    start: (fault) => startPm2({ instances: WORKERS, label: 'PM2 `pm2 reload`', env: FAULT_ENV, execArgv: fault && fault.execArgv }),
     reloader: (c) => () => c.reload()
   },
   {
-    start: () => startLocal('cluster', { label: 'textbook SIGUSR2 rolling restart', env: { BENCH_CRASH_FILE: CRASH_FILE } }),
+    start: (fault) => startLocal('cluster', { label: 'textbook SIGUSR2 rolling restart', env: FAULT_ENV, execArgv: fault && fault.execArgv }),
     reloader: (c) => signalReloader(c)
   }
 ]
 
 async function main () {
   installCleanup()
+  const broken = []
+  if (BROKEN_ONLY) {
+    for (const fault of FAULTS) {
+      for (const contender of CONTENDERS) broken.push(await runContender(contender.start, contender.reloader, fault))
+    }
+    console.log(machineLine())
+    return printBroken(broken)
+  }
   const pausing = []
-  for (const contender of CONTENDERS) pausing.push(await runContender(contender.start, contender.reloader, 0, true))
+  for (const contender of CONTENDERS) pausing.push(await runContender(contender.start, contender.reloader, null, true))
   if (PAUSING_ONLY) return printPausing(pausing)
   const rows = []
   for (const contender of CONTENDERS) rows.push(await runContender(contender.start, contender.reloader))
   const done = rows.filter(Boolean)
-  const broken = []
-  for (const crashAfterMs of [300, 1000]) {
-    for (const contender of CONTENDERS) broken.push(await runContender(contender.start, contender.reloader, crashAfterMs))
+  for (const fault of FAULTS) {
+    for (const contender of CONTENDERS) broken.push(await runContender(contender.start, contender.reloader, fault))
   }
 
   console.log(`## Reload under load: two rolling reloads in ${SECONDS} s (${WORKERS} workers each)\n`)
@@ -228,14 +263,20 @@ async function main () {
     ['contender', 'requests', 'failed', 'failure kinds', 'p99 steady ms', 'p99 during reload ms', 'reload / steady p99', 'reload durations ms', 'workers replaced'],
     done.map((r) => [r.label, fmt(r.total), r.failed, r.errors, fmt(r.steadyP99, 1), fmt(r.reloadP99, 1), ratio(r.reloadP99, r.steadyP99), r.reloadMs, r.replaced])))
 
-  console.log(`\n## Broken reloads: the new code crashes after it boots (${BROKEN_SECONDS} s of load, reload at ${BROKEN_RELOAD_AT_MS / 1000} s)\n`)
-  console.log('Same load. The deployed code throws 300 ms (then 1 s) after boot, so it passes any readiness check first. ' +
-    '"failed" counts requests started after the reload signal that failed. clusterize runs with its defaults (`reload.bakeMs` 5000).\n')
-  console.log(markdownTable(
-    ['contender', 'crash after boot', 'requests', 'failed after the reload', 'failure kinds', 'still serving at the end', 'reload result'],
-    broken.filter(Boolean).map((r) => [r.label, `${r.crashAfterMs} ms`, fmt(r.total), fmt(r.failed), r.errors, r.servingAtEnd, r.detail])))
-
+  printBroken(broken)
   printPausing(pausing)
+}
+
+function printBroken (broken) {
+  console.log(`\n## Broken reloads: the new code crashes, hangs or leaks after it boots (${BROKEN_SECONDS} s of load, reload at ${BROKEN_RELOAD_AT_MS / 1000} s)\n`)
+  console.log('Same load. The deployed code passes any readiness check, then throws 300 ms (or 1 s) after boot, blocks its event loop for good 1 s after boot, ' +
+    'or leaks 70 MB/s on a 256 MB heap (`--max-old-space-size=256` for every process of that row). ' +
+    '"failed" counts requests started after the reload signal that failed (a hung worker\'s requests time out after 10 s). ' +
+    '"primary alive" is whether the supervising process (clusterize primary, PM2 daemon, textbook primary) still runs at the end. ' +
+    'clusterize runs with its defaults (`reload.bakeMs` 5000, `reload.heartbeatTimeoutMs` 3000, `health.maxHeapRatio` 0.9).\n')
+  console.log(markdownTable(
+    ['contender', 'new code', 'requests', 'failed after the reload', 'failure kinds', 'still serving at the end', 'primary alive', 'reload result'],
+    broken.filter(Boolean).map((r) => [r.label, r.fault, fmt(r.total), fmt(r.failed), r.errors, r.servingAtEnd, r.alive === null ? '-' : (r.alive ? 'yes' : 'no'), r.detail])))
 }
 
 function printPausing (pausing) {

@@ -46,6 +46,8 @@ const DEFAULTS = {
     readyTimeoutMs: 30000,
     drainTimeoutMs: 30000,
     bakeMs: 5000,
+    /** Derived from health when not given: see resolveReloadHeartbeatTimeout(). */
+    heartbeatTimeoutMs: undefined,
     batch: 1
   },
   shutdown: {
@@ -124,6 +126,24 @@ function checkLogger (value) {
 }
 
 /**
+ * How long a worker of a generation being rolled out may go without a
+ * heartbeat before the reload fails. Shorter than the hang timeout so that a
+ * canary that hangs is caught inside its bake window (5 s by default), not
+ * after every slot was replaced: three heartbeats, at least 3 s (a loaded
+ * machine delays healthy beats too), at most health.heartbeatTimeoutMs.
+ */
+function resolveReloadHeartbeatTimeout (value, health) {
+  if (value === undefined) {
+    return Math.min(health.heartbeatTimeoutMs, Math.max(3000, 3 * health.heartbeatMs))
+  }
+  checkInteger('reload.heartbeatTimeoutMs', value, 1, MAX_TIMER_MS)
+  if (value <= health.heartbeatMs) {
+    throw fail('reload.heartbeatTimeoutMs', `greater than health.heartbeatMs (${health.heartbeatMs})`, value)
+  }
+  return value
+}
+
+/**
  * Validate options and fill in defaults and environment fallbacks
  * (PORT, HOST, WORKERS); an option always wins over the environment.
  *
@@ -191,6 +211,7 @@ function resolveConfig (options, env) {
   // The primary's kill backstop fires 2 s after the drain deadline.
   checkInteger('reload.drainTimeoutMs', reload.drainTimeoutMs, 0, MAX_TIMER_MS - 2000)
   checkInteger('reload.bakeMs', reload.bakeMs, 0, MAX_TIMER_MS)
+  reload.heartbeatTimeoutMs = resolveReloadHeartbeatTimeout(reload.heartbeatTimeoutMs, health)
   checkInteger('reload.batch', reload.batch, 1)
   config.reload = reload
 

@@ -52,6 +52,7 @@ test('every time option is bounded by what a timer can hold (2^31-1 ms): 3e9 fai
     ['reload.readyTimeoutMs', { reload: { readyTimeoutMs: tooLong } }],
     ['reload.drainTimeoutMs', { reload: { drainTimeoutMs: tooLong } }],
     ['reload.bakeMs', { reload: { bakeMs: tooLong } }],
+    ['reload.heartbeatTimeoutMs', { reload: { heartbeatTimeoutMs: tooLong } }],
     ['shutdown.timeoutMs', { shutdown: { timeoutMs: tooLong } }],
     ['keepAliveTimeout', { keepAliveTimeout: tooLong }],
     ['headersTimeout', { headersTimeout: tooLong }]
@@ -125,4 +126,14 @@ test("maxIdleConnections: 'auto' is half the open-file soft limit from /proc/sel
 test('explicitServerTimeouts: which server timeouts the options set (the app\'s own stay otherwise)', () => {
   assert.deepStrictEqual(resolveConfig({}, {}).explicitServerTimeouts, [])
   assert.deepStrictEqual(resolveConfig({ headersTimeout: 5000 }, {}).explicitServerTimeouts, ['headersTimeout'])
+})
+
+test('reload.heartbeatTimeoutMs: three heartbeats, at least 3 s, at most the hang timeout; it must exceed heartbeatMs', () => {
+  assert.strictEqual(resolveConfig({}, {}).reload.heartbeatTimeoutMs, 3000, 'inside the default 5 s bake')
+  assert.strictEqual(resolveConfig({ health: { heartbeatMs: 2000 } }, {}).reload.heartbeatTimeoutMs, 6000)
+  assert.strictEqual(resolveConfig({ health: { heartbeatMs: 100, heartbeatTimeoutMs: 1500 } }, {}).reload.heartbeatTimeoutMs, 1500)
+  assert.strictEqual(resolveConfig({ reload: { heartbeatTimeoutMs: 2500 } }, {}).reload.heartbeatTimeoutMs, 2500)
+  assert.throws(() => resolveConfig({ reload: { heartbeatTimeoutMs: 1000 } }, {}),
+    (err) => err instanceof ClusterizeOptionError && err.option === 'reload.heartbeatTimeoutMs' && /greater than health.heartbeatMs \(1000\)/.test(err.message))
+  assert.throws(() => resolveConfig({ reload: { heartbeatTimeoutMs: 'soon' } }, {}), (err) => err.option === 'reload.heartbeatTimeoutMs')
 })

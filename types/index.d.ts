@@ -57,7 +57,11 @@ export interface HealthOptions {
   heartbeatTimeoutMs?: number
   /** Recycle a worker whose RSS passes this (MB); 0 = off. Default 0. */
   maxMemoryMB?: number
-  /** Recycle a worker whose heap passes this fraction of its limit. Default 0.9. */
+  /**
+   * Recycle a worker whose heap used passes this fraction of what V8's old generation may hold
+   * (heap_size_limit minus the young generation's reserve), or grows fast enough to pass it within
+   * three heartbeats. During a reload, a new worker that trips it rolls the reload back. Default 0.9.
+   */
   maxHeapRatio?: number
   /** Skip a worker for new connections while its event-loop delay p99 is above this ('rr'); 0 = off. Default 500. */
   maxEventLoopDelayMs?: number
@@ -85,10 +89,17 @@ export interface ReloadOptions {
   /** An old worker is killed if still draining after this. Default 30000. */
   drainTimeoutMs?: number
   /**
-   * The canary must stay up this long after it is ready (serving, its predecessor kept alive)
-   * before any old worker is retired; a crash in that window rolls the reload back. 0 = off. Default 5000.
+   * The canary must stay healthy (up, heartbeating, under the memory guard) this long after it is ready,
+   * serving beside its predecessor, before the other slots are replaced; the whole new generation then
+   * serves this long again before the old workers drain. A failure of any new worker until then rolls
+   * every replaced slot back. 0 = off (old workers drain at once; a failure only stops the rollout). Default 5000.
    */
   bakeMs?: number
+  /**
+   * A new-generation worker silent this long during a reload (canary bake included) fails it, and the
+   * reload rolls back. Default: three heartbeats, at least 3000, at most health.heartbeatTimeoutMs.
+   */
+  heartbeatTimeoutMs?: number
   /** Workers replaced at a time after the canary. Default 1. */
   batch?: number
 }
@@ -256,6 +267,8 @@ export interface Heartbeat {
   rss: number
   heapUsed: number
   heapLimit: number
+  /** What the old generation may hold before V8 aborts (heapLimit minus the young generation's reserve). */
+  heapOldLimit: number
   eventLoopDelayP99Ms: number
   eventLoopDelayMaxMs: number
   eventLoopUtilization: number

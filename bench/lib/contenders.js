@@ -9,17 +9,19 @@
 const path = require('path')
 const { startProcess, waitForLine, waitForHttp, stopProcess, rssMiB, childrenOf, freePort, sleep } = require('./proc')
 const { createPm2 } = require('./pm2')
+const { isAlive } = require('../../lib/process-alive')
 
 const SERVERS = path.join(__dirname, 'servers.js')
 
 /**
  * @param {'single'|'cluster'|'clusterize'} kind
- * @param {{ app?: string, options?: object, node?: string, label?: string }} [spec]
+ * @param {{ app?: string, options?: object, node?: string, label?: string, env?: object, execArgv?: string[] }} [spec]
  */
 async function startLocal (kind, spec) {
   spec = spec || {}
   const port = await freePort()
-  const args = [SERVERS, kind, String(port), spec.app || 'hello']
+  // Node flags (say --max-old-space-size) go before the script; cluster workers inherit them.
+  const args = (spec.execArgv || []).concat([SERVERS, kind, String(port), spec.app || 'hello'])
   if (spec.options) args.push(JSON.stringify(spec.options))
   const proc = startProcess({ args, node: spec.node, env: spec.env, name: spec.label || kind })
   try {
@@ -45,6 +47,10 @@ async function startLocal (kind, spec) {
       signal (name) {
         process.kill(proc.pid, name)
       },
+      /** The primary still runs. */
+      isAlive () {
+        return proc.child.exitCode === null && proc.child.signalCode === null
+      },
       stop () {
         return stopProcess(proc)
       }
@@ -66,6 +72,7 @@ async function startPm2 (spec) {
       name,
       instances: spec.instances,
       args: ['pm2-app', '', spec.app || 'hello'],
+      nodeArgs: spec.execArgv,
       env: Object.assign({ PORT: String(port) }, spec.env)
     })
     await waitForHttp(port, 30000)
@@ -90,6 +97,11 @@ async function startPm2 (spec) {
     },
     reload () {
       return pm2.reload(name)
+    },
+    /** The PM2 daemon still runs. */
+    isAlive () {
+      const pid = pm2.daemonPid()
+      return pid !== null && isAlive(pid)
     },
     stop () {
       return pm2.kill()

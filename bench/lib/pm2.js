@@ -51,8 +51,9 @@ function createPm2 () {
     daemonPid,
     /** Start `script` in cluster mode with `instances` workers. */
     async start (script, options) {
-      await run(['start', script, '--name', options.name, '-i', String(options.instances),
-       ].concat(options.args ? ['--'].concat(options.args) : []), options.env)
+      await run(['start', script, '--name', options.name, '-i', String(options.instances)]
+        .concat(options.nodeArgs && options.nodeArgs.length ? ['--node-args', options.nodeArgs.join(' ')] : [])
+        .concat(options.args ? ['--'].concat(options.args) : []), options.env)
       const pd = daemonPid()
       if (pd) seenPids.add(pd)
     },

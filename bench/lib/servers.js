@@ -11,7 +11,9 @@
  *
  * BENCH_CLUSTERIZE_MODULE=<dir> runs clusterize from another copy (A/B of a fix).
  * BENCH_CRASH_FILE=<file>: while that file exists, every app built crashes the
- * number of milliseconds it holds after boot (a broken deploy, bench/reload.js).
+ * number of milliseconds it holds after boot (a broken deploy, bench/reload.js);
+ * BENCH_HANG_FILE: it blocks its event loop for good that long after boot;
+ * BENCH_LEAK_FILE: it leaks the file's MB/s on the V8 heap from boot.
  * Each prints "READY <port>" once it listens (for clusterize: once every
  * worker is ready) and "RELOAD_DONE <json>" after a reload.
  */
@@ -26,13 +28,22 @@ const fs = require('fs')
 const [kind, portArg, appName = 'hello', optionsJson] = process.argv.slice(2)
 const port = Number(portArg || process.env.PORT)
 
-/** Build the bench app; with BENCH_CRASH_FILE present, as broken code that dies after boot. */
+/** The number a fault file holds, or null while it does not exist. */
+function faultFile (name) {
+  const file = process.env[name]
+  return file && fs.existsSync(file) ? Number(fs.readFileSync(file, 'utf8')) : null
+}
+
+/** Build the bench app; with a BENCH_*_FILE present, as broken code that crashes, hangs or leaks after boot. */
 function buildApp () {
-  const file = process.env.BENCH_CRASH_FILE
-  if (file && fs.existsSync(file)) {
-    const afterMs = Number(fs.readFileSync(file, 'utf8')) || 300
-    setTimeout(() => { throw new Error(`broken deploy: crash ${afterMs} ms after boot`) }, afterMs)
+  const crashAfterMs = faultFile('BENCH_CRASH_FILE')
+  if (crashAfterMs !== null) {
+    setTimeout(() => { throw new Error(`broken deploy: crash ${crashAfterMs} ms after boot`) }, crashAfterMs || 300)
   }
+  const hangAfterMs = faultFile('BENCH_HANG_FILE')
+  if (hangAfterMs !== null) setTimeout(function hang () { for (;;) {} }, hangAfterMs || 1000)
+  const leakMBps = faultFile('BENCH_LEAK_FILE')
+  if (leakMBps !== null) require('./leak').startLeak(leakMBps || 70)
   return createApp(appName)
 }
 

@@ -3,11 +3,12 @@
 /**
  * Watches heartbeats: a worker that stops sending them is hung (a busy loop
  * blocks its timers) and is killed and replaced; one over the memory limits
- * is recycled gracefully before V8 runs out of heap; one whose event loop is
+ * is recycled gracefully before V8 runs out of heap (./heap-guard.js); one whose event loop is
  * overloaded is skipped by the scheduler until it recovers.
  */
 
 const { STATES } = require('./worker-record')
+const { createHeapGuard } = require('./heap-guard')
 
 const MB = 1024 * 1024
 
@@ -15,27 +16,31 @@ const MB = 1024 * 1024
  * @param {object} config resolved configuration
  * @param {import('./supervisor').Supervisor} supervisor
  * @param {object} log
- * @param {{ recycle: (record: object, reason: string) => void, isReplacing: (record: object) => boolean }} replacer
+ * @param {{ recycle: (record: object, reason: string, detail?: string) => void, isReplacing: (record: object) => boolean }} replacer
  *   replace-then-drain, from the reloader
  * @returns {{ stop: () => void, isOverloaded: (record: object) => boolean }}
  */
 function watchHealth (config, supervisor, log, replacer) {
-  const { heartbeatMs, heartbeatTimeoutMs, maxMemoryMB, maxHeapRatio, maxEventLoopDelayMs } = config.health
+  const { heartbeatMs, heartbeatTimeoutMs, maxMemoryMB, maxEventLoopDelayMs } = config.health
   const overloaded = new WeakSet()
+  const judgeHeap = createHeapGuard(config.health)
   const recycle = replacer.recycle
 
   function onHeartbeat (record) {
     const figures = record.heartbeat
     if (judgeOverloaded(record)) overloaded.add(record)
     else overloaded.delete(record)
+    const heapProblem = judgeHeap(record, figures, record.heartbeatAt)
     if (!record.isReady() || record.spare || replacer.isReplacing(record)) return
+    let problem = null
     if (maxMemoryMB > 0 && figures.rss > maxMemoryMB * MB) {
-      log.warn(`worker ${record.id} uses ${Math.round(figures.rss / MB)} MB RSS (limit ${maxMemoryMB} MB), recycling it`, { pid: record.pid })
-      recycle(record, 'memory')
-    } else if (maxHeapRatio > 0 && maxHeapRatio < 1 && figures.heapUsed > figures.heapLimit * maxHeapRatio) {
-      log.warn(`worker ${record.id} heap at ${Math.round(100 * figures.heapUsed / figures.heapLimit)}% of its limit (max ${Math.round(maxHeapRatio * 100)}%), recycling it`, { pid: record.pid })
-      recycle(record, 'memory')
+      problem = `uses ${Math.round(figures.rss / MB)} MB RSS (limit ${maxMemoryMB} MB)`
+    } else {
+      problem = heapProblem
     }
+    if (!problem) return
+    log.warn(`worker ${record.id} ${problem}: recycling it`, { pid: record.pid, generation: record.generation })
+    recycle(record, 'memory', problem)
   }
 
   /**
@@ -63,7 +68,7 @@ function watchHealth (config, supervisor, log, replacer) {
         pid: record.pid,
         lastState: record.heartbeat || undefined
       })
-      supervisor.kill(record, 'hang')
+      supervisor.kill(record, 'hang', `sent no heartbeat for ${now - last} ms (health.heartbeatTimeoutMs is ${heartbeatTimeoutMs})`)
     }
   }
 

@@ -3,30 +3,38 @@
 /**
  * Rolling reload with a canary while baking: one worker of the new
  * generation must come up (listen, report ready, send a heartbeat) and then
- * stay up for `reload.bakeMs` while it serves, its predecessor kept
- * alive beside it. If it fails in that time, the predecessor serves again and
- * nothing else was touched: the reload is rolled back. Then the rest are
- * replaced `batch` at a time, each new worker ready before its old one
- * drains; a new-generation worker that fails during that phase stops the
- * rollout (the slots not yet replaced keep the old generation).
+ * stay healthy for `reload.bakeMs` while it serves, its predecessor kept
+ * alive beside it. Then the rest are replaced `batch` at a time, each new
+ * worker ready before its predecessor steps aside, and the whole generation
+ * serves for one more `reload.bakeMs` before the reload commits.
  *
- * Recycling one worker (memory limit) is the same step for one slot.
+ * Until it commits, the replaced workers are held (alive, out of rotation):
+ * if any worker of the new generation fails in that time (exits by itself,
+ * misses heartbeats for `reload.heartbeatTimeoutMs`, trips the memory guard),
+ * the rollout stops and every slot it replaced goes back to its old worker.
+ * Code that crashes, hangs or leaks shortly after its bake is rolled back
+ * instead of replacing every slot and then tripping the crash-loop breaker.
+ * With `bakeMs: 0` nothing is held: old workers drain at once and a failure
+ * only stops the rollout.
+ *
+ * Recycling one worker (memory limits) is the same step for one slot.
  */
 
 const debug = require('debug')('clusterize:reload')
-const { describeExit } = require('./readiness')
-const { isFailureReason } = require('./worker-record')
+const { watchRollout } = require('./rollout-watch')
 
 /**
  * @param {object} config resolved configuration
  * @param {import('./supervisor').Supervisor} supervisor
  * @param {object} log
- * @returns {{ reload: () => Promise<object>, recycle: (record: object, reason: string) => Promise<void>, isReplacing: (record: object) => boolean }}
+ * @returns {{ reload: () => Promise<object>, recycle: (record: object, reason: string, detail?: string) => Promise<void>, isReplacing: (record: object) => boolean }}
  */
 function createReloader (config, supervisor, log) {
-  const { readyTimeoutMs, drainTimeoutMs, batch, bakeMs } = config.reload
+  const { readyTimeoutMs, drainTimeoutMs, batch, bakeMs, heartbeatTimeoutMs } = config.reload
   /** Workers whose successor is on its way. */
   const replacing = new WeakSet()
+  /** The reload in progress: { generation, watch }, or null. */
+  let rollout = null
 
   /**
    * Start a slot's successor and wait until it is ready; kill it and reject
@@ -44,10 +52,11 @@ function createReloader (config, supervisor, log) {
   }
 
   /**
-   * Replace one slot: successor ready, promoted, then the old one drains.
-   * @returns {Promise<object|null>} the old worker's exit
+   * Replace one slot: successor ready, promoted, then the old one drains,
+   * or (`hold`) stays alive out of rotation until release().
+   * @returns {Promise<object|null>} the old worker's exit (null when held or there was none)
    */
-  async function replaceSlot (slot, generation, reason) {
+  async function replaceSlot (slot, generation, reason, hold) {
     const old = supervisor.slots[slot]
     if (old) replacing.add(old)
     let successor
@@ -60,105 +69,143 @@ function createReloader (config, supervisor, log) {
       supervisor.retire(successor, 'shutdown', config.shutdown.timeoutMs)
       throw new Error('shutting down')
     }
-    supervisor.promote(successor)
-    return old ? supervisor.retire(old, reason, drainTimeoutMs) : null
+    supervisor.promote(successor, hold)
+    return old && !hold ? supervisor.retire(old, reason, drainTimeoutMs) : null
   }
 
   /**
    * Replace a worker gracefully (memory limits): its successor runs the code on disk. A ready
    * spare that loaded that code takes the slot at once; otherwise a successor is forked first.
+   * A worker of the generation a reload is rolling out is not recycled: needing it
+   * is a failure of the new code, and the reload rolls back.
+   * @param {string} [detail] what is wrong, for the reload's reason
    */
-  async function recycle (record, reason) {
+  async function recycle (record, reason, detail) {
+    if (rollout && record.generation === rollout.generation && !record.spare) {
+      rollout.watch.fail(`worker ${record.id} (generation ${record.generation}) ${detail || `needs recycling (${reason})`}`)
+      return
+    }
     if (replacing.has(record) || supervisor.stopped || supervisor.slots[record.id] !== record) return
     if (supervisor.promoteSpare(record.id, reason)) {
       await supervisor.retire(record, reason, drainTimeoutMs)
       return
     }
     try {
-      await replaceSlot(record.id, supervisor.codeGeneration, reason)
+      await replaceSlot(record.id, supervisor.codeGeneration, reason, false)
     } catch (err) {
       if (!supervisor.stopped) log.error(`could not recycle worker ${record.id}: ${err.message}`)
     }
   }
 
+  /** Wait `ms` unless the new generation fails first; then check every new worker's last beat. */
+  async function serveFor (watch, ms) {
+    if (ms > 0 && !watch.failure) {
+      let timer
+      await Promise.race([watch.failed, new Promise((resolve) => { timer = setTimeout(resolve, ms) })])
+      clearTimeout(timer)
+    }
+    // Heartbeats that arrived while this timer fired are read in the I/O phase that follows.
+    await new Promise((resolve) => setImmediate(resolve))
+    watch.checkBeats()
+    if (supervisor.stopped) watch.fail('shutting down')
+  }
+
   /**
-   * The canary serves for bakeMs while its predecessor is kept alive.
-   * @returns {Promise<string|null>} why it failed, or null
+   * Give every slot the rollout replaced back to the worker it held.
+   * @param {Promise[]} killed collects the exits of the new workers it kills
+   * @returns {number} slots that keep the new generation (their old worker is gone)
    */
-  async function tryCanary (slot, generation) {
-    const successor = await startSuccessor(slot, generation)
-    supervisor.promote(successor, true)
-    const failure = bakeMs > 0 ? await supervisor.survives(successor, bakeMs) : null
-    if (failure) return `${failure} (reload.bakeMs is ${bakeMs})`
-    if (!successor.isReady()) return `worker ${slot} (generation ${generation}) left the ready state while baking: ${successor.state}`
-    return null
+  function rollBack (touched, generation, killed) {
+    let kept = 0
+    for (const slot of touched) {
+      const current = supervisor.slots[slot]
+      const predecessor = supervisor.release(slot)
+      if (predecessor && !predecessor.isExited()) {
+        supervisor.promote(predecessor)
+        if (current && current !== predecessor) killed.push(supervisor.kill(current, 'reload-failed'))
+      } else if (current && current.generation === generation) {
+        kept++
+      }
+    }
+    return kept
   }
 
   async function reload () {
     const started = Date.now()
     const generation = supervisor.codeGeneration + 1
     const slots = supervisor.slots.map((_, slot) => slot)
+    const hold = bakeMs > 0
     log.info(`reload started: generation ${generation}, ${slots.length} workers`)
+    const watch = watchRollout(supervisor, generation, heartbeatTimeoutMs)
+    rollout = { generation, watch }
+    /** Slots whose new worker took over (held or not). */
+    const touched = []
     const retiring = []
-    let replaced = 0
-    let stopReason = null
-    function watchNewGeneration (record, event) {
-      if (record.generation === generation && isFailureReason(event.reason) && !stopReason) {
-        stopReason = describeExit(record, event)
-      }
-    }
-    supervisor.on('record:exit', watchNewGeneration)
     const finish = (result) => {
-      supervisor.removeListener('record:exit', watchNewGeneration)
+      watch.stop()
+      rollout = null
       result.generation = result.ok ? generation : supervisor.generation
       result.durationMs = Date.now() - started
-      result.replaced = replaced
       return Promise.all(retiring).then(() => result)
     }
 
-    let canaryFailure
+    // The canary: its predecessor is always held while it bakes.
+    let bootFailure = null
     try {
-      canaryFailure = await tryCanary(slots[0], generation)
+      const successor = await startSuccessor(slots[0], generation)
+      supervisor.promote(successor, true)
+      touched.push(slots[0])
+      await serveFor(watch, bakeMs)
+      if (!watch.failure && !successor.isReady()) watch.fail(`worker ${slots[0]} (generation ${generation}) left the ready state while baking: ${successor.state}`)
     } catch (err) {
-      canaryFailure = err.message
+      bootFailure = err.message
     }
+    const canaryFailure = bootFailure || watch.failure
     if (canaryFailure) {
-      const successor = supervisor.slots[slots[0]]
-      const predecessor = supervisor.release(slots[0])
-      if (predecessor && !predecessor.isExited()) {
-        supervisor.promote(predecessor)
-        if (successor && successor !== predecessor) supervisor.kill(successor, 'reload-failed')
-      }
-      log.error(`reload rolled back: the new code failed: ${canaryFailure}`)
-      return finish({ ok: false, rolledBack: true, reason: canaryFailure })
+      rollBack(touched, generation, retiring)
+      const reason = `${canaryFailure} (reload.bakeMs is ${bakeMs})`
+      log.error(`reload rolled back: the new code failed: ${reason}`)
+      return finish({ ok: false, rolledBack: true, reason, replaced: 0 })
     }
-    const predecessor = supervisor.release(slots[0])
-    if (predecessor) retiring.push(supervisor.retire(predecessor, 'reload', drainTimeoutMs))
-    replaced++
-    supervisor.generation = generation
+    if (!hold) {
+      const predecessor = supervisor.release(slots[0])
+      if (predecessor) retiring.push(supervisor.retire(predecessor, 'reload', drainTimeoutMs))
+    }
     debug('canary of generation %d survived its bake window', generation)
 
-    for (let i = 1; i < slots.length; i += batch) {
-      if (stopReason) break
+    for (let i = 1; i < slots.length && !watch.failure; i += batch) {
       const group = slots.slice(i, i + batch)
-      const outcomes = await Promise.allSettled(group.map((slot) => replaceSlot(slot, generation, 'reload')))
-      for (const outcome of outcomes) {
-        if (outcome.status === 'fulfilled') {
-          replaced++
-          retiring.push(outcome.value)
-        } else if (!stopReason) {
-          stopReason = outcome.reason.message
-        }
+      const outcomes = await Promise.allSettled(group.map((slot) => replaceSlot(slot, generation, 'reload', hold)))
+      outcomes.forEach((outcome, k) => {
+        if (outcome.status === 'rejected') return watch.fail(outcome.reason.message)
+        touched.push(group[k])
+        if (outcome.value) retiring.push(outcome.value)
+      })
+      watch.checkBeats()
+    }
+    // The last workers replaced get a bake too, and the canary a longer one.
+    if (hold) await serveFor(watch, bakeMs)
+
+    if (watch.failure) {
+      if (hold) {
+        const kept = rollBack(touched, generation, retiring)
+        const rolledBack = kept === 0
+        log.error(`reload rolled back: the new code failed after the canary's bake: ${watch.failure}` +
+          (rolledBack ? '' : `; ${kept} slot(s) keep generation ${generation} (their old worker is gone)`))
+        return finish({ ok: false, rolledBack, reason: watch.failure, replaced: kept })
       }
+      const replaced = touched.length
+      log.error(`reload stopped: ${watch.failure}; ${replaced} of ${slots.length} slots run generation ${generation}, ${slots.length - replaced} keep the previous generation`)
+      return finish({ ok: false, rolledBack: false, reason: watch.failure, replaced })
     }
-    if (stopReason) {
-      const kept = slots.length - replaced
-      log.error(`reload stopped: ${stopReason}; ${replaced} of ${slots.length} slots run generation ${generation}, ${kept} keep the previous generation`)
-      return finish({ ok: false, rolledBack: false, reason: stopReason })
+    for (const slot of touched) {
+      const predecessor = supervisor.release(slot)
+      if (predecessor) retiring.push(supervisor.retire(predecessor, 'reload', drainTimeoutMs))
     }
+    supervisor.generation = generation
     supervisor.spares.refresh(generation, drainTimeoutMs)
-    log.info(`reload done: generation ${generation}`, { replaced, durationMs: Date.now() - started })
-    return finish({ ok: true, rolledBack: false, reason: null })
+    log.info(`reload done: generation ${generation}`, { replaced: touched.length, durationMs: Date.now() - started })
+    return finish({ ok: true, rolledBack: false, reason: null, replaced: touched.length })
   }
 
   return { reload, recycle, isReplacing: (record) => replacing.has(record) }

@@ -169,6 +169,10 @@ class Supervisor extends EventEmitter {
     } else if (reason === 'crash') {
       this.lastFailure = `exited unexpectedly with ${howExited(event)}`
       this.log.warn(`worker ${record.id} crashed: ${this.lastFailure}`, { pid: record.pid, generation: record.generation })
+    } else if (reason === 'hang') {
+      // Killed by the primary, but a failure all the same: the breaker's message must say what it was.
+      this.lastFailure = record.retireDetail || 'killed: it sent no heartbeat (hung)'
+      this.log.warn(`worker ${record.id} was killed as hung: ${this.lastFailure}`, { pid: record.pid, generation: record.generation })
     } else {
       this.log.info(`worker ${record.id} exited (${reason})`, { pid: record.pid, code, signal: signal || undefined })
     }
@@ -314,10 +318,16 @@ class Supervisor extends EventEmitter {
     return record.exited
   }
 
-  /** Kill a worker at once (hang, failed canary, forced shutdown). */
-  kill (record, reason) {
+  /**
+   * Kill a worker at once (hang, failed canary, forced shutdown).
+   * @param {string} [detail] why, for the crash-loop breaker's message (a hang)
+   */
+  kill (record, reason, detail) {
     if (record.isExited()) return record.exited
-    if (!record.retireReason) record.retireReason = reason
+    if (!record.retireReason) {
+      record.retireReason = reason
+      record.retireDetail = detail || null
+    }
     record.state = STATES.STOPPING
     this.emit('record:unready', record)
     record.worker.process.kill('SIGKILL')

@@ -44,6 +44,8 @@ class WorkerRecord {
     this.session = undefined
     /** Why the primary ended it (reload, memory, hang, shutdown...), or null: it died by itself. */
     this.retireReason = null
+    /** What the primary saw when it killed it (a hang: how long it was silent), or null. */
+    this.retireDetail = null
     this.bootError = null
     /** The boot error is one every retry would repeat (the app cannot load). */
     this.bootErrorDeterministic = false

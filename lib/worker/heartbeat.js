@@ -8,6 +8,7 @@
 const v8 = require('v8')
 const { monitorEventLoopDelay, performance } = require('perf_hooks')
 const poolRegistry = require('../pool/registry')
+const { oldGenerationLimit } = require('./heap-limit')
 
 /**
  * @param {{ inFlight: number, served: number, connections: number }} tracker
@@ -19,6 +20,7 @@ function createHealthSampler (tracker, options) {
   const delay = monitorEventLoopDelay({ resolution: 10 })
   delay.enable()
   let lastElu = performance.eventLoopUtilization()
+  const heapOldLimit = oldGenerationLimit(v8.getHeapStatistics().heap_size_limit)
   const heapLimit = v8.getHeapStatistics().heap_size_limit
   const memory = readMemory(options && options.onFdExhausted)
 
@@ -44,6 +46,8 @@ function createHealthSampler (tracker, options) {
       poolQueue: poolRegistry.queueDepth(),
       poolBusy: poolRegistry.busyThreads()
     }
+    // What the primary's heap guard compares heapUsed with (heapLimit includes V8's young-generation reserve).
+    figures.heapOldLimit = heapOldLimit
     delay.reset()
     return figures
   }

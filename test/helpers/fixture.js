@@ -23,6 +23,11 @@ function reportToTest (handle) {
       handle.reload().then((result) => send({ type: 'cz-test:reloaded', id: message.id, result }))
     } else if (message.type === 'cz-test:stats') {
       send({ type: 'cz-test:stats', id: message.id, stats: handle.stats() })
+    } else if (message.type === 'cz-test:block') {
+      // Hold up the primary's event loop, as a starved machine would.
+      const until = Date.now() + message.ms
+      while (Date.now() < until) {}
+      send({ type: 'cz-test:blocked', id: message.id })
     } else if (message.type === 'cz-test:shutdown') {
       handle.shutdown().then((result) => send({ type: 'cz-test:shutdown-done', result }))
     }

@@ -5,6 +5,10 @@ const handle = cz.clusterize(() => require('express')(), { workers: 0 })
 if ('stats' in handle) console.log(handle.stats().workers.length, handle.stats().sessions?.bytes)
 cz.session({ store: 'cluster', prefix: 'admin:', maxTotalBytes: 64 * 1024 * 1024, maxSessionBytes: 64 * 1024 })
 cz.bus.on('topic', (data: unknown) => console.log(data))
+// Reloads: a new worker silent for reload.heartbeatTimeoutMs fails the reload (#23).
+cz.clusterize(() => require('express')(), { reload: { bakeMs: 3000, heartbeatTimeoutMs: 2500 }, health: { maxHeapRatio: 0.85 } })
+// @ts-expect-error reload.heartbeatTimeoutMs is a number of milliseconds
+cz.clusterize(() => require('express')(), { reload: { heartbeatTimeoutMs: '3s' } })
 
 // @ts-expect-error port must be a number or numeric string
 cz.clusterize(() => require('express')(), { port: { value: 1 } })

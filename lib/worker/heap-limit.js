@@ -1,0 +1,41 @@
+'use strict'
+
+/**
+ * How much of the V8 heap a worker's old generation may fill before V8
+ * aborts the process: the figure the primary's heap guard compares with.
+ */
+
+const MB = 1024 * 1024
+/** V8's default largest semi-space on 64-bit (Node 20-24): the young generation reserves three of them. */
+const DEFAULT_SEMI_SPACE_MB = 16
+
+/**
+ * heap_size_limit minus the young generation's reserve. heapUsed never
+ * reaches heap_size_limit (measured at the abort: 0.83 of it with a 256 MB
+ * heap), so a ratio of heap_size_limit would never fire on small heaps.
+ * From --max-old-space-size when given (exact), else the limit minus three
+ * semi-spaces (--max-semi-space-size or V8's default).
+ * @param {number} heapLimit v8 heap_size_limit
+ * @param {string[]} [flags] node flags (process.execArgv and NODE_OPTIONS by default)
+ * @returns {number} bytes
+ */
+function oldGenerationLimit (heapLimit, flags) {
+  flags = flags || process.execArgv.concat((process.env.NODE_OPTIONS || '').split(/\s+/))
+  const oldSpace = flagMB(flags, 'max-old-space-size')
+  if (oldSpace > 0 && oldSpace * MB < heapLimit) return oldSpace * MB
+  const reserve = 3 * (flagMB(flags, 'max-semi-space-size') || DEFAULT_SEMI_SPACE_MB) * MB
+  return heapLimit - Math.min(reserve, heapLimit / 4)
+}
+
+/** The last `--name=N` (or `--name_with_underscores=N`) among node flags, in MB; 0 if absent. */
+function flagMB (flags, name) {
+  const pattern = new RegExp('^--' + name.replace(/-/g, '[-_]') + '=(\\d+)$')
+  let value = 0
+  for (const flag of flags) {
+    const match = pattern.exec(flag)
+    if (match) value = Number(match[1])
+  }
+  return value
+}
+
+module.exports = { oldGenerationLimit }
