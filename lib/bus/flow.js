@@ -126,7 +126,9 @@ function createFlow (options) {
   return {
     /** @returns {Batch} */
     openBatch (origin, credit) {
-      return { origin, credit: credit > 0 ? credit : 0, remaining: 0, open: true }
+      // The count comes from the worker: anything but a sane number credits nothing.
+      const bytes = typeof credit === 'number' && credit > 0 && credit <= Number.MAX_SAFE_INTEGER ? credit : 0
+      return { origin, credit: bytes, remaining: 0, open: true }
     },
 
     /** Every message of the batch is relayed (or dropped): credit it now if nothing holds it. */
