@@ -98,6 +98,23 @@ function createPubSub (options) {
       return mode === 'sharded' ? pub.spublish(channel, frame) : pub.publish(channel, frame)
     },
 
+    /**
+     * How many connections subscribe to the channel now, as Redis counts them
+     * (PUBSUB NUMSUB, or SHARDNUMSUB when sharded); null where one node cannot
+     * tell (classic pub/sub on a Redis Cluster) or when it cannot be asked now.
+     * @returns {Promise<number|null>}
+     */
+    subscribers () {
+      if (closed || mode === null || pub.status !== 'ready' || (cluster && mode !== 'sharded')) return Promise.resolve(null)
+      const asking = mode === 'sharded' ? pub.call('PUBSUB', 'SHARDNUMSUB', channel) : pub.call('PUBSUB', 'NUMSUB', channel)
+      return asking.then(function count (reply) {
+        return Array.isArray(reply) && reply.length >= 2 ? Number(reply[1]) : null
+      }, function cannotTell (err) {
+        debug('PUBSUB NUMSUB on %s failed: %s', channel, err.message)
+        return null
+      })
+    },
+
     /** Close our connections (a client passed in by the user is left open). */
     close () {
       if (closed) return Promise.resolve()
