@@ -60,7 +60,7 @@ test('a stuck receiver: its senders get reported drops instead of waiting on it,
   const limit = 256 * 1024
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-bus-stuck-'))
   const unblock = path.join(dir, 'go')
-  const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '3', BUS_MAX_BYTES: '65536', BUS_MAX_QUEUED: String(limit), BUS_STALL_MS: '300' } })
+  const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '3', BUS_MAX_BYTES: '65536', BUS_MAX_QUEUED: String(limit), BUS_STALL_MS: '300', BUS_PROBES: '1' } })
   const run = driver(cluster)
   t.after(async () => {
     fs.writeFileSync(unblock, '')
@@ -86,6 +86,9 @@ test('a stuck receiver: its senders get reported drops instead of waiting on it,
   assert.ok(primary.queuedBytes <= 3 * limit, `the primary holds ${primary.queuedBytes} bytes`)
   const stats = await cluster.stats()
   assert.ok(stats.bus.dropped > 0, 'stats() shows the drops')
+  const metrics = (await cluster.probe('/metrics')).body
+  assert.match(metrics, /^clusterize_bus_stuck_workers 1$/m)
+  assert.match(metrics, /^clusterize_bus_dropped_total [1-9]\d*$/m)
   // Worker 1, live, lost nothing of what worker 0 sent.
   await eventually(async () => (await run(1, 'sequence')).count === result.sent, { timeoutMs: 30000, what: 'worker 1 to receive all of it' })
   assert.strictEqual((await run(1, 'sequence')).outOfOrder, 0)

@@ -37,9 +37,9 @@ async function receivedBy (run) {
   return out
 }
 
-async function twoClusters (redisUrl) {
+async function twoClusters (redisUrl, moreEnv) {
   const channel = 'clusterize:bus:test:' + crypto.randomBytes(6).toString('hex')
-  const env = { BUS_WORKERS: '2', BUS_REDIS: redisUrl, BUS_CHANNEL: channel }
+  const env = Object.assign({ BUS_WORKERS: '2', BUS_REDIS: redisUrl, BUS_CHANNEL: channel }, moreEnv)
   const a = await startCluster(FIXTURE, { env })
   const b = await startCluster(FIXTURE, { env })
   return { a, b, runA: driver(a), runB: driver(b) }
@@ -163,7 +163,7 @@ test('broadcasts made while Redis is down for a while reach the other host in or
   const redis = await privateRedis({ startTimeoutMs: 10000 })
   t.after(() => redis.stop())
   await redis.start()
-  const { a, b, runA, runB } = await twoClusters(redis.url)
+  const { a, b, runA, runB } = await twoClusters(redis.url, { BUS_PROBES: '1' })
   t.after(() => Promise.all([a.stop(), b.stop()]))
   await eventually(() => bridgeConnected(runA), { what: 'bridge A' })
   await eventually(() => bridgeConnected(runB), { what: 'bridge B' })
@@ -179,6 +179,7 @@ test('broadcasts made while Redis is down for a while reach the other host in or
   assert.strictEqual(waiting.buffered, count, 'every broadcast waits for Redis')
   assert.ok(waiting.bufferedBytes > count * 200 && waiting.bufferedBytes <= waiting.outageBufferBytes)
   for (const target of TARGETS) assert.strictEqual((await runA(target, 'sequence')).count, 0)
+  assert.match((await b.probe('/metrics')).body, new RegExp(`^clusterize_bus_bridge_buffered_bytes ${waiting.bufferedBytes}$`, 'm'))
 
   await redis.start()
   for (const target of TARGETS) {
