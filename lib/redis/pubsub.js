@@ -100,13 +100,14 @@ function createPubSub (options) {
 
     /**
      * How many connections subscribe to the channel now, as Redis counts them
-     * (PUBSUB NUMSUB, or SHARDNUMSUB when sharded); null where one node cannot
-     * tell (classic pub/sub on a Redis Cluster) or when it cannot be asked now.
+     * (PUBSUB NUMSUB); null on a Redis Cluster (a command without a key goes
+     * to any node, which counts only its own subscribers) or when it cannot
+     * be asked now.
      * @returns {Promise<number|null>}
      */
     subscribers () {
-      if (closed || mode === null || pub.status !== 'ready' || (cluster && mode !== 'sharded')) return Promise.resolve(null)
-      const asking = mode === 'sharded' ? pub.call('PUBSUB', 'SHARDNUMSUB', channel) : pub.call('PUBSUB', 'NUMSUB', channel)
+      if (closed || cluster || pub.status !== 'ready') return Promise.resolve(null)
+      const asking = pub.call('PUBSUB', 'NUMSUB', channel)
       return asking.then(function count (reply) {
         return Array.isArray(reply) && reply.length >= 2 ? Number(reply[1]) : null
       }, function cannotTell (err) {
