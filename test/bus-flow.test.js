@@ -106,3 +106,30 @@ test('a stuck receiver: its senders get reported drops instead of waiting on it,
   assert.deepStrictEqual((await Promise.all([0, 1, 2].map((id) => run(id, 'whoami')))).map((w) => w.pid), pids)
   assert.strictEqual((await cluster.get('/')).status, 200)
 })
+
+test('a worker that bypasses its own accounting cannot make the primary hold more than its bound', { timeout: 120000 }, async (t) => {
+  const limit = 256 * 1024
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-bus-raw-'))
+  const unblock = path.join(dir, 'go')
+  // Not stuck within the test: only the primary's own bound can stop the flood.
+  const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '2', BUS_MAX_BYTES: '65536', BUS_MAX_QUEUED: String(limit), BUS_STALL_MS: '600000' } })
+  const run = driver(cluster)
+  t.after(async () => {
+    fs.writeFileSync(unblock, '')
+    await cluster.stop()
+    fs.rmSync(dir, { recursive: true, force: true })
+  })
+  const isBlocked = run.note((data) => data.event === 'blocked' && data.id === 1)
+  const blocked = run(1, 'blockUntil', { file: unblock })
+  await isBlocked
+  // 8 MiB of broadcasts towards a worker that reads nothing, none of it on the sender's account.
+  await run(0, 'rawFlood', { ticks: 128, perTick: 64, size: 1024 })
+  const primary = await run('primary', 'status')
+  // 2 workers: at most (2 + 1) budgets for one receiver, plus the message that crossed it.
+  assert.ok(primary.queuedBytes <= 3 * limit + 2048, `the primary holds ${primary.queuedBytes} bytes`)
+  assert.ok(primary.dropped > 0, 'the rest was dropped and counted')
+  assert.strictEqual(primary.stuckWorkers, 0)
+  fs.writeFileSync(unblock, '')
+  assert.strictEqual(await blocked, true)
+  assert.strictEqual((await cluster.get('/')).status, 200)
+})

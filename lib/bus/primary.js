@@ -114,15 +114,22 @@ function createPrimaryTransport (core) {
       return false
     }
     const bytes = queuedSize(topic, payload)
+    const limit = core.codec.maxQueuedBytes
+    // Honest senders keep a receiver under one budget each; past that a worker bypassed its own
+    // accounting (raw process.send): the primary still bounds its memory itself.
+    if (record.channel.queuedBytes + bytes > limit * (records.size + 1)) {
+      drop(record, batch, topic, `over ${limit * (records.size + 1)} bytes are queued for it (bus.maxQueuedBytes per process)`)
+      return false
+    }
     if (batch === null) {
-      const limit = core.codec.maxQueuedBytes
       const own = flow.ownBytes(record)
       if (own + bytes > limit) {
         drop(record, null, topic, `over ${limit} bytes of the primary's own and bridged messages are queued for it (bus.maxQueuedBytes); it is not reading fast enough`)
         return false
       }
-      if (dropping.has(record) && own < limit / 2) dropping.delete(record)
     }
+    // The episode is over (the next drop logs again); a stuck worker's ends in onRecovered.
+    if (dropping.has(record) && record.channel.queuedBytes < limit / 2) dropping.delete(record)
     record.channel.reserve(bytes)
     flow.charge(record, batch, bytes)
     return true
