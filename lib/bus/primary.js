@@ -8,6 +8,9 @@
  * Payloads arrive already encoded by the sender and are relayed as they are:
  * one relay envelope per message, posted to every recipient's ipc.Channel,
  * which coalesces everything posted in a tick into one IPC write per worker.
+ * What is relayed stays on the sending worker's account until every
+ * recipient's channel took it (./flow.js): the sender is slowed down, the
+ * recipient loses nothing, and only a stuck recipient costs (reported) drops.
  */
 
 const debug = require('debug')('clusterize:bus')
