@@ -61,7 +61,9 @@ const DEFAULTS = {
     shardedPubSub: 'auto',
     serialization: 'json',
     maxMessageBytes: 1024 * 1024,
-    maxQueuedBytes: DEFAULT_MAX_QUEUED_BYTES
+    maxQueuedBytes: DEFAULT_MAX_QUEUED_BYTES,
+    stallTimeoutMs: 5000,
+    outageBufferBytes: 8 * 1024 * 1024
   },
   logger: undefined,
   banner: true,
@@ -264,6 +266,8 @@ function resolveConfig (options, env) {
   checkOneOf('bus.serialization', bus.serialization, SERIALIZATION)
   checkInteger('bus.maxMessageBytes', bus.maxMessageBytes, 1)
   checkInteger('bus.maxQueuedBytes', bus.maxQueuedBytes, bus.maxMessageBytes)
+  checkInteger('bus.stallTimeoutMs', bus.stallTimeoutMs, 1, MAX_TIMER_MS)
+  checkInteger('bus.outageBufferBytes', bus.outageBufferBytes, 0)
   if (typeof bus.channel !== 'string' || bus.channel === '') throw fail('bus.channel', 'a non-empty string', bus.channel)
   config.bus = bus
 

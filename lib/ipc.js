@@ -63,6 +63,15 @@ class Channel {
     this.urgent = false
     /** Writes handed to the peer whose completion has not been reported yet. */
     this.outstanding = 0
+    /**
+     * Running totals of reserved bytes and of those the OS has taken. Writes
+     * complete in order, so a caller that notes reservedTotal right after its
+     * reserve() knows its message is out once writtenTotal reaches that mark.
+     */
+    this.reservedTotal = 0
+    this.writtenTotal = 0
+    /** @type {Function|null} called after a write of reserved bytes completes (the bus's flow control) */
+    this.onWritten = null
     this.flush = this.flush.bind(this)
     this.flushUrgent = this.flushUrgent.bind(this)
   }
@@ -139,6 +148,7 @@ class Channel {
    */
   reserve (bytes) {
     this.pendingBytes += bytes
+    this.reservedTotal += bytes
   }
 
   /** Payload bytes reserved and not yet taken by the OS: what a slow peer makes us hold. */
@@ -187,7 +197,11 @@ class Channel {
     callback = (err) => {
       this.outstanding--
       this.writingBytes -= written
-      if (written > 0) this.wakeDrainWaiters()
+      if (written > 0) {
+        this.writtenTotal += written
+        this.wakeDrainWaiters()
+        if (this.onWritten !== null) this.onWritten(this)
+      }
       if (done) done(err)
       else swallowSendError(err)
     }

@@ -34,14 +34,14 @@ const KIND = Object.freeze({
  * The ops inside kind BUS (lib/bus/*). Short strings on the wire; these names
  * are what the code reads.
  *   worker -> primary: BROADCASTS, SEND, REQUEST, GATHER, HANDLER_REPLY (and BROADCAST, single)
- *   primary -> worker: RELAYS, RELAY, RESPONSE, GATHER_RESULT, HANDLER_ASK
+ *   primary -> worker: RELAYS, RELAY, RESPONSE, GATHER_RESULT, HANDLER_ASK, CREDIT, DROPPED
  */
 const BUS_OP = Object.freeze({
-  /** One broadcast. `{ t, d }` */
+  /** One broadcast. `{ t, d, n? }` */
   BROADCAST: 'b',
-  /** The broadcasts a worker made in one tick. `{ m: [topic, payload, ...] }` */
+  /** The broadcasts a worker made in one tick. `{ m: [topic, payload, ...], n }` (n: bytes the sender counted, credited back) */
   BROADCASTS: 'B',
-  /** To one worker slot or the primary. `{ to, t, d }` */
+  /** To one worker slot or the primary. `{ to, t, d, n }` */
   SEND: 's',
   /** Ask the primary's handler. `{ id, t, d, r? }` (r: 1 = raw library data, no codec) */
   REQUEST: 'rq',
@@ -58,7 +58,11 @@ const BUS_OP = Object.freeze({
   /** The answers to GATHER. `{ id, r: answers, m: missing }` */
   GATHER_RESULT: 'gs',
   /** Run your handler for a gather. `{ id, t, d, f, g }` */
-  HANDLER_ASK: 'ha'
+  HANDLER_ASK: 'ha',
+  /** Bytes of your broadcasts/sends every receiver has taken: they leave your budget. `{ n }` */
+  CREDIT: 'cr',
+  /** Messages of yours dropped for a stuck worker. `{ w: slot id, n: count, t: a topic }` */
+  DROPPED: 'dr'
 })
 
 /**
@@ -66,8 +70,8 @@ const BUS_OP = Object.freeze({
  * hot path: no field copying).
  */
 const bus = {
-  broadcasts: (m) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.BROADCASTS, m }),
-  send: (to, t, d) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.SEND, to, t, d }),
+  broadcasts: (m, n) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.BROADCASTS, m, n }),
+  send: (to, t, d, n) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.SEND, to, t, d, n }),
   request: (id, t, d, raw) => raw
     ? { [MARK]: 1, kind: KIND.BUS, op: BUS_OP.REQUEST, id, t, d, r: 1 }
     : { [MARK]: 1, kind: KIND.BUS, op: BUS_OP.REQUEST, id, t, d },
@@ -79,7 +83,9 @@ const bus = {
     ? { [MARK]: 1, kind: KIND.BUS, op: BUS_OP.RESPONSE, id, ok, d, e, r: 1 }
     : { [MARK]: 1, kind: KIND.BUS, op: BUS_OP.RESPONSE, id, ok, d, e },
   gatherResult: (id, r, m) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.GATHER_RESULT, id, r, m }),
-  handlerAsk: (id, t, d, f, g) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.HANDLER_ASK, id, t, d, f, g })
+  handlerAsk: (id, t, d, f, g) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.HANDLER_ASK, id, t, d, f, g }),
+  credit: (n) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.CREDIT, n }),
+  dropped: (w, n, t) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.DROPPED, w, n, t })
 }
 
 /** Envelopes without fields are built once. */

@@ -246,11 +246,19 @@ test("serialization 'advanced': Map, Set, Buffer, Date and BigInt round-trip bet
   assert.deepStrictEqual(answer, { ok: true, value: { echo: [1, 'two'], from: 1, generation: 1 } })
 })
 
-test('backpressure: a sender past bus.maxQueuedBytes is refused, a worker that does not read loses messages, nothing grows without bound', { timeout: 120000 }, async (t) => {
+test('backpressure: a sender past bus.maxQueuedBytes is refused, a worker that does not read costs reported drops, nothing grows without bound', { timeout: 120000 }, async (t) => {
   const limit = 256 * 1024
-  const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '3', BUS_MAX_BYTES: '65536', BUS_MAX_QUEUED: String(limit) } })
+  const fs = require('fs')
+  const os = require('os')
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-bus-flood-'))
+  const unblock = path.join(dir, 'go')
+  const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '3', BUS_MAX_BYTES: '65536', BUS_MAX_QUEUED: String(limit), BUS_STALL_MS: '300' } })
   const run = driver(cluster)
-  t.after(() => cluster.stop())
+  t.after(async () => {
+    fs.writeFileSync(unblock, '')
+    await cluster.stop()
+    fs.rmSync(dir, { recursive: true, force: true })
+  })
 
   // 20 MiB in one synchronous loop: nothing can be written before the loop ends.
   const flood = await run(0, 'flood', { topic: 't:other', count: 20000, size: 1024 })
@@ -261,23 +269,26 @@ test('backpressure: a sender past bus.maxQueuedBytes is refused, a worker that d
   assert.ok(status.refused >= flood.refused)
   assert.ok(status.queuedBytes <= limit, `worker 0 holds ${status.queuedBytes} bytes`)
 
-  // Worker 2 stops reading for a while; worker 0 keeps producing.
-  const blocked = run(2, 'block', { ms: 4000 })
-  const producer = run(0, 'floodPaced', { topic: 't:other', ticks: 300, perTick: 64, size: 1024 })
+  // Worker 2 stops reading; worker 0 keeps producing (awaiting drained()) until it is told of a drop.
+  const isBlocked = run.note((data) => data.event === 'blocked' && data.id === 2)
+  const blocked = run(2, 'blockUntil', { file: unblock })
+  await isBlocked
   let highest = 0
-  await eventually(async () => {
-    const primary = await run('primary', 'status')
-    highest = Math.max(highest, primary.queuedBytes)
-    return primary.dropped > 0
-  }, { timeoutMs: 30000, intervalMs: 50 })
-  await producer
-  await blocked
+  let producing = true
+  const producer = run(0, 'sendSeq', { count: 200000, size: 1024, untilDropped: true }).finally(() => { producing = false })
+  while (producing) {
+    highest = Math.max(highest, (await run('primary', 'status')).queuedBytes)
+  }
+  const produced = await producer
+  assert.ok(produced.drops > 0, 'the sender was told')
   const after = await run('primary', 'status')
   assert.ok(after.dropped > 0, 'messages to the blocked worker were dropped')
-  assert.ok(highest <= 3 * limit, `the primary never held more than the bound per worker (${highest} bytes)`)
+  assert.ok(Math.max(highest, after.queuedBytes) <= 3 * limit, `the primary never held more than the bound per worker (${highest} bytes)`)
   assert.strictEqual(after.maxQueuedBytes, limit)
   const stats = await cluster.stats()
   assert.ok(stats.bus.dropped > 0, 'stats() shows the drops')
+  fs.writeFileSync(unblock, '')
+  assert.strictEqual(await blocked, true)
   // And the cluster still serves.
   const res = await cluster.get('/')
   assert.strictEqual(res.status, 200)
@@ -308,7 +319,7 @@ test('backpressure: bus.send() from one worker to a worker that does not read is
   const os = require('os')
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-bus-send-'))
   const unblock = path.join(dir, 'go')
-  const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '3', BUS_MAX_BYTES: '65536', BUS_MAX_QUEUED: String(limit) } })
+  const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '3', BUS_MAX_BYTES: '65536', BUS_MAX_QUEUED: String(limit), BUS_STALL_MS: '300' } })
   const run = driver(cluster)
   t.after(async () => {
     fs.writeFileSync(unblock, '')
@@ -316,18 +327,17 @@ test('backpressure: bus.send() from one worker to a worker that does not read is
     fs.rmSync(dir, { recursive: true, force: true })
   })
 
-  // Worker 2 stops reading until the test says so; worker 0 sends it ~19 MiB.
+  // Worker 2 stops reading until the test says so; worker 0 sends to it until told of a drop.
   const isBlocked = run.note((data) => data.event === 'blocked' && data.id === 2)
   const blocked = run(2, 'blockUntil', { file: unblock })
   await isBlocked
-  const result = await run(0, 'floodPaced', { to: 2, topic: 't:other', ticks: 300, perTick: 64, size: 1024 })
-  const primary = await eventually(async () => {
-    const status = await run('primary', 'status')
-    return status.dropped > 0 && status
-  }, { timeoutMs: 30000, what: 'the primary to drop messages for worker 2' })
-  assert.ok(result.sent > 0)
+  const result = await run(0, 'sendSeq', { to: 2, count: 200000, size: 1024, untilDropped: true })
+  assert.ok(result.drops > 0, `worker 0 was told of drops (sent ${result.sent})`)
+  assert.deepStrictEqual((await run(0, 'drops')).map((d) => [d.workerId, d.topic]).slice(0, 1), [[2, 't:seq']])
+  const primary = await run('primary', 'status')
+  assert.ok(primary.dropped > 0)
   assert.ok(primary.queuedBytes <= 3 * limit, `the primary holds ${primary.queuedBytes} bytes (bound ${limit} per worker)`)
-  // Worker 2's queue is full: a gather lists it as an error at once instead of waiting 30 s for it.
+  // Worker 2 is stuck: a gather lists it as an error at once instead of waiting 30 s for it.
   const gathered = await run(1, 'gather', { topic: 't:who', data: { pad: 'x'.repeat(60000) }, timeoutMs: 30000 })
   assert.deepStrictEqual(gathered.missing, [])
   assert.deepStrictEqual(gathered.entries.map((e) => [e.workerId, e.error ? e.error.code : 'ok']), [[0, 'ok'], [1, 'ok'], [2, 'ERR_CLUSTERIZE_BUS_BACKPRESSURE']])
@@ -335,5 +345,11 @@ test('backpressure: bus.send() from one worker to a worker that does not read is
   fs.writeFileSync(unblock, '')
   assert.strictEqual(await blocked, true)
   await eventually(async () => (await run('primary', 'status')).queuedBytes === 0, { timeoutMs: 30000, what: 'the queues to drain once worker 2 reads again' })
+  // What it had been sent before it was found stuck arrives, in order.
+  const sequence = await eventually(async () => {
+    const seen = await run(2, 'sequence')
+    return seen.count > 0 && seen
+  }, { timeoutMs: 30000, what: 'worker 2 to read its queue' })
+  assert.strictEqual(sequence.firstGap, null)
   assert.strictEqual((await cluster.get('/')).status, 200)
 })

@@ -37,9 +37,9 @@ async function receivedBy (run) {
   return out
 }
 
-async function twoClusters (redisUrl) {
+async function twoClusters (redisUrl, moreEnv) {
   const channel = 'clusterize:bus:test:' + crypto.randomBytes(6).toString('hex')
-  const env = { BUS_WORKERS: '2', BUS_REDIS: redisUrl, BUS_CHANNEL: channel }
+  const env = Object.assign({ BUS_WORKERS: '2', BUS_REDIS: redisUrl, BUS_CHANNEL: channel }, moreEnv)
   const a = await startCluster(FIXTURE, { env })
   const b = await startCluster(FIXTURE, { env })
   return { a, b, runA: driver(a), runB: driver(b) }
@@ -129,10 +129,12 @@ test('the bridge survives Redis stopping and starting again; no process crashes'
     return !status.bridge.connected && status.bridge.lastError && status
   }, { what: 'the bridge to notice Redis is gone' })
   assert.match(down.bridge.lastError, /ECONNREFUSED|Connection is closed|ECONNRESET|closed/i)
-  // Broadcasting while Redis is down works locally and is dropped for other hosts.
+  // Broadcasting while Redis is down works locally; for the other hosts it waits in the outage buffer.
   await runA(0, 'broadcast', { topic: 't:b', data: { marker: 'during-outage' } })
   await eventually(async () => count(await runA(1, 'received'), 'during-outage') === 1, { what: 'a local broadcast during the outage' })
-  assert.ok((await runA('primary', 'status')).bridge.dropped >= 1)
+  const buffered = (await runA('primary', 'status')).bridge
+  assert.strictEqual(buffered.buffered, 1)
+  assert.strictEqual(buffered.dropped, 0)
 
   await redis.start()
   await eventually(() => bridgeConnected(runA), { what: 'bridge A to reconnect', timeoutMs: 30000 })
@@ -144,8 +146,11 @@ test('the bridge survives Redis stopping and starting again; no process crashes'
     return count(await runB(1, 'received'), 'probe') > 0
   }, { what: 'a broadcast across the restored bridge', timeoutMs: 30000 })
   const after = await exchange(A, B, 'after-outage')
-  for (const target of TARGETS) assert.strictEqual(count(after.B[target], 'after-outage'), 1)
-  assert.strictEqual(count(after.B[1], 'during-outage'), 0, 'nothing was queued during the outage')
+  for (const target of TARGETS) {
+    assert.strictEqual(count(after.B[target], 'after-outage'), 1)
+    assert.strictEqual(count(after.B[target], 'during-outage'), 1, 'the broadcast made during the outage arrived once Redis was back')
+  }
+  assert.strictEqual((await runA('primary', 'status')).bridge.bufferedBytes, 0)
 
   for (const cluster of [a, b]) {
     assert.ok(isAlive(cluster.pid), 'primary alive')
@@ -153,7 +158,44 @@ test('the bridge survives Redis stopping and starting again; no process crashes'
   }
 })
 
-test('the Redis publisher is bounded too: with Redis frozen, unacknowledged publishes stay under bus.maxQueuedBytes, the rest is dropped and counted', { timeout: 60000 }, async (t) => {
+test('broadcasts made while Redis is down for a while reach the other host in order once it is back (#23 item 14)', { timeout: 120000 }, async (t) => {
+  if (!redisServerPath()) return skipOrFail(t, 'redis-server is not installed (apt-get install redis-server)')
+  const redis = await privateRedis({ startTimeoutMs: 10000 })
+  t.after(() => redis.stop())
+  await redis.start()
+  const { a, b, runA, runB } = await twoClusters(redis.url, { BUS_PROBES: '1' })
+  t.after(() => Promise.all([a.stop(), b.stop()]))
+  await eventually(() => bridgeConnected(runA), { what: 'bridge A' })
+  await eventually(() => bridgeConnected(runB), { what: 'bridge B' })
+  // Both primaries' subscribers are counted before the outage.
+  await exchange({ name: 'B', run: runB }, { name: 'A', run: runA }, 'before')
+
+  await redis.stop()
+  await eventually(async () => !(await runB('primary', 'status')).bridge.connected, { what: 'bridge B to notice Redis is gone' })
+  const count = 600
+  const sent = await runB(0, 'sendSeq', { count, size: 200 })
+  assert.strictEqual(sent.sent, count)
+  const waiting = (await runB('primary', 'status')).bridge
+  assert.strictEqual(waiting.buffered, count, 'every broadcast waits for Redis')
+  assert.ok(waiting.bufferedBytes > count * 200 && waiting.bufferedBytes <= waiting.outageBufferBytes)
+  for (const target of TARGETS) assert.strictEqual((await runA(target, 'sequence')).count, 0)
+  assert.match((await b.probe('/metrics')).body, new RegExp(`^clusterize_bus_bridge_buffered_bytes ${waiting.bufferedBytes}$`, 'm'))
+
+  await redis.start()
+  for (const target of TARGETS) {
+    const sequence = await eventually(async () => {
+      const seen = await runA(target, 'sequence')
+      return seen.count >= count && seen
+    }, { what: `host A's ${target} to get the broadcasts made during the outage`, timeoutMs: 60000 })
+    assert.deepStrictEqual(sequence, { count, next: count, outOfOrder: 0, firstGap: null }, `host A's ${target}`)
+  }
+  const flushed = (await runB('primary', 'status')).bridge
+  assert.strictEqual(flushed.dropped, 0)
+  assert.strictEqual(flushed.buffered, 0)
+  assert.strictEqual(flushed.flushed, count)
+})
+
+test('the Redis publisher is bounded too: with Redis frozen, unacknowledged publishes stay under bus.maxQueuedBytes, the outage buffer under bus.outageBufferBytes, the rest is dropped and counted; the buffer goes out once Redis runs again', { timeout: 60000 }, async (t) => {
   if (!redisServerPath()) return skipOrFail(t, 'redis-server is not installed (apt-get install redis-server)')
   const { createRedisBridge } = require('../lib/bus/redis-bridge')
   const { createCodec } = require('../lib/bus/codec')
@@ -161,10 +203,12 @@ test('the Redis publisher is bounded too: with Redis frozen, unacknowledged publ
   t.after(() => redis.stop())
   await redis.start()
   const LIMIT = 64 * 1024
+  const BUFFER = 128 * 1024
   const bridge = createRedisBridge({
     redis: redis.url,
     channel: 'clusterize:bus:test:' + crypto.randomBytes(6).toString('hex'),
     codec: createCodec({ serialization: 'json', maxMessageBytes: 4096, maxQueuedBytes: LIMIT }),
+    outageBufferBytes: BUFFER,
     log: { info () {}, warn () {}, error () {}, debug () {} },
     onMessage () {}
   })
@@ -179,16 +223,22 @@ test('the Redis publisher is bounded too: with Redis frozen, unacknowledged publ
   frozen = true
   const payload = JSON.stringify('x'.repeat(1024))
   let largest = 0
+  let largestBuffer = 0
   for (let i = 0; i < 1000; i++) {
     bridge.publish('t:b', payload, 0, 1)
     largest = Math.max(largest, bridge.status().queuedBytes)
+    largestBuffer = Math.max(largestBuffer, bridge.status().bufferedBytes)
   }
   const during = bridge.status()
-  assert.ok(during.dropped > 0, 'publishes past the bound are dropped and counted')
+  assert.ok(during.dropped > 0, 'publishes past both bounds are dropped and counted')
   assert.ok(largest <= LIMIT, `${largest} bytes waiting for Redis (limit ${LIMIT})`)
+  assert.ok(largestBuffer <= BUFFER, `${largestBuffer} bytes in the outage buffer (limit ${BUFFER})`)
   assert.ok(during.queuedBytes > 0)
-  assert.strictEqual(during.published + during.dropped, 1000)
+  assert.ok(during.buffered > 0)
+  assert.strictEqual(during.published + during.buffered + during.dropped, 1000)
   process.kill(redis.pid, 'SIGCONT')
   frozen = false
-  await eventually(() => bridge.status().queuedBytes === 0, { what: 'the publishes to be acknowledged once Redis runs again' })
+  await eventually(() => bridge.status().queuedBytes === 0 && bridge.status().buffered === 0, { what: 'the publishes to be acknowledged and the buffer sent once Redis runs again' })
+  assert.strictEqual(bridge.status().flushed, during.buffered)
+  assert.strictEqual(bridge.status().published + bridge.status().dropped, 1000)
 })

@@ -17,7 +17,11 @@ test('bad options fail fast with a message naming the option and what it accepts
     [{ restart: { maxCrashes: 0 } }, /option "restart.maxCrashes"/],
     [{ shutdown: { signals: ['SIGNOPE'] } }, /option "shutdown.signals"/],
     [{ logger: { info () {} } }, /option "logger" must have an warn\(\) method/],
-    [{ bus: { serialization: 'xml' } }, /option "bus.serialization"/]
+    [{ bus: { serialization: 'xml' } }, /option "bus.serialization"/],
+    [{ bus: { stallTimeoutMs: 0 } }, /option "bus.stallTimeoutMs"/],
+    [{ bus: { stallTimeoutMs: '5s' } }, /option "bus.stallTimeoutMs"/],
+    [{ bus: { outageBufferBytes: -1 } }, /option "bus.outageBufferBytes"/],
+    [{ bus: { outageBufferBytes: 1.5 } }, /option "bus.outageBufferBytes"/]
   ]
   for (const [options, message] of cases) {
     assert.throws(() => resolveConfig(options, {}), (err) => err instanceof ClusterizeOptionError && message.test(err.message), JSON.stringify(options))

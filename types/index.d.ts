@@ -474,6 +474,16 @@ export type GatherEntry<R = any> =
 /** One entry per worker that answered or failed, sorted by workerId; `missing`: ids that did not answer in time. */
 export type GatherResult<R = any> = Array<GatherEntry<R>> & { missing: number[] }
 
+/** What bus.onDropped() handlers get. */
+export interface BusDropInfo {
+  /** The stuck worker's slot id. */
+  workerId: number
+  /** Messages of this worker dropped for it (since the last report). */
+  count: number
+  /** The topic of one of them. */
+  topic: string
+}
+
 export interface BusRequestOptions {
   /** Default 5000. */
   timeoutMs?: number
@@ -497,12 +507,19 @@ export interface Bus {
   request<R = any>(topic: string, data?: unknown, options?: BusRequestOptions): Promise<R>
   gather<R = any>(topic: string, data?: unknown, options?: BusRequestOptions): Promise<GatherResult<R>>
   /**
-   * Resolves once this worker's queue towards the primary is back under half of
-   * bus.maxQueuedBytes (or its channel closed): await it after an
-   * ERR_CLUSTERIZE_BUS_BACKPRESSURE error, then send again. Resolves at once in
-   * the primary and with workers: 0.
+   * Resolves once what this worker has sent and some receiver has not taken yet
+   * (its queue towards the primary, and its broadcasts and sends the primary
+   * holds for other workers) is back under half of bus.maxQueuedBytes (or its
+   * channel closed): await it after an ERR_CLUSTERIZE_BUS_BACKPRESSURE error,
+   * then send again. Resolves at once in the primary and with workers: 0.
    */
   drained(): Promise<void>
+  /**
+   * In a worker: `handler` is called when the primary dropped messages of this
+   * worker for a stuck worker (one that read nothing for bus.stallTimeoutMs).
+   * Returns a function that removes the handler.
+   */
+  onDropped(handler: (info: BusDropInfo) => void): () => void
   /** 'none' before clusterize() starts, then 'primary' | 'worker' | 'local'. */
   readonly role: 'none' | 'primary' | 'worker' | 'local'
 }
@@ -523,11 +540,24 @@ export interface BusOptions {
   /** Default 1048576. */
   maxMessageBytes?: number
   /**
-   * What one process may have queued towards one peer (a worker towards the primary, the primary
-   * towards each worker). Past it a worker's send throws ERR_CLUSTERIZE_BUS_BACKPRESSURE and the
-   * primary drops (and counts) messages for a worker that does not read. Default 16777216.
+   * What a worker may have sent that some receiver has not taken yet (its queue towards the primary,
+   * and its broadcasts and sends the primary holds for other workers); past it its send throws
+   * ERR_CLUSTERIZE_BUS_BACKPRESSURE. Also what the primary holds of its own (and bridged) messages
+   * per worker, and the bound on publishes Redis has not acknowledged. Default 16777216.
    */
   maxQueuedBytes?: number
+  /**
+   * A worker that reads none of the messages queued for it for this long (a blocked event loop) is
+   * stuck: the primary drops messages to it (counted, reported to their senders through
+   * bus.onDropped) until it reads again, instead of making every sender wait on it. Default 5000.
+   */
+  stallTimeoutMs?: number
+  /**
+   * With bus.redis: how many bytes of outgoing broadcasts wait while Redis is unreachable, to be
+   * published in order once it is back; past it they are dropped (counted). 0 turns the buffer off.
+   * Default 8388608.
+   */
+  outageBufferBytes?: number
 }
 
 export interface BusBridgeStatus {
@@ -548,6 +578,13 @@ export interface BusBridgeStatus {
   malformed: number
   /** Bytes handed to PUBLISH and not yet acknowledged by Redis (bounded by bus.maxQueuedBytes). */
   queuedBytes: number
+  /** Broadcasts waiting for Redis to come back (the outage buffer). */
+  buffered: number
+  /** Their bytes (bounded by bus.outageBufferBytes). */
+  bufferedBytes: number
+  outageBufferBytes: number
+  /** Broadcasts published from the outage buffer so far. */
+  flushed: number
 }
 
 /** Thrown by bus calls: code is one of the ERR_CLUSTERIZE_BUS_* codes. */

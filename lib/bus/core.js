@@ -66,6 +66,26 @@ class BusCore {
     /** Set by index.js when the Redis bridge runs in this process. */
     this.bridge = null
     this.warned = new Set()
+    /** bus.stallTimeoutMs: how long a receiver may read nothing before it counts as stuck (primary). */
+    this.stallTimeoutMs = 5000
+    /** @type {Array<Function>} bus.onDropped() handlers */
+    this.dropHandlers = []
+  }
+
+  /**
+   * Tell the bus.onDropped() handlers that messages of this process were
+   * dropped. A handler that throws is logged, never breaks the bus.
+   * @param {{ workerId: number, count: number, topic: string }} info
+   */
+  reportDropped (info) {
+    const handlers = this.dropHandlers.slice()
+    for (let i = 0; i < handlers.length; i++) {
+      try {
+        handlers[i](Object.assign({}, info))
+      } catch (err) {
+        this.log.error(`bus: an onDropped handler threw: ${err && err.message}`, { err })
+      }
+    }
   }
 
   // ---- listeners --------------------------------------------------------

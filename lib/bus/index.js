@@ -174,6 +174,26 @@ function createBusApi (reservedAllowed) {
     drained: function drained () {
       const transport = core.transport
       return transport !== null && typeof transport.drained === 'function' ? transport.drained() : Promise.resolve()
+    },
+
+    /**
+     * Call `handler({ workerId, count, topic })` in a worker when the primary
+     * dropped `count` of this worker's messages to worker `workerId` because
+     * that worker is stuck (it read nothing for bus.stallTimeoutMs). A live
+     * receiver never loses a message: this is the only loss, and it is reported.
+     * @param {(info: { workerId: number, count: number, topic: string }) => void} handler
+     * @returns {() => void} removes the handler
+     */
+    onDropped: function onDropped (handler) {
+      if (typeof handler !== 'function') {
+        throw new ClusterizeBusError(`bus.onDropped(handler): handler must be a function, got ${typeof handler}`, 'ERR_CLUSTERIZE_BUS_HANDLER')
+      }
+      const entry = function dropHandler (info) { handler(info) }
+      core.dropHandlers.push(entry)
+      return function removeDropHandler () {
+        const index = core.dropHandlers.indexOf(entry)
+        if (index !== -1) core.dropHandlers.splice(index, 1)
+      }
     }
   }
   return api

@@ -8,6 +8,9 @@
  * Payloads arrive already encoded by the sender and are relayed as they are:
  * one relay envelope per message, posted to every recipient's ipc.Channel,
  * which coalesces everything posted in a tick into one IPC write per worker.
+ * What is relayed stays on the sending worker's account until every
+ * recipient's channel took it (./flow.js): the sender is slowed down, the
+ * recipient loses nothing, and only a stuck recipient costs (reported) drops.
  */
 
 const debug = require('debug')('clusterize:bus')
@@ -15,6 +18,7 @@ const { BUS_OP, bus: busMessage } = require('../protocol')
 const { isTopic, deliverLater } = require('./core')
 const { queuedSize, RESERVED_PREFIX } = require('./codec')
 const { MAX_TIMER_MS } = require('../errors')
+const { createFlow } = require('./flow')
 
 
 /** Envelopes a worker may send; anything else is ignored. */
@@ -39,30 +43,98 @@ function createPrimaryTransport (core) {
   let nextGatherId = 1
   /** @type {Map<object, object>} per worker: the 'M' envelope still queued in its channel */
   const openRelays = new Map()
-  /** Messages not relayed to a worker because too much was already queued for it (bus.maxQueuedBytes). */
+  /** Messages not relayed to a worker because it was stuck or too much was already queued for it. */
   let droppedTotal = 0
   /** Workers currently losing messages (logged once per episode). */
   const dropping = new WeakSet()
+  /** @type {Map<object, object>} per sender: the CREDIT envelope still queued in its channel */
+  const openCredits = new Map()
+  /** @type {Map<object, object>} per sender: the DROPPED envelope still queued in its channel */
+  const openDrops = new Map()
+
+  const flow = createFlow({
+    stallTimeoutMs: () => core.stallTimeoutMs,
+    onCredit: credit,
+    onStuck: function stuck (record, heldBytes) {
+      dropping.add(record)
+      core.log.warn(`bus: worker ${record.id} is stuck: it has read none of the ${heldBytes} bytes queued for it for ${core.stallTimeoutMs} ms (bus.stallTimeoutMs); ` +
+        'dropping messages to it until it reads again (their senders are told)', { pid: record.pid })
+    },
+    onRecovered: function recovered (record) {
+      if (!dropping.has(record)) return
+      dropping.delete(record)
+      core.log.info(`bus: worker ${record.id} reads its messages again`, { pid: record.pid })
+    }
+  })
+
+  /** Give `origin` (a sender's record) `bytes` back: every receiver took its messages. */
+  function credit (origin, bytes) {
+    if (!records.has(origin)) return
+    const open = openCredits.get(origin)
+    if (open !== undefined && origin.channel.lastQueued() === open) {
+      open.n += bytes
+      return
+    }
+    const message = busMessage.credit(bytes)
+    openCredits.set(origin, message)
+    post(origin, message)
+  }
+
+  /** Tell the sender of `batch` that a message to `record` was dropped. */
+  function reportDrop (batch, record, topic) {
+    const origin = batch.origin
+    if (!records.has(origin)) return
+    const open = openDrops.get(origin)
+    if (open !== undefined && open.w === record.id && origin.channel.lastQueued() === open) {
+      open.n++
+      return
+    }
+    const message = busMessage.dropped(record.id, 1, topic)
+    openDrops.set(origin, message)
+    post(origin, message)
+  }
+
+  function drop (record, batch, topic, why) {
+    droppedTotal++
+    if (batch !== null) reportDrop(batch, record, topic)
+    if (!dropping.has(record)) {
+      dropping.add(record)
+      core.log.warn(`bus: dropping messages to worker ${record.id}: ${why}`, { pid: record.pid })
+    }
+  }
 
   /**
-   * Count a message towards what is queued for `record`. A worker that does
-   * not read fast enough loses messages (counted, logged once per episode)
-   * instead of making the primary hold them without bound.
+   * Admit one message for `record` and count it: on its sender's account
+   * (`batch`; the sender is slowed down by credits, see flow.js), or, for the
+   * primary's and the bridge's own messages (no sender to slow down), against
+   * bus.maxQueuedBytes per worker. A stuck worker loses the message (counted,
+   * reported to its sender).
    * @returns {boolean} false when the message must be dropped for this worker
    */
-  function reserveFor (record, topic, payload) {
-    const bytes = queuedSize(topic, payload)
-    const limit = core.codec.maxQueuedBytes
-    if (record.channel.queuedBytes + bytes > limit) {
-      droppedTotal++
-      if (!dropping.has(record)) {
-        dropping.add(record)
-        core.log.warn(`bus: worker ${record.id} is not reading its messages fast enough: over ${limit} bytes queued for it (bus.maxQueuedBytes), dropping messages to it until it catches up`, { pid: record.pid })
-      }
+  function admit (record, topic, payload, batch) {
+    if (flow.isStuck(record)) {
+      drop(record, batch, topic, `it is stuck (it read nothing for bus.stallTimeoutMs, ${core.stallTimeoutMs} ms)`)
       return false
     }
+    const bytes = queuedSize(topic, payload)
+    const limit = core.codec.maxQueuedBytes
+    // Honest senders keep a receiver under one budget each; past that a worker bypassed its own
+    // accounting (raw process.send): the primary still bounds its memory itself.
+    if (record.channel.queuedBytes + bytes > limit * (records.size + 1)) {
+      drop(record, batch, topic, `over ${limit * (records.size + 1)} bytes are queued for it (bus.maxQueuedBytes per process)`)
+      return false
+    }
+    if (batch === null) {
+      const own = flow.ownBytes(record)
+      if (own + bytes > limit) {
+        drop(record, null, topic, `over ${limit} bytes of the primary's own and bridged messages are queued for it (bus.maxQueuedBytes); it is not reading fast enough`)
+        return false
+      }
+    }
+    // The episode is over (the next drop logs again); a stuck worker's ends in onRecovered.
     if (dropping.has(record) && record.channel.queuedBytes < limit / 2) dropping.delete(record)
     record.channel.reserve(bytes)
+    flow.charge(record, batch, bytes)
     return true
   }
 
@@ -99,18 +171,19 @@ function createPrimaryTransport (core) {
    * Relay one encoded message. Consecutive relays to a worker within a tick
    * share one 'M' envelope (a flat [topic, payload, from, generation, ...]
    * array): far fewer bytes and objects to encode than one envelope each.
+   * @param {object|null} batch the worker sender's batch (flow.js), null for the primary's own
    */
-  function relay (topic, payload, from, generation, host, except) {
+  function relay (topic, payload, from, generation, host, except, batch) {
     if (host !== undefined) {
       const message = busMessage.relay(topic, payload, from, generation, host)
       for (const record of records) {
-        if (record !== except && reserveFor(record, topic, payload)) post(record, message)
+        if (record !== except && admit(record, topic, payload, null)) post(record, message)
       }
       return
     }
     for (const record of records) {
       if (record === except) continue
-      if (!reserveFor(record, topic, payload)) continue
+      if (!admit(record, topic, payload, batch)) continue
       const open = openRelays.get(record)
       if (open !== undefined && record.channel.lastQueued() === open) {
         open.m.push(topic, payload, from, generation)
@@ -147,17 +220,19 @@ function createPrimaryTransport (core) {
     gathers.set(id, state)
     const message = busMessage.handlerAsk(id, topic, payload, from, generation)
     for (const record of Array.from(state.pending)) {
-      if (reserveFor(record, topic, payload)) {
+      if (!flow.isStuck(record)) {
+        record.channel.reserve(queuedSize(topic, payload))
         post(record, message)
         continue
       }
-      // Not asked (its queue is full): an error entry now, not a silent wait until the timeout.
+      // Not asked (it reads nothing): an error entry now, not a silent wait until the timeout.
+      droppedTotal++
       state.pending.delete(record)
       state.answers.push({
         w: record.id,
         p: record.pid,
         ok: false,
-        e: { message: `worker ${record.id} (pid ${record.pid}) was not asked "${topic}": bus.maxQueuedBytes is already queued for it`, code: 'ERR_CLUSTERIZE_BUS_BACKPRESSURE' }
+        e: { message: `worker ${record.id} (pid ${record.pid}) was not asked "${topic}": it is stuck (it read none of its bus messages for bus.stallTimeoutMs)`, code: 'ERR_CLUSTERIZE_BUS_BACKPRESSURE' }
       })
     }
     if (state.pending.size === 0) {
@@ -195,8 +270,8 @@ function createPrimaryTransport (core) {
 
   // ---- messages from workers ------------------------------------------------
 
-  function fromWorkerBroadcast (record, topic, payload) {
-    relay(topic, payload, record.id, record.generation, undefined, record)
+  function fromWorkerBroadcast (record, topic, payload, batch) {
+    relay(topic, payload, record.id, record.generation, undefined, record, batch)
     core.deliver(topic, payload, localMeta(topic, record.id, record.generation))
     if (core.bridge) core.bridge.publish(topic, payload, record.id, record.generation)
   }
@@ -218,43 +293,55 @@ function createPrimaryTransport (core) {
     if (message.op === BUS_OP.BROADCASTS) {
       // Broadcasts a worker made in one tick: [topic, payload, topic, payload, ...]
       const items = message.m
-      if (!Array.isArray(items) || items.length % 2 !== 0) return
-      for (let i = 0; i < items.length; i += 2) {
-        const topic = items[i]
-        const payload = items[i + 1]
-        if (isTopic(topic) && core.acceptsPayload(payload)) fromWorkerBroadcast(record, topic, payload)
+      // Credited even when malformed: the sender counted it.
+      const batch = flow.openBatch(record, message.n)
+      if (Array.isArray(items) && items.length % 2 === 0) {
+        for (let i = 0; i < items.length; i += 2) {
+          const topic = items[i]
+          const payload = items[i + 1]
+          if (isTopic(topic) && core.acceptsPayload(payload)) fromWorkerBroadcast(record, topic, payload, batch)
+        }
       }
+      flow.closeBatch(batch)
       return
     }
     const topic = message.t
     const payload = message.d
     // A raw request carries plain data for a library handler on a reserved topic; the codec does not apply.
     const rawRequest = message.op === BUS_OP.REQUEST && message.r === 1 && typeof topic === 'string' && topic.startsWith(RESERVED_PREFIX)
-    if (!isTopic(topic) || (!rawRequest && !core.acceptsPayload(payload))) {
-      debug('ignoring malformed bus envelope (op %s) from worker %s', message.op, record.id)
+    const relayed = message.op === BUS_OP.BROADCAST || message.op === BUS_OP.SEND
+    const batch = relayed ? flow.openBatch(record, message.n) : null
+    try {
+      if (!isTopic(topic) || (!rawRequest && !core.acceptsPayload(payload))) {
+        debug('ignoring malformed bus envelope (op %s) from worker %s', message.op, record.id)
+        return
+      }
+      if (message.op === BUS_OP.BROADCAST) fromWorkerBroadcast(record, topic, payload, batch)
+      else if (message.op === BUS_OP.SEND) fromWorkerSend(record, message.to, topic, payload, batch)
+      else fromWorkerAsk(record, message, topic, payload, rawRequest)
+    } finally {
+      if (batch !== null) flow.closeBatch(batch)
+    }
+  }
+
+  function fromWorkerSend (record, to, topic, payload, batch) {
+    if (to === 'primary') {
+      core.deliver(topic, payload, localMeta(topic, record.id, record.generation))
       return
     }
+    if (typeof to !== 'number') return
+    const target = recordForSlot(to)
+    if (target === null) {
+      debug('bus.send to worker %s on %s dropped: no live worker in that slot', to, topic)
+      return
+    }
+    // On the sender's account like broadcasts: a stuck worker loses it (counted, reported).
+    if (admit(target, topic, payload, batch)) post(target, busMessage.relay(topic, payload, record.id, record.generation))
+  }
+
+  /** REQUEST and GATHER from a worker. */
+  function fromWorkerAsk (record, message, topic, payload, rawRequest) {
     switch (message.op) {
-      case BUS_OP.BROADCAST: {
-        fromWorkerBroadcast(record, topic, payload)
-        return
-      }
-      case BUS_OP.SEND: {
-        const to = message.to
-        if (to === 'primary') {
-          core.deliver(topic, payload, localMeta(topic, record.id, record.generation))
-          return
-        }
-        if (typeof to !== 'number') return
-        const target = recordForSlot(to)
-        if (target === null) {
-          debug('bus.send to worker %s on %s dropped: no live worker in that slot', to, topic)
-          return
-        }
-        // Bounded like relays: a worker that does not read loses it (counted), the primary does not hold it.
-        if (reserveFor(target, topic, payload)) post(target, busMessage.relay(topic, payload, record.id, record.generation))
-        return
-      }
       case BUS_OP.REQUEST: {
         const id = message.id
         if (typeof id !== 'number') return
@@ -292,6 +379,9 @@ function createPrimaryTransport (core) {
     removeWorker (record) {
       if (!records.delete(record)) return
       openRelays.delete(record)
+      openCredits.delete(record)
+      openDrops.delete(record)
+      flow.forget(record)
       for (const state of Array.from(gathers.values())) {
         if (!state.pending.has(record)) continue
         state.pending.delete(record)
@@ -309,7 +399,7 @@ function createPrimaryTransport (core) {
 
     /** @param {'host'|'remote'} [scope] 'host': not over Redis; 'remote': over Redis only */
     broadcast (topic, payload, self, scope) {
-      if (scope !== 'remote') relay(topic, payload, 'primary', undefined, undefined, null)
+      if (scope !== 'remote') relay(topic, payload, 'primary', undefined, undefined, null, null)
       if (core.bridge && scope !== 'host') core.bridge.publish(topic, payload, 'primary', undefined)
       if (self && scope !== 'remote') process.nextTick(deliverLater, core, topic, payload, localMeta(topic, 'primary'))
     },
@@ -320,7 +410,7 @@ function createPrimaryTransport (core) {
         return true
       }
       const target = recordForSlot(to)
-      if (target === null || !reserveFor(target, topic, payload)) return false
+      if (target === null || !admit(target, topic, payload, null)) return false
       post(target, busMessage.relay(topic, payload, 'primary'))
       return true
     },
@@ -339,11 +429,12 @@ function createPrimaryTransport (core) {
 
     /** A broadcast that came over Redis from another host. */
     fromBridge (topic, payload, from, generation, host) {
-      relay(topic, payload, from, generation, host, null)
+      relay(topic, payload, from, generation, host, null, null)
       core.deliver(topic, payload, localMeta(topic, from, generation, host))
     },
 
     close () {
+      flow.close()
       for (const state of Array.from(gathers.values())) finishGather(state)
     },
 
@@ -352,7 +443,7 @@ function createPrimaryTransport (core) {
       for (const record of records) if (isGatherTarget(record)) ready++
       let queuedBytes = 0
       for (const record of records) queuedBytes += record.channel.queuedBytes
-      return { workers: records.size, readyWorkers: ready, pendingGathers: gathers.size, queuedBytes, dropped: droppedTotal, maxQueuedBytes: core.codec.maxQueuedBytes }
+      return { workers: records.size, readyWorkers: ready, pendingGathers: gathers.size, queuedBytes, dropped: droppedTotal, stuckWorkers: flow.stuckCount(), maxQueuedBytes: core.codec.maxQueuedBytes }
     }
   }
 }

@@ -10,9 +10,12 @@
  * instance id so each host drops its own echoes, and a readable host id that
  * receivers see as `meta.host`.
  *
- * Delivery across hosts is at-most-once: while Redis is unreachable,
- * broadcasts are dropped (counted in status().dropped), never queued.
- * ioredis reconnects by itself; errors are logged, never thrown.
+ * While Redis is unreachable (or has bus.maxQueuedBytes unacknowledged),
+ * outgoing broadcasts wait in a buffer of at most bus.outageBufferBytes and
+ * are published in order once it answers again, after the subscribers seen
+ * before the outage are back (at most SUBSCRIBERS_WAIT_MS): a short outage
+ * loses nothing. Past the buffer they are dropped (counted in
+ * status().dropped). ioredis reconnects by itself; errors are logged, never thrown.
  */
 
 const os = require('os')
@@ -25,6 +28,13 @@ const { explainRedisError } = require('../redis/explain')
 
 const NEWLINE = 10
 const FRAME_VERSION = 1
+/** After an outage, how long the buffer waits for the subscribers seen before it to subscribe again. */
+const SUBSCRIBERS_WAIT_MS = 5000
+const SUBSCRIBERS_POLL_MS = 50
+/** How often the subscriber count is refreshed while Redis is healthy (on publish, never on a timer). */
+const SUBSCRIBERS_REFRESH_MS = 2000
+/** Default bus.outageBufferBytes when the caller gives none. */
+const DEFAULT_OUTAGE_BUFFER_BYTES = 8 * 1024 * 1024
 
 /**
  * @param {object} options
@@ -33,6 +43,7 @@ const FRAME_VERSION = 1
  * @param {string} options.channel Redis channel name (bus.channel)
  * @param {import('./codec').Codec} options.codec
  * @param {{ info: Function, warn: Function, error: Function }} options.log
+ * @param {number} [options.outageBufferBytes] bus.outageBufferBytes: what waits for Redis to return (0: nothing)
  * @param {string} [options.hostId] what other hosts see as meta.host
  * @param {(topic: string, payload: *, from: *, generation: *, host: string) => void} options.onMessage
  */
@@ -44,7 +55,22 @@ function createRedisBridge (options) {
   const instance = crypto.randomBytes(8).toString('hex')
   const host = options.hostId || `${os.hostname()}:${process.pid}`
   const foreignCodecs = new Map()
-  const stats = { published: 0, received: 0, dropped: 0, echoes: 0, malformed: 0 }
+  const stats = { published: 0, received: 0, dropped: 0, echoes: 0, malformed: 0, flushed: 0 }
+  const outageBufferBytes = options.outageBufferBytes === undefined ? DEFAULT_OUTAGE_BUFFER_BYTES : options.outageBufferBytes
+  /**
+   * Frames waiting for Redis, oldest first: `{ seq, frame }`. Once anything
+   * waits here, new frames queue behind it, so the other hosts see one order.
+   */
+  let buffer = []
+  let bufferedBytes = 0
+  let nextSeq = 1
+  let flushing = false
+  let bufferFullLogged = false
+  /** Subscribers of the channel when Redis was last healthy: a flush waits for them. */
+  let knownSubscribers = 0
+  let subscribersCheckedAt = 0
+  /** @type {Array<Function>} waiting for an acknowledgement (the flush, when queuedBytes is at the bound) */
+  let ackWaiters = []
   /**
    * Bytes handed to PUBLISH and not yet acknowledged. ioredis buffers commands
    * without bound while the connection is up but Redis is slow or frozen, so
@@ -79,10 +105,17 @@ function createRedisBridge (options) {
 
   /** Both connections work again (a ready event, or a message that went through on a cluster). */
   function onReady () {
-    if (closed || healthy || !pubsub.ready) return
+    if (closed || !pubsub.ready) return
+    // Also when no error marked the outage (a quick reconnect): what waits goes out now.
+    if (healthy) {
+      if (buffer.length > 0 && !flushing) flush()
+      return
+    }
     healthy = true
     log.info(`bus: Redis bridge connected on channel "${channel}" (${where}, ${pubsub.mode} pub/sub)`, { channel, host })
     if (options.onStateChange) options.onStateChange({ connected: true, channel })
+    if (buffer.length > 0) flush()
+    else refreshSubscribers(true)
   }
 
   const pubsub = createPubSub({ target, channel, sharded: options.sharded, onFrame: receive, onError, onReady })
@@ -136,19 +169,117 @@ function createRedisBridge (options) {
     return codec.encode('bridge', foreign.decode(local))
   }
 
+  /** Keep `entry` for later, in order; past bus.outageBufferBytes drop it (counted, logged once per outage). */
+  function hold (entry) {
+    const size = entry.frame.length
+    if (bufferedBytes + size > outageBufferBytes) {
+      stats.dropped++
+      if (!bufferFullLogged) {
+        bufferFullLogged = true
+        log.warn(`bus: Redis bridge (${where}) is unavailable and ${bufferedBytes} bytes already wait for it (bus.outageBufferBytes ${outageBufferBytes}): ` +
+          'further broadcasts are not sent to the other hosts until it is back (delivered on this host as usual)', { channel })
+      }
+      return
+    }
+    // Sorted by seq: a publish that failed goes back in front of what was sent after it.
+    let index = buffer.length
+    while (index > 0 && buffer[index - 1].seq > entry.seq) index--
+    buffer.splice(index, 0, entry)
+    bufferedBytes += size
+  }
+
+  /** Hand one frame to Redis; a failure puts it back in the buffer. */
+  function send (entry) {
+    const size = entry.frame.length
+    const sending = pubsub.publish(entry.frame)
+    if (sending === null) {
+      hold(entry)
+      return
+    }
+    queuedBytes += size
+    stats.published++
+    sending.then(function published () {
+      queuedBytes -= size
+      acknowledged()
+      onReady()
+    }, function publishFailed (err) {
+      queuedBytes -= size
+      stats.published--
+      lastError = `publisher: ${err.message}`
+      lastErrorAt = new Date().toISOString()
+      debug('publish failed, kept for later: %s', err.message)
+      // It may have reached Redis before the connection broke: a retry can deliver it twice, never zero times.
+      if (!closed) hold(entry)
+      acknowledged()
+    })
+  }
+
+  function acknowledged () {
+    if (ackWaiters.length === 0) return
+    const waiters = ackWaiters
+    ackWaiters = []
+    for (const resolve of waiters) resolve()
+  }
+
+  /** Learn how many subscribe now (at most every SUBSCRIBERS_REFRESH_MS unless `now`). */
+  function refreshSubscribers (now) {
+    const at = Date.now()
+    if (!now && at - subscribersCheckedAt < SUBSCRIBERS_REFRESH_MS) return
+    subscribersCheckedAt = at
+    pubsub.subscribers().then(function remember (count) {
+      if (count !== null && buffer.length === 0 && !flushing) knownSubscribers = count
+    })
+  }
+
+  /**
+   * Redis is back: once the subscribers seen before the outage have subscribed
+   * again (or SUBSCRIBERS_WAIT_MS passed), publish the buffer in order, never
+   * more than bus.maxQueuedBytes unacknowledged. Publishes made meanwhile queue
+   * behind it.
+   */
+  async function flush () {
+    if (flushing || closed) return
+    flushing = true
+    try {
+      const giveUpAt = Date.now() + SUBSCRIBERS_WAIT_MS
+      for (;;) {
+        const count = await pubsub.subscribers()
+        if (closed || count === null || count >= knownSubscribers || Date.now() >= giveUpAt) break
+        await sleep(SUBSCRIBERS_POLL_MS)
+      }
+      while (buffer.length > 0 && !closed && pubsub.ready) {
+        if (queuedBytes > 0 && queuedBytes + buffer[0].frame.length > codec.maxQueuedBytes) {
+          await new Promise((resolve) => ackWaiters.push(resolve))
+          continue
+        }
+        const entry = buffer.shift()
+        bufferedBytes -= entry.frame.length
+        stats.flushed++
+        send(entry)
+      }
+    } catch (err) {
+      debug('flushing the outage buffer failed: %s', err && err.stack)
+    } finally {
+      flushing = false
+    }
+    if (buffer.length === 0) {
+      bufferFullLogged = false
+      return
+    }
+    // Redis went away again mid-flush: the next ready (or publish) starts over; a failed send may have refilled it meanwhile.
+    if (pubsub.ready && !closed) setImmediate(flush)
+  }
+
   return {
     host,
     instance,
 
     /**
-     * Publish an already-encoded broadcast to the other hosts (fire and forget).
+     * Publish an already-encoded broadcast to the other hosts (fire and
+     * forget): now, or from the outage buffer once Redis answers again.
      */
     publish (topic, payload, from, generation) {
       if (closed) return
-      if (!pubsub.ready) {
-        stats.dropped++
-        return
-      }
       const header = { v: FRAME_VERSION, i: instance, h: host, t: topic, f: from, s: codec.name }
       if (generation !== undefined && generation !== null) header.g = generation
       if (payload === undefined) header.n = 1
@@ -156,31 +287,14 @@ function createRedisBridge (options) {
       const frame = payload === undefined
         ? head
         : Buffer.concat([head, typeof payload === 'string' ? Buffer.from(payload) : payload])
-      const size = frame.length
-      if (queuedBytes + size > codec.maxQueuedBytes) {
-        // At most once across hosts anyway: drop (counted) rather than buffer.
-        stats.dropped++
-        debug('publish dropped: %d bytes already waiting for Redis (bus.maxQueuedBytes %d)', queuedBytes, codec.maxQueuedBytes)
+      const entry = { seq: nextSeq++, frame }
+      if (buffer.length > 0 || flushing || !pubsub.ready || queuedBytes + frame.length > codec.maxQueuedBytes) {
+        hold(entry)
+        if (pubsub.ready) flush()
         return
       }
-      const sending = pubsub.publish(frame)
-      if (sending === null) {
-        stats.dropped++
-        return
-      }
-      queuedBytes += size
-      stats.published++
-      sending.then(function published () {
-        queuedBytes -= size
-        onReady()
-      }, function publishFailed (err) {
-        queuedBytes -= size
-        stats.dropped++
-        stats.published--
-        lastError = `publisher: ${err.message}`
-        lastErrorAt = new Date().toISOString()
-        debug('publish failed: %s', err.message)
-      })
+      send(entry)
+      refreshSubscribers(false)
     },
 
     /** @returns {object} for /ready and /stats */
@@ -199,7 +313,11 @@ function createRedisBridge (options) {
         received: stats.received,
         dropped: stats.dropped,
         malformed: stats.malformed,
-        queuedBytes
+        queuedBytes,
+        buffered: buffer.length,
+        bufferedBytes,
+        outageBufferBytes,
+        flushed: stats.flushed
       }
     },
 
@@ -207,9 +325,14 @@ function createRedisBridge (options) {
     close () {
       if (closed) return Promise.resolve()
       closed = true
+      acknowledged()
       return pubsub.close()
     }
   }
 }
 
-module.exports = { createRedisBridge }
+function sleep (ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref())
+}
+
+module.exports = { createRedisBridge, DEFAULT_OUTAGE_BUFFER_BYTES }

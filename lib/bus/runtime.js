@@ -60,6 +60,7 @@ class BusRuntime extends EventEmitter {
     core.codec = createCodec(this.config)
     core.log = wrapLogger(options.logger || options.log)
     core.warned.clear()
+    core.stallTimeoutMs = this.config.stallTimeoutMs
     if (options.hostId !== undefined) this.hostId = String(options.hostId)
     const role = options.role || (cluster.isWorker ? 'worker' : 'primary')
     if (role === 'primary') {
@@ -83,6 +84,7 @@ class BusRuntime extends EventEmitter {
       redis: this.config.redis,
       channel: this.config.channel,
       sharded: this.config.shardedPubSub,
+      outageBufferBytes: this.config.outageBufferBytes,
       codec: core.codec,
       log: core.log,
       hostId: this.hostId,

@@ -14,6 +14,8 @@ const { queuedSize } = require('./codec')
 
 /** How long past its own timeout a gather waits for the primary's summary. */
 const GATHER_GRACE_MS = 2000
+/** The least time between two log lines about drops towards one worker. */
+const DROP_LOG_EVERY_MS = 10000
 
 /**
  * @param {import('./core').BusCore} core
@@ -28,6 +30,20 @@ function createWorkerTransport (core, options) {
   const pending = new Map()
   let nextId = 1
   const backpressure = { refused: 0 }
+  /**
+   * Bytes of this worker's broadcasts and sends that some receiver has not
+   * taken yet: counted from the call until the primary's credit says every
+   * receiver's channel handed them to the OS (lib/bus/flow.js). This, not
+   * only the channel to the primary, is what bus.maxQueuedBytes bounds.
+   */
+  let inFlight = 0
+  /** Messages of ours the primary dropped for stuck workers (it tells us). */
+  let droppedTotal = 0
+  /** @type {Map<number, number>} when a drop towards each worker was last logged */
+  const lastDropLog = new Map()
+  /** @type {Array<Function>} drained() callers */
+  let drainWaiters = []
+  let watchingChannel = false
   /** The 'B' envelope still queued in the channel: broadcasts of one tick share it. */
   let openBroadcasts = null
 
@@ -42,17 +58,60 @@ function createWorkerTransport (core, options) {
    * bus.maxQueuedBytes, refuse it: the primary or the channel cannot keep up,
    * and queueing more would only grow memory in both processes.
    */
-  function reserve (method, topic, payload, extraBytes) {
+  function reserve (method, topic, payload, extraBytes, relayed) {
     const bytes = queuedSize(topic, payload) + (extraBytes || 0)
-    const queued = channel.queuedBytes
+    const queued = channel.queuedBytes + inFlight
     if (queued + bytes > core.codec.maxQueuedBytes) {
       backpressure.refused++
       throw new ClusterizeBusError(
-        `${method}("${topic}"): ${queued} bytes are already queued towards the primary, over bus.maxQueuedBytes (${core.codec.maxQueuedBytes}): ` +
-        'the primary or the IPC channel cannot keep up. Nothing was sent: `await bus.drained()` and send it again, or raise bus.maxQueuedBytes.',
+        `${method}("${topic}"): ${queued} bytes are already queued towards the primary and the workers it relays to, over bus.maxQueuedBytes (${core.codec.maxQueuedBytes}): ` +
+        'the primary, a receiving worker or the IPC channel cannot keep up. Nothing was sent: `await bus.drained()` and send it again, or raise bus.maxQueuedBytes.',
         'ERR_CLUSTERIZE_BUS_BACKPRESSURE', { topic, queuedBytes: queued, limit: core.codec.maxQueuedBytes })
     }
-    channel.reserve(bytes)
+    // Relayed bytes stay counted until credited, which is after the channel wrote them: not twice.
+    if (relayed) inFlight += bytes
+    else channel.reserve(bytes)
+    return bytes
+  }
+
+  function drainedBelow () {
+    return Math.floor(core.codec.maxQueuedBytes / 2)
+  }
+
+  /** Resolve the drained() callers once there is room (or nothing will ever be written). */
+  function checkDrained () {
+    if (drainWaiters.length === 0) return
+    const below = drainedBelow()
+    if (!channel.connected || channel.queuedBytes + inFlight <= below) {
+      const waiters = drainWaiters
+      drainWaiters = []
+      for (const resolve of waiters) resolve()
+      return
+    }
+    // Credits wake us for inFlight; the channel's own queue wakes us here.
+    if (!watchingChannel && channel.queuedBytes > 0) {
+      watchingChannel = true
+      channel.drained(Math.max(0, below - inFlight)).then(function channelDrained () {
+        watchingChannel = false
+        checkDrained()
+      })
+    }
+  }
+
+  function creditOf (bytes) {
+    inFlight = bytes >= inFlight ? 0 : inFlight - bytes
+    checkDrained()
+  }
+
+  function droppedFor (workerId, count, topic) {
+    droppedTotal += count
+    const now = Date.now()
+    // One line per stuck episode, not one per message: at most one per worker per DROP_LOG_EVERY_MS.
+    if (!(now - (lastDropLog.get(workerId) || 0) < DROP_LOG_EVERY_MS)) {
+      lastDropLog.set(workerId, now)
+      core.log.warn(`bus: the primary dropped ${count} of this worker's messages (topic "${topic}") to worker ${workerId}: that worker is stuck (it read nothing for bus.stallTimeoutMs)`, { workerId, topic })
+    }
+    core.reportDropped({ workerId, count, topic })
   }
 
   function track (kind, topic, timeoutMs, onTimeout) {
@@ -78,6 +137,7 @@ function createWorkerTransport (core, options) {
   }
 
   function failAll (reason) {
+    checkDrained()
     for (const [id, entry] of Array.from(pending)) {
       pending.delete(id)
       clearTimeout(entry.timer)
@@ -140,6 +200,14 @@ function createWorkerTransport (core, options) {
         entry.resolve(core.gatherResult(entry.topic, Array.isArray(message.r) ? message.r : [], Array.isArray(message.m) ? message.m : []))
         return
       }
+      case BUS_OP.CREDIT: {
+        if (typeof message.n === 'number' && message.n > 0) creditOf(message.n)
+        return
+      }
+      case BUS_OP.DROPPED: {
+        if (typeof message.w === 'number' && typeof message.n === 'number' && message.n > 0 && isTopic(message.t)) droppedFor(message.w, message.n, message.t)
+        return
+      }
       case BUS_OP.HANDLER_ASK: {
         const id = message.id
         if (typeof id !== 'number' || !isTopic(message.t) || !core.acceptsPayload(message.d)) return
@@ -167,19 +235,20 @@ function createWorkerTransport (core, options) {
     },
 
     broadcast (topic, payload, self) {
-      reserve('bus.broadcast', topic, payload)
+      const bytes = reserve('bus.broadcast', topic, payload, 0, true)
       if (openBroadcasts !== null && channel.lastQueued() === openBroadcasts) {
         openBroadcasts.m.push(topic, payload)
+        openBroadcasts.n += bytes
       } else {
-        openBroadcasts = busMessage.broadcasts([topic, payload])
+        openBroadcasts = busMessage.broadcasts([topic, payload], bytes)
         post(openBroadcasts)
       }
       if (self) process.nextTick(deliverLater, core, topic, payload, selfMeta(topic))
     },
 
     send (to, topic, payload) {
-      reserve('bus.send', topic, payload)
-      post(busMessage.send(to, topic, payload))
+      const bytes = reserve('bus.send', topic, payload, 0, to !== 'primary')
+      post(busMessage.send(to, topic, payload, to === 'primary' ? undefined : bytes))
       return true
     },
 
@@ -211,13 +280,19 @@ function createWorkerTransport (core, options) {
       failAll('the bus was closed')
     },
 
-    /** Resolves once the queue towards the primary is back under half of bus.maxQueuedBytes. */
+    /**
+     * Resolves once what this worker has queued towards the primary and not
+     * yet taken by every receiver is back under half of bus.maxQueuedBytes.
+     */
     drained () {
-      return channel.drained(Math.floor(core.codec.maxQueuedBytes / 2))
+      return new Promise(function waitForRoom (resolve) {
+        drainWaiters.push(resolve)
+        checkDrained()
+      })
     },
 
     status () {
-      return { id: selfId, generation: selfGeneration, pending: pending.size, connected: channel.connected, queuedBytes: channel.queuedBytes, refused: backpressure.refused }
+      return { id: selfId, generation: selfGeneration, pending: pending.size, connected: channel.connected, queuedBytes: channel.queuedBytes + inFlight, inFlightBytes: inFlight, refused: backpressure.refused, dropped: droppedTotal }
     }
   }
 }

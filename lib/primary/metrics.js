@@ -98,11 +98,36 @@ function createMetrics (supervisor, busStatus) {
     })
     new client.Counter({
       name: 'clusterize_bus_dropped_total',
-      help: 'Bus messages dropped for workers that did not read them fast enough (bus.maxQueuedBytes)',
+      help: 'Bus messages dropped for stuck workers (bus.stallTimeoutMs) or past the primary\'s own bound (bus.maxQueuedBytes)',
       registers: [registry],
       collect () {
         this.reset()
         this.inc(busStatus().dropped || 0)
+      }
+    })
+    new client.Gauge({
+      name: 'clusterize_bus_stuck_workers',
+      help: 'Workers that read none of their bus messages for bus.stallTimeoutMs (messages to them are dropped)',
+      registers: [registry],
+      collect () { this.set(busStatus().stuckWorkers || 0) }
+    })
+    new client.Gauge({
+      name: 'clusterize_bus_bridge_buffered_bytes',
+      help: 'Broadcast bytes waiting for Redis to come back (bus.outageBufferBytes)',
+      registers: [registry],
+      collect () {
+        const bridge = busStatus().bridge
+        this.set((bridge && bridge.bufferedBytes) || 0)
+      }
+    })
+    new client.Counter({
+      name: 'clusterize_bus_bridge_dropped_total',
+      help: 'Broadcasts not sent to the other hosts: past bus.outageBufferBytes while Redis was away, or refused as malformed/oversized on receipt',
+      registers: [registry],
+      collect () {
+        this.reset()
+        const bridge = busStatus().bridge
+        this.inc((bridge && bridge.dropped) || 0)
       }
     })
     new client.Gauge({

@@ -98,6 +98,24 @@ function createPubSub (options) {
       return mode === 'sharded' ? pub.spublish(channel, frame) : pub.publish(channel, frame)
     },
 
+    /**
+     * How many connections subscribe to the channel now, as Redis counts them
+     * (PUBSUB NUMSUB); null on a Redis Cluster (a command without a key goes
+     * to any node, which counts only its own subscribers) or when it cannot
+     * be asked now.
+     * @returns {Promise<number|null>}
+     */
+    subscribers () {
+      if (closed || cluster || pub.status !== 'ready') return Promise.resolve(null)
+      const asking = pub.call('PUBSUB', 'NUMSUB', channel)
+      return asking.then(function count (reply) {
+        return Array.isArray(reply) && reply.length >= 2 ? Number(reply[1]) : null
+      }, function cannotTell (err) {
+        debug('PUBSUB NUMSUB on %s failed: %s', channel, err.message)
+        return null
+      })
+    },
+
     /** Close our connections (a client passed in by the user is left open). */
     close () {
       if (closed) return Promise.resolve()

@@ -36,6 +36,11 @@ handle.shutdown().then((result) => console.log(result.code))
 bus.on('cache:invalidate', (data, meta) => console.log(data, meta.from))
 bus.broadcast('cache:invalidate', { key: 'user:1' })
 bus.drained().then(() => bus.broadcast('cache:invalidate', { key: 'user:2' }))
+const stopWatchingDrops: () => void = bus.onDropped((info) => console.log(info.workerId, info.count, info.topic))
+stopWatchingDrops()
+clusterize(createApp, { bus: { stallTimeoutMs: 2000, outageBufferBytes: 1024 * 1024 } })
+// @ts-expect-error stallTimeoutMs is a number of milliseconds
+clusterize(createApp, { bus: { stallTimeoutMs: '5s' } })
 
 const pool = offload.pool({ threads: 1 })
 pool.run((x: number) => x + 1, 1).then((n) => n.toFixed())
