@@ -128,7 +128,11 @@ test('the page in headless Chromium: a row per worker, charts drawn, a reload an
   }, victim.pid, { timeout: 15000 })
 
   // The screenshots show every slot running again, and (when they are for the docs) a minute of steady traffic.
-  if (process.env.UPDATE_SCREENSHOTS) await traffic(cluster, page, 60000)
+  const load = process.env.UPDATE_SCREENSHOTS ? traffic(cluster, page) : null
+  if (load) {
+    t.after(load.stop)
+    await load.spanned(60000)
+  }
   await page.waitForFunction(() => Array.from(document.querySelectorAll('#workers tr')).every((tr) => tr.children[3].textContent === 'ready' && tr.children[6].textContent !== '-'), null, { timeout: 15000 })
 
   const dir = process.env.UPDATE_SCREENSHOTS ? DOCS_IMAGES : fs.mkdtempSync(path.join(os.tmpdir(), 'cz-dashboard-'))
@@ -173,17 +177,27 @@ test('the page in headless Chromium: a row per worker, charts drawn, a reload an
   await page.evaluate(() => { const box = document.querySelector('table').parentElement; box.scrollLeft = box.scrollWidth })
   view = await layout(page)
   assert.deepStrictEqual(view.cutHeaders.filter((h) => h.index > 0 && h.index >= view.headerCount - 3), [], '390 px: scrolled to its end, the last columns are whole')
+  if (load) await load.stop()
   assert.deepStrictEqual(errors, [])
   await cluster.stop()
 })
 
-/** Requests at a modest pace until the page's charts span `spanMs` (for the docs' screenshots only). */
-async function traffic (cluster, page, spanMs) {
-  const labels = () => page.evaluate(() => Array.from(document.querySelectorAll('#chart-rps .x-axis text'), (el) => el.textContent))
-  const target = '-' + spanMs / 60000 + ' min'
-  for (let i = 0; i < 100000 && !(await labels()).includes(target); i++) {
-    await Promise.all([cluster.get('/'), cluster.get('/'), cluster.get('/')])
-    await new Promise((resolve) => setTimeout(resolve, 20 + 30 * Math.abs(Math.sin(i / 40))))
+/**
+ * Requests at a modest pace, for the docs' screenshots only, until stop();
+ * `spanned(ms)` resolves once the page's charts cover that much time.
+ */
+function traffic (cluster, page) {
+  let running = true
+  const done = (async () => {
+    for (let i = 0; running && i < 100000; i++) {
+      await Promise.all([cluster.get('/'), cluster.get('/'), cluster.get('/')]).catch(() => {})
+      await new Promise((resolve) => setTimeout(resolve, 20 + 30 * Math.abs(Math.sin(i / 40))))
+    }
+  })()
+  return {
+    spanned: (ms) => page.waitForFunction((label) => Array.from(document.querySelectorAll('#chart-rps .x-axis text'), (el) => el.textContent).includes(label),
+      '-' + ms / 60000 + ' min', { timeout: ms + 60000 }),
+    stop: () => { running = false; return done }
   }
 }
 
