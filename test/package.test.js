@@ -25,7 +25,7 @@ const SHIPPED = /^(package\.json|README\.md|CHANGELOG\.md|LICENSE|socket\.io\.js
  * Linked from README/docs but not shipped: they stay in the repository
  * (npmjs.com resolves such links against package.json's `repository`).
  */
-const REPOSITORY_ONLY = /^(examples|bench|docs\/images)(\/|$)/
+const REPOSITORY_ONLY = /^((examples|bench|docs\/images)(\/|$)|RELEASING\.md$)/
 /** The tarball as downloaded; the screenshots alone would double it. */
 const PACKED_BUDGET = 400 * 1024
 
