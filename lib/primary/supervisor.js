@@ -11,7 +11,8 @@ const EventEmitter = require('events')
 const debug = require('debug')('clusterize:supervisor')
 const ipc = require('../ipc')
 const protocol = require('../protocol')
-const { backoffDelay, CrashWindow } = require('./backoff')
+const { backoffDelay } = require('./backoff')
+const { Breaker } = require('./breaker')
 const { WorkerRecord, STATES, isFailureReason } = require('./worker-record')
 const { Spares } = require('./spares')
 const { waitReady, survives, howExited } = require('./readiness')
@@ -36,8 +37,7 @@ class Supervisor extends EventEmitter {
     this.failures = new Array(config.workers).fill(0)
     this.restarts = new Array(config.workers).fill(0)
     this.respawnTimers = new Set()
-    /** Failures counted per generation, so a broken deploy cannot use up the budget of the code that serves. */
-    this.crashWindows = new Map()
+    this.breaker = new Breaker(config.restart)
     /** Predecessors kept alive while their successor bakes (slot -> record). */
     this.held = new Map()
     /** The generation that serves: the last one a reload completed. */
@@ -205,20 +205,12 @@ class Supervisor extends EventEmitter {
     this.emit('record:gone', record)
   }
 
-  /** Count a failure against the generation of the code the worker ran; trip its breaker once. */
+  /** Count a failure against its slot's backoff and its generation's breaker. */
   countFailure (record) {
     if (record.everReady && Date.now() - record.readyAt > STABLE_AFTER_MS) this.failures[record.id] = 0
     this.failures[record.id]++
-    let window = this.crashWindows.get(record.generation)
-    if (!window) {
-      window = new CrashWindow(this.config.restart)
-      this.crashWindows.set(record.generation, window)
-    }
-    if (window.tripped) return
-    if (window.record()) {
-      window.tripped = true
-      this.tripBreaker(record)
-    }
+    const trip = this.breaker.recordFailure(record.generation)
+    if (trip) this.onCrashLoop(record, trip)
   }
 
   /** No worker runs and none is coming: nothing will ever serve again. */
@@ -238,22 +230,22 @@ class Supervisor extends EventEmitter {
     this.respawnTimers.add(timer)
   }
 
-  tripBreaker (record) {
-    const { maxCrashes, crashWindowMs } = this.config.restart
+  /** A generation tripped the breaker: once it is the code on disk, nothing is respawned. */
+  onCrashLoop (record, trip) {
     // Every fork runs the newest code, so once its breaker trips nothing is respawned.
-    if (record.generation === this.codeGeneration) {
+    if (trip.generation === this.codeGeneration) {
       this.crashLooping = true
       this.clearRespawns()
     }
     const info = {
       reason: record.exitReason(),
-      generation: record.generation,
-      crashes: this.crashWindows.get(record.generation).count,
-      windowMs: crashWindowMs,
+      generation: trip.generation,
+      crashes: trip.crashes,
+      windowMs: trip.windowMs,
       lastError: this.lastFailure,
       workersLeft: this.readyRecords().length
     }
-    this.log.error(`crash loop: ${maxCrashes} failures of generation ${record.generation} within ${crashWindowMs} ms, not restarting any more workers; last failure: ${this.lastFailure}`, { workersLeft: info.workersLeft })
+    this.log.error(`crash loop: ${trip.maxCrashes} failures of generation ${trip.generation} within ${trip.windowMs} ms, not restarting any more workers; last failure: ${this.lastFailure}`, { workersLeft: info.workersLeft })
     this.emit('crashloop', info)
   }
 
