@@ -14,6 +14,7 @@ const path = require('path')
 const protocol = require('../lib/protocol')
 const { resolveConfig } = require('../lib/config')
 const { Supervisor } = require('../lib/primary/supervisor')
+const { waitReady, survives } = require('../lib/primary/readiness')
 const { createReloader } = require('../lib/primary/reload')
 const { createDispatcher } = require('../lib/primary/dispatcher')
 const { eventually } = require('./helpers/wait')
@@ -40,7 +41,7 @@ function collectingLog () {
 function startSupervisor (options) {
   const config = resolveConfig(Object.assign({ port: 0, banner: false, logger: false }, options))
   const log = collectingLog()
-  const runtime = { listenMode: 'handoff', port: 0, route: null }
+  const runtime = { listenMode: 'handoff', port: 0, route: null, fork: (env) => cluster.fork(env) }
   const supervisor = new Supervisor(config, log, runtime)
   runtime.route = protocol.createRouter({
     [protocol.KIND.READY]: (record, message) => supervisor.onReady(record, message),
@@ -78,7 +79,7 @@ test('the breaker counts per generation and fires once', async () => {
   process.env.CZ_BEHAVIOUR_2 = 'boot-fail'
   for (let i = 0; i < 3; i++) {
     const canary = supervisor.spawn(0, 2)
-    await assert.rejects(supervisor.waitReady(canary, 5000), /boot-fail in generation 2/)
+    await assert.rejects(waitReady(supervisor, canary, 5000), /boot-fail in generation 2/)
   }
   assert.strictEqual(loops.length, 1, 'three failures, one event')
   assert.strictEqual(loops[0].generation, 2)
@@ -93,10 +94,10 @@ test('a held predecessor serves again when its successor fails; nothing is respa
   const predecessor = supervisor.slots[0]
   process.env.CZ_BEHAVIOUR_2 = 'crash-after:300'
   const successor = supervisor.spawn(0, 2)
-  await supervisor.waitReady(successor, 5000)
+  await waitReady(supervisor, successor, 5000)
   supervisor.promote(successor, true)
   assert.strictEqual(supervisor.slots[0], successor)
-  const failure = await supervisor.survives(successor, 10000)
+  const failure = await survives(supervisor, successor, 10000)
   assert.match(failure, /worker 0 \(generation 2\) exited with code 1 \d+ ms after it was ready/)
   assert.strictEqual(supervisor.slots[0], predecessor)
   assert.strictEqual(supervisor.respawnTimers.size, 0)

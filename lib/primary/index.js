@@ -49,7 +49,7 @@ function startPrimary (createApp, config) {
   const { mode, listenMode } = resolveScheduling(config, log)
   const state = { mode, listenMode, port: config.port, probesPort: undefined, shuttingDown: false, reloads: 0, readySettled: false }
   const parts = { dispatcher: null, probes: null, health: null }
-  const runtime = { listenMode, port: config.port, route: null }
+  const runtime = { listenMode, port: config.port, route: null, fork: (env) => cluster.fork(env) }
   const supervisor = new Supervisor(config, log, runtime)
   const metrics = createMetrics(supervisor, () => busRuntime.status())
   const reloader = createReloader(config, supervisor, log)

@@ -22,6 +22,7 @@
 
 const debug = require('debug')('clusterize:reload')
 const { watchRollout } = require('./rollout-watch')
+const { waitReady } = require('./readiness')
 
 /**
  * @param {object} config resolved configuration
@@ -43,7 +44,7 @@ function createReloader (config, supervisor, log) {
   async function startSuccessor (slot, generation) {
     const successor = supervisor.spawn(slot, generation) // throws once shutdown started
     try {
-      await supervisor.waitReady(successor, readyTimeoutMs)
+      await waitReady(supervisor, successor, readyTimeoutMs)
     } catch (err) {
       supervisor.kill(successor, 'reload-failed')
       throw err

@@ -6,7 +6,6 @@
  * Slot ids are reused by replacements so `CLUSTERIZE_WORKER_ID` is stable.
  */
 
-const cluster = require('cluster')
 const EventEmitter = require('events')
 const debug = require('debug')('clusterize:supervisor')
 const ipc = require('../ipc')
@@ -15,7 +14,7 @@ const { backoffDelay } = require('./backoff')
 const { Breaker } = require('./breaker')
 const { WorkerRecord, STATES, isFailureReason } = require('./worker-record')
 const { Spares } = require('./spares')
-const { waitReady, survives, howExited } = require('./readiness')
+const { howExited } = require('./readiness')
 
 /** A worker that stays ready this long is considered healthy again. */
 const STABLE_AFTER_MS = 30000
@@ -24,11 +23,13 @@ class Supervisor extends EventEmitter {
   /**
    * @param {object} config resolved configuration
    * @param {object} log internal logger
-   * @param {{ listenMode: string, port: number, route: (record: WorkerRecord, message: object, handle?: *) => void }} runtime
-   *   `route` receives every envelope a worker sends (the primary's routing table)
+   * @param {{ listenMode: string, port: number, route: (record: WorkerRecord, message: object, handle?: *) => void, fork: (env: object) => import('cluster').Worker }} runtime
+   *   `route` receives every envelope a worker sends (the primary's routing table); `fork`
+   *   starts a worker process (cluster.fork in the primary; the unit tests pass a fake)
    */
   constructor (config, log, runtime) {
     super()
+    if (typeof runtime.fork !== 'function') throw new TypeError('Supervisor: runtime.fork must be a function')
     this.config = config
     this.log = log
     this.runtime = runtime
@@ -105,7 +106,7 @@ class Supervisor extends EventEmitter {
       this.codeGeneration = generation
       this.crashLooping = false
     }
-    const worker = cluster.fork({
+    const worker = this.runtime.fork({
       CLUSTERIZE_WORKER_ID: String(slot),
       CLUSTERIZE_GENERATION: String(generation),
       CLUSTERIZE_WORKERS: String(this.slots.length),
@@ -273,16 +274,6 @@ class Supervisor extends EventEmitter {
     const predecessor = this.held.get(slot)
     this.held.delete(slot)
     return predecessor
-  }
-
-  /** @see waitReady in ./readiness.js */
-  waitReady (record, timeoutMs) {
-    return waitReady(this, record, timeoutMs)
-  }
-
-  /** @see survives in ./readiness.js */
-  survives (record, ms) {
-    return survives(this, record, ms)
   }
 
   /**
