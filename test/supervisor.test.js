@@ -15,7 +15,7 @@ const protocol = require('../lib/protocol')
 const { resolveConfig } = require('../lib/config')
 const { Supervisor } = require('../lib/primary/supervisor')
 const { waitReady, survives } = require('../lib/primary/readiness')
-const { createReloader } = require('../lib/primary/reload')
+const { createReloader, holdPredecessors } = require('../lib/primary/reload')
 const { createDispatcher } = require('../lib/primary/dispatcher')
 const { eventually } = require('./helpers/wait')
 
@@ -88,14 +88,15 @@ test('the breaker counts per generation and fires once', async () => {
 })
 
 test('a held predecessor serves again when its successor fails; nothing is respawned', async () => {
-  const { supervisor } = startSupervisor({ workers: 1, restart: { backoffInitialMs: 10 } })
+  const { supervisor, log } = startSupervisor({ workers: 1, restart: { backoffInitialMs: 10 } })
+  const holds = holdPredecessors(supervisor, log)
   supervisor.start()
   await allReady(supervisor, 1)
   const predecessor = supervisor.slots[0]
   process.env.CZ_BEHAVIOUR_2 = 'crash-after:300'
   const successor = supervisor.spawn(0, 2)
   await waitReady(supervisor, successor, 5000)
-  supervisor.promote(successor, true)
+  holds.promote(successor, true)
   assert.strictEqual(supervisor.slots[0], successor)
   const failure = await survives(supervisor, successor, 10000)
   assert.match(failure, /worker 0 \(generation 2\) exited with code 1 \d+ ms after it was ready/)
