@@ -13,8 +13,7 @@ const { test } = require('node:test')
 const assert = require('node:assert')
 const EventEmitter = require('events')
 const protocol = require('../lib/protocol')
-const { resolveConfig } = require('../lib/config')
-const { Supervisor } = require('../lib/primary/supervisor')
+const { createSupervisor } = require('./helpers/supervisor')
 const { holdPredecessors } = require('../lib/primary/reload')
 
 /** Let exits (emitted on the next tick, as cluster does) and their promise callbacks run. */
@@ -72,25 +71,9 @@ function fakeFork () {
   return { fork, children }
 }
 
-function collectingLog () {
-  const lines = []
-  const write = (level) => (msg) => lines.push(`${level} ${msg}`)
-  return { lines, debug () {}, info: write('info'), warn: write('warn'), error: write('error') }
-}
-
 function startSupervisor (options) {
-  const config = resolveConfig(Object.assign({ port: 0, banner: false, logger: false }, options))
-  const log = collectingLog()
   const { fork, children } = fakeFork()
-  const runtime = { listenMode: 'handoff', port: 0, route: null, fork }
-  const supervisor = new Supervisor(config, log, runtime)
-  runtime.route = protocol.createRouter({
-    [protocol.KIND.READY]: (record, message) => supervisor.onReady(record, message),
-    [protocol.KIND.HEARTBEAT]: (record, message) => supervisor.onHeartbeat(record, message),
-    [protocol.KIND.BOOT_ERROR]: (record, message) => supervisor.onBootError(record, message),
-    [protocol.KIND.DRAINED]: (record, message) => supervisor.onDrained(record, message)
-  }, () => {})
-  return { supervisor, children, log, config }
+  return Object.assign(createSupervisor(options, fork), { children })
 }
 
 /** The child behind the worker serving `slot`. */

@@ -11,9 +11,7 @@ const assert = require('node:assert')
 const cluster = require('cluster')
 const http = require('http')
 const path = require('path')
-const protocol = require('../lib/protocol')
-const { resolveConfig } = require('../lib/config')
-const { Supervisor } = require('../lib/primary/supervisor')
+const { createSupervisor } = require('./helpers/supervisor')
 const { waitReady, survives } = require('../lib/primary/readiness')
 const { createReloader, holdPredecessors } = require('../lib/primary/reload')
 const { createDispatcher } = require('../lib/primary/dispatcher')
@@ -32,25 +30,10 @@ afterEach(async () => {
   for (const key of Object.keys(process.env)) if (key.startsWith('CZ_BEHAVIOUR')) delete process.env[key]
 })
 
-function collectingLog () {
-  const lines = []
-  const write = (level) => (msg) => lines.push(`${level} ${msg}`)
-  return { lines, debug () {}, info: write('info'), warn: write('warn'), error: write('error') }
-}
-
 function startSupervisor (options) {
-  const config = resolveConfig(Object.assign({ port: 0, banner: false, logger: false }, options))
-  const log = collectingLog()
-  const runtime = { listenMode: 'handoff', port: 0, route: null, fork: (env) => cluster.fork(env) }
-  const supervisor = new Supervisor(config, log, runtime)
-  runtime.route = protocol.createRouter({
-    [protocol.KIND.READY]: (record, message) => supervisor.onReady(record, message),
-    [protocol.KIND.HEARTBEAT]: (record, message) => supervisor.onHeartbeat(record, message),
-    [protocol.KIND.BOOT_ERROR]: (record, message) => supervisor.onBootError(record, message),
-    [protocol.KIND.DRAINED]: (record, message) => supervisor.onDrained(record, message)
-  }, () => {})
-  current = supervisor
-  return { supervisor, config, log }
+  const started = createSupervisor(options, (env) => cluster.fork(env))
+  current = started.supervisor
+  return started
 }
 
 const allReady = (supervisor, n) => eventually(() => supervisor.readyRecords().length === n && supervisor.readyRecords().every((r) => r.heartbeatAt > 0))
