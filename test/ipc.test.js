@@ -31,10 +31,17 @@ const { BusCore } = require('../lib/bus/core')
 const { createCodec } = require('../lib/bus/codec')
 const { createWorkerTransport } = require('../lib/bus/worker')
 const { createPrimaryTransport } = require('../lib/bus/primary')
+const { WorkerRecord } = require('../lib/primary/worker-record')
 
 function instrumentedPeer () {
   const writes = []
   return { writes, connected: true, send (message, callback) { writes.push(message); process.nextTick(callback, null); return true } }
+}
+/** A ready worker record (as the primary's bus gets them) whose worker is an instrumented peer. */
+function readyRecord (id) {
+  const record = new WorkerRecord(id, Object.assign(instrumentedPeer(), { process: { pid: 100 + id } }), 1, 0)
+  record.markReady(null)
+  return record
 }
 const newCore = () => Object.assign(new BusCore(), { codec: createCodec({}) })
 const overTheWire = (message) => JSON.parse(JSON.stringify(message))
@@ -142,7 +149,7 @@ test('a lone broadcast is written in the same tick at every hop: the sender to t
   assert.strictEqual(toPrimary.writes.length, 1, 'the sender wrote it before broadcast() returned')
 
   const primary = createPrimaryTransport(newCore())
-  const records = [0, 1, 2].map((id) => ({ id, pid: 100 + id, generation: 1, state: 'ready', channel: new ipc.Channel(instrumentedPeer()) }))
+  const records = [0, 1, 2].map(readyRecord)
   for (const record of records) primary.addWorker(record)
   primary.onWorkerMessage(records[0], overTheWire(toPrimary.writes[0]))
   assert.strictEqual(records[0].channel.peer.writes.length, 0, 'not relayed back to its sender')
@@ -177,7 +184,7 @@ test("library requests (the cluster session store's) made in one loop turn share
   const primaryCore = newCore()
   primaryCore.setHandler('$cz:test-store', (data) => ({ got: data.i }))
   const primary = createPrimaryTransport(primaryCore)
-  const record = { id: 0, pid: 100, generation: 1, state: 'ready', channel: new ipc.Channel(instrumentedPeer()) }
+  const record = readyRecord(0)
   primary.addWorker(record)
   for (const request of requests) primary.onWorkerMessage(record, overTheWire(request))
   await eventually(() => record.channel.peer.writes.length > 0)

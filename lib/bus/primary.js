@@ -24,19 +24,11 @@ const { createFlow } = require('./flow')
 /** Envelopes a worker may send; anything else is ignored. */
 const FROM_WORKER = new Set([BUS_OP.BROADCAST, BUS_OP.BROADCASTS, BUS_OP.SEND, BUS_OP.REQUEST, BUS_OP.GATHER, BUS_OP.HANDLER_REPLY])
 
-function isLive (record) {
-  return record.state !== 'stopping' && record.state !== 'exited'
-}
-
-function isGatherTarget (record) {
-  return record.state === undefined || record.state === 'ready'
-}
-
 /**
  * @param {import('./core').BusCore} core
  */
 function createPrimaryTransport (core) {
-  /** @type {Set<object>} worker records, as given by busAddWorker */
+  /** @type {Set<import('../primary/worker-record').WorkerRecord>} as given by busAddWorker */
   const records = new Set()
   /** @type {Map<number, object>} gathers in flight, by primary-side id */
   const gathers = new Map()
@@ -155,13 +147,13 @@ function createPrimaryTransport (core) {
   function recordForSlot (workerId) {
     let best = null
     for (const record of records) {
-      if (record.id !== workerId || !isLive(record)) continue
+      if (record.id !== workerId || !record.isLive()) continue
       if (best === null) {
         best = record
         continue
       }
-      const bestReady = isGatherTarget(best)
-      const ready = isGatherTarget(record)
+      const bestReady = best.isReady()
+      const ready = record.isReady()
       if ((ready && !bestReady) || (ready === bestReady && (record.generation || 0) > (best.generation || 0))) best = record
     }
     return best
@@ -211,7 +203,7 @@ function createPrimaryTransport (core) {
     const id = nextGatherId++
     const state = { id, topic, pending: new Set(), answers: [], timer: null, settle }
     for (const record of records) {
-      if (isGatherTarget(record)) state.pending.add(record)
+      if (record.isReady()) state.pending.add(record)
     }
     if (state.pending.size === 0) {
       settle([], [])
@@ -373,6 +365,9 @@ function createPrimaryTransport (core) {
       if (!record || !record.channel || typeof record.channel.post !== 'function') {
         throw new TypeError('busAddWorker(record): record.channel must be an ipc.Channel')
       }
+      if (typeof record.isReady !== 'function' || typeof record.isLive !== 'function') {
+        throw new TypeError('busAddWorker(record): record must be a WorkerRecord')
+      }
       records.add(record)
     },
 
@@ -440,7 +435,7 @@ function createPrimaryTransport (core) {
 
     status () {
       let ready = 0
-      for (const record of records) if (isGatherTarget(record)) ready++
+      for (const record of records) if (record.isReady()) ready++
       let queuedBytes = 0
       for (const record of records) queuedBytes += record.channel.queuedBytes
       return { workers: records.size, readyWorkers: ready, pendingGathers: gathers.size, queuedBytes, dropped: droppedTotal, stuckWorkers: flow.stuckCount(), maxQueuedBytes: core.codec.maxQueuedBytes }

@@ -49,7 +49,7 @@ function startPrimary (createApp, config) {
   const { mode, listenMode } = resolveScheduling(config, log)
   const state = { mode, listenMode, port: config.port, probesPort: undefined, shuttingDown: false, reloads: 0, readySettled: false }
   const parts = { dispatcher: null, probes: null, health: null }
-  const runtime = { listenMode, port: config.port, route: null }
+  const runtime = { listenMode, port: config.port, route: null, fork: (env) => cluster.fork(env) }
   const supervisor = new Supervisor(config, log, runtime)
   const metrics = createMetrics(supervisor, () => busRuntime.status())
   const reloader = createReloader(config, supervisor, log)
@@ -128,7 +128,7 @@ function startPrimary (createApp, config) {
     await allWorkersReady()
     state.readySettled = true
     if (config.banner && config.logger === undefined) {
-      log.info(require('./banner').formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, redis: config.bus.redis }).trimEnd())
+      log.info(require('../cli/banner').formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, redis: config.bus.redis }).trimEnd())
     }
     return { port: state.port, probesPort: state.probesPort, workers: supervisor.readyRecords().map((record) => record.publicView()) }
   }

@@ -26,7 +26,7 @@
 
 const debug = require('debug')('clusterize:socket.io')
 const { internalBus } = require('../bus')
-const { onConnectionsClosed } = require('../worker/drain-hooks')
+const { onConnectionsClosed } = require('../lifecycle')
 const { QUEUE_TOPIC, STATE_TOPIC } = require('./recovery-service')
 const { DEFAULTS, shouldInclude, compareIds } = require('./recovery-log')
 const { createDeliveryOrder } = require('./recovery-order')
