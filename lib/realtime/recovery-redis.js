@@ -20,7 +20,8 @@
 
 const debug = require('debug')('clusterize:socket.io')
 const { createRedisStream } = require('./recovery-redis-stream')
-const { replayable, shouldInclude, isStreamId, compareIds } = require('./recovery-log')
+const { replayable, shouldInclude, isStreamId, compareIds, PACKET_ARGUMENTS } = require('./recovery-log')
+const { binariesUnder } = require('./binary')
 
 class RedisLog {
   /**
@@ -97,7 +98,9 @@ class RedisLog {
     const stream = this.stream
     let appended
     try {
-      appended = stream.append(state.name, { m: data.m, i: data.i }, state.maxPackets)
+      // The binaries (`b`, ./binary.js) with it: every host delivers and replays them.
+      const entry = data.b === undefined ? { m: data.m, i: data.i } : { m: data.m, i: data.i, b: data.b }
+      appended = stream.append(state.name, entry, state.maxPackets)
     } catch (err) {
       debug('recovery: packet not added to the stream: %s', err.message)
       return this.publishHere(state, data, {}, true)
@@ -123,7 +126,9 @@ class RedisLog {
         state.mixed = false
         state.invalidate()
       }
-      this.hooks.deliver(name, { t: 'm', m: entry.m, i: entry.i, o: id, q: id })
+      const message = { t: 'm', m: entry.m, i: entry.i, o: id, q: id }
+      if (entry.b !== undefined) message.b = entry.b
+      this.hooks.deliver(name, message)
     }
     const waiters = this.reaching.get(name)
     if (waiters === undefined) return
@@ -197,8 +202,11 @@ class RedisLog {
     if (entries.length === 0 || entries[0][0] !== offset) return null
     const missed = []
     for (let i = 1; i < entries.length; i++) {
-      const kept = entries[i][1] === null ? null : replayable(entries[i][1].m)
-      if (kept !== null && shouldInclude(session.rooms, kept.opts)) missed.push([entries[i][0], kept.packet.data])
+      const entry = entries[i][1]
+      const kept = entry === null ? null : replayable(entry.m)
+      if (kept === null || !shouldInclude(session.rooms, kept.opts)) continue
+      const binaries = binariesUnder(entry.b, PACKET_ARGUMENTS)
+      missed.push(binaries === undefined ? [entries[i][0], kept.packet.data] : [entries[i][0], kept.packet.data, binaries])
     }
     return { session, missed, head }
   }

@@ -22,7 +22,7 @@ const { createRecovery } = require('./socket-io-recovery')
 const { coalesceWebSocketWrites } = require('./coalesce-writes')
 const { serverOptionsOf, clusterMessageType } = require('./socketio-internals')
 const { registerEngine } = require('./engines')
-const { extractBinaries, restoreBinaries } = require('./binary')
+const { withBinaries, restoreBinaries } = require('./binary')
 
 const TOPIC_PREFIX = '$cz:sio:'
 const kNamed = Symbol('clusterize.sessionIdsBySlot')
@@ -72,18 +72,6 @@ function prepareEngine (server, options) {
     registerEngine(engine)
     if (!(options && options.coalesceWrites === false)) coalesceWebSocketWrites(engine)
   })
-}
-
-/**
- * `envelope` carrying `payload` under `key`, its binaries (Buffers, typed
- * arrays) beside it in `b`, so they arrive as Buffers whatever the bus's
- * serialization (see ./binary.js).
- */
-function withBinaries (envelope, key, payload) {
-  const { message, binaries } = extractBinaries(payload)
-  envelope[key] = message
-  if (binaries !== null) envelope.b = binaries
-  return envelope
 }
 
 /** The recovery bounds from createAdapter()'s options (see types/socket.io.d.ts). */

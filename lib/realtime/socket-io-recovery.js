@@ -31,6 +31,7 @@ const { QUEUE_TOPIC, STATE_TOPIC } = require('./recovery-service')
 const { DEFAULTS, shouldInclude, compareIds } = require('./recovery-log')
 const { createDeliveryOrder } = require('./recovery-order')
 const { privateSessionIdOf, serverOptionsOf, interceptNamespaceAdd } = require('./socketio-internals')
+const { withBinaries, restoreBinaries } = require('./binary')
 
 /**
  * Is the packet numbered `seq` after `head`? Numbers (this host's log) or
@@ -204,7 +205,8 @@ function createRecovery (adapter, options) {
      */
     publish (message) {
       const id = ++publishId
-      internalBus.send('primary', QUEUE_TOPIC, { op: 'pub', n: name, i: id, m: message })
+      // Its binaries travel beside it (`b`), as in every copy the primary keeps and sends back (./binary.js).
+      internalBus.send('primary', QUEUE_TOPIC, withBinaries({ op: 'pub', n: name, i: id, m: null }, 'm', message))
       return new Promise((resolve, reject) => {
         const timer = setTimeout(() => {
           publishing.delete(id)
@@ -219,9 +221,10 @@ function createRecovery (adapter, options) {
      * A cluster message of this namespace from the primary: numbered (`o`,
      * `q`) or not. This worker's own broadcast comes back to settle its
      * doPublish(); any other is handed to ClusterAdapter#onMessage, in order.
-     * @param {{ m: object, i?: number, o?: string, q?: number|string }} data
+     * @param {{ m: object, b?: Array, i?: number, o?: string, q?: number|string }} data `b`: the binaries of `m` (./binary.js)
      */
     receive (data) {
+      if (data.b !== undefined) data = Object.assign({}, data, { m: restoreBinaries(data.m, data.b), b: undefined })
       const m = data.m
       if (m.uid === adapter.uid) {
         const waiting = data.i === undefined ? undefined : publishing.get(data.i)
@@ -258,7 +261,8 @@ function createRecovery (adapter, options) {
         if (!answer || watch.overflow) return null
         const rooms = answer.session.rooms
         // With bus.redis the offset is the stream entry's id (no epoch).
-        const missedPackets = answer.missed.map(([seq, data]) => data.concat(answer.epoch === undefined ? seq : `${answer.epoch}:${seq}`))
+        // [seq, packet arguments, their binaries (./binary.js)]
+        const missedPackets = answer.missed.map(([seq, data, binaries]) => restoreBinaries(data, binaries).concat(answer.epoch === undefined ? seq : `${answer.epoch}:${seq}`))
         // Delivered here after the primary answered (before this socket joined its rooms).
         for (const packet of watch.seen) {
           if (isAfter(packet.seq, answer.head) && shouldInclude(rooms, packet)) missedPackets.push(packet.data.slice())
