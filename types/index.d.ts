@@ -318,6 +318,32 @@ export interface ClusterStats {
   bus?: unknown
   /** What the cluster session store in the primary holds (null in single-process mode before any use). */
   sessions?: ClusterSessionStats | null
+  /** Connections the primary holds itself ('rr' and 'sticky' only). */
+  connections?: PrimaryConnectionStats
+  /** The dashboard's event streams (when `probes.dashboard` is on). */
+  dashboard?: DashboardStreamStats
+}
+
+export interface PrimaryConnectionStats {
+  /** Waiting for a ready worker (boot, the only worker restarting). */
+  pending: number
+  /** Refused since the start because `maxIdleConnections` (at most 1024) already waited for a ready worker. */
+  pendingShed: number
+  /** With `sticky: { sid: true }`: still sending their request line. */
+  awaiting: number
+  /** With `sticky: { sid: true }`: the oldest silent ones closed beyond `maxIdleConnections`, since the start. */
+  awaitingShed: number
+}
+
+export interface DashboardStreamStats {
+  /** Open event streams. */
+  open: number
+  /** Streams closed because their client stopped reading (`probes.streamBufferBytes`). */
+  evicted: number
+  /** New streams refused: past `probes.maxStreams`, or `probes.streamsPerMinute` from one peer. */
+  refused: number
+  /** `/dashboard/history` requests refused: past `probes.streamsPerMinute` from one peer. */
+  historyRefused: number
 }
 
 export interface ClusterSessionStats {

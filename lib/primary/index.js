@@ -48,10 +48,10 @@ function startPrimary (createApp, config) {
   const handle = new PrimaryHandle()
   const { mode, listenMode } = resolveScheduling(config, log)
   const state = { mode, listenMode, port: config.port, probesPort: undefined, shuttingDown: false, reloads: 0, readySettled: false }
-  const parts = { dispatcher: null, probes: null, health: null }
+  const parts = { dispatcher: null, probes: null, health: null, dashboard: null }
   const runtime = { listenMode, port: config.port, route: null, fork: (env) => cluster.fork(env) }
   const supervisor = new Supervisor(config, log, runtime)
-  const metrics = createMetrics(supervisor, () => busRuntime.status())
+  const metrics = createMetrics(supervisor, () => busRuntime.status(), primaryStatus)
   const reloader = createReloader(config, supervisor, log)
   const sessions = watchSessionStores(supervisor, log, (name, info) => handle.emit(name, info))
   const reloads = createReloadQueue()
@@ -119,6 +119,7 @@ function startPrimary (createApp, config) {
       const dashboard = config.probes.dashboard
         ? require('../dashboard').createDashboard({ probes: config.probes, intervalMs: config.health.heartbeatMs, stats, handle, reload: handle.reload })
         : null
+      parts.dashboard = dashboard
       parts.probes = await require('./probes').startProbes(config.probes, { stats, metrics, isLive, isReady, degradation: sessions.degradation, dashboard })
       state.probesPort = parts.probes.port
     }
@@ -269,7 +270,12 @@ function startPrimary (createApp, config) {
   }
 
   function stats () {
-    return buildStats({ supervisor, dispatcher: parts.dispatcher, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: backendFor(internalBus).stats() })
+    return buildStats({ supervisor, dispatcher: parts.dispatcher, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: backendFor(internalBus).stats(), dashboard: parts.dashboard ? parts.dashboard.streams : undefined })
+  }
+
+  /** The primary's own counters for /metrics: its held connections and the dashboard's streams. */
+  function primaryStatus () {
+    return { connections: parts.dispatcher ? parts.dispatcher.status() : null, dashboard: parts.dashboard ? parts.dashboard.streams : null }
   }
 }
 

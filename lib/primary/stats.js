@@ -15,6 +15,7 @@
  * @param {boolean} parts.live
  * @param {object} parts.bus the bus status
  * @param {object} [parts.sessions] what the cluster session store holds
+ * @param {object} [parts.dashboard] the dashboard's stream counters, when it is on
  * @returns {object}
  */
 function buildStats (parts) {
@@ -44,8 +45,11 @@ function buildStats (parts) {
     shuttingDown: state.shuttingDown,
     reloads: state.reloads,
     workers,
+    // Connections the primary holds itself ('rr', 'sticky') and those it closed for the bounds.
+    connections: dispatcher ? dispatcher.status() : undefined,
     bus: parts.bus,
-    sessions: parts.sessions
+    sessions: parts.sessions,
+    dashboard: parts.dashboard
   }
 }
 

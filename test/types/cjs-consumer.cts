@@ -19,6 +19,14 @@ cz.clusterize(() => require('express')(), { maxIdleConnections: 2000 })
 // @ts-expect-error maxIdleConnections is a number or 'auto'
 cz.clusterize(() => require('express')(), { maxIdleConnections: 'lots' })
 if ('stats' in handle) {
+  // The primary's held connections and the dashboard's streams (#23).
+  const { connections, dashboard } = handle.stats()
+  if (connections) console.log(connections.pending + connections.pendingShed + connections.awaiting + connections.awaitingShed)
+  if (dashboard) console.log(dashboard.open + dashboard.evicted + dashboard.refused + dashboard.historyRefused)
+  // @ts-expect-error the stream counters are numbers
+  if (dashboard) dashboard.open.toUpperCase()
+}
+if ('stats' in handle) {
   const beat = handle.stats().workers[0].heartbeat
   if (beat) console.log(beat.idleConnections + beat.idleShed, beat.fdExhausted === true)
 }
