@@ -12,7 +12,7 @@ const { createChecks } = require('./check-options')
 const { DEFAULT_MAX_QUEUED_BYTES } = require('./bus/codec')
 const { availableCpus } = require('./cpus')
 
-const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky']
+const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky', 'balanced']
 const SERIALIZATION = ['json', 'advanced']
 
 const DEFAULTS = {
