@@ -147,10 +147,16 @@ function createBalancer (options, supervisor, health) {
       load.sentLate = isLate
       record.channel.post(protocol.share(limit, isLate))
     }
+    // A worker not (yet) in a slot (a reload's new one, before it takes over)
+    // still accepts; give it the cluster's limit rather than its first guess.
+    if (force && !ready.includes(force) && force.isLive() && !force.isRetiring()) {
+      force.channel.post(protocol.share(limit, false))
+    }
   }
 
   function onHeartbeat (record) {
-    share(record)
+    // After health.js has judged this heartbeat (its listener runs after ours).
+    queueMicrotask(() => share(record))
   }
 
   function onMembershipChange () {

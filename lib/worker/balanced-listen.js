@@ -24,16 +24,17 @@ const REPORT_MS = 5
 const FIRST_LIMIT = 4
 /** The listen(2) backlog of every copy (Node's default). */
 const BACKLOG = 511
-/** Heartbeats without a word from the primary after which a paused worker accepts anyway. */
-const STALE_HEARTBEATS = 3
 
 /**
- * @param {{ server: import('net').Server, channel: object, heartbeatMs: number }} options
+ * @param {{ server: import('net').Server, channel: object, heartbeatMs: number, heartbeatTimeoutMs: number }} options
+ *   after heartbeatTimeoutMs without a word from the primary (the time after which it
+ *   would call us hung), we accept regardless of our limit
  * @returns {{ start: () => Promise<void>, onListen: Function, onShare: Function, stop: () => void, state: () => object }}
  */
 function createBalancedListener (options) {
   const { server, channel } = options
-  const staleMs = STALE_HEARTBEATS * options.heartbeatMs
+  // Not a few heartbeats: a late worker reads the primary's words late too.
+  const staleMs = options.heartbeatTimeoutMs
   let active = null
   const spares = []
   let asked = 0

@@ -127,7 +127,7 @@ function startWorker (createApp, config) {
 
   async function listen () {
     if (listenMode === 'balanced') {
-      balanced = createBalancedListener({ server: handle.server, channel, heartbeatMs: config.health.heartbeatMs })
+      balanced = createBalancedListener({ server: handle.server, channel, heartbeatMs: config.health.heartbeatMs, heartbeatTimeoutMs: config.health.heartbeatTimeoutMs })
       await balanced.start()
       return { port, balanced: true }
     }
