@@ -95,6 +95,7 @@ function createBalancer (options, supervisor, health) {
   const listenMessage = protocol.listen()
   let handle = null
   let closed = false
+  let shareScheduled = false
 
   supervisor.on('record:heartbeat', onHeartbeat)
   supervisor.on('record:ready', onMembershipChange)
@@ -154,6 +155,16 @@ function createBalancer (options, supervisor, health) {
     }
   }
 
+  /** Reports that come in one loop turn are answered once: O(workers) per turn, not per report. */
+  function scheduleShare () {
+    if (shareScheduled) return
+    shareScheduled = true
+    setImmediate(function shareOnce () {
+      shareScheduled = false
+      if (!closed) share(null)
+    })
+  }
+
   function onHeartbeat (record) {
     // After health.js has judged this heartbeat (its listener runs after ours).
     queueMicrotask(() => share(record))
@@ -200,7 +211,7 @@ function createBalancer (options, supervisor, health) {
       const load = loadOf(record)
       load.count = message.c
       load.paused = message.p === true
-      share(null)
+      scheduleShare()
     },
 
     /** Stop handing out copies and close ours; the socket closes with the last worker's. */

@@ -18,8 +18,18 @@ const net = require('net')
 const debug = require('debug')('clusterize:balanced')
 const protocol = require('../protocol')
 
-/** At most one LOAD report per this while connections come and go (pauses report at once). */
+/**
+ * LOAD reports while connections come and go: within REPORT_MS when the
+ * count moved by enough to change a limit, else at most every QUIET_REPORT_MS
+ * (a pause reports at once). Short connections (`Connection: close`) move
+ * the count all the time; this keeps the primary's work per unit of time,
+ * not per connection.
+ */
 const REPORT_MS = 5
+const QUIET_REPORT_MS = 100
+/** A move of this many connections, or this fraction of the count, is worth a report soon. */
+const SOON_MOVE = 2
+const SOON_FRACTION = 0.1
 /** Before the primary's first word: accept this many, then wait for it. */
 const FIRST_LIMIT = 4
 /** The listen(2) backlog of every copy (Node's default). */
@@ -44,6 +54,7 @@ function createBalancedListener (options) {
   let heardAt = Date.now()
   let stopped = false
   let reportTimer = null
+  let reportDue = 0
   let lastReport = 0
   let reportedOpen = -1
   let reportedPaused = false
@@ -112,10 +123,17 @@ function createBalancedListener (options) {
   }
 
   function scheduleReport () {
-    if (reportTimer !== null) return
-    const wait = REPORT_MS - (Date.now() - lastReport)
-    if (wait <= 0) return report()
-    reportTimer = setTimeout(report, wait)
+    const moved = Math.abs(open - reportedOpen)
+    const soon = moved >= Math.max(SOON_MOVE, Math.ceil(reportedOpen * SOON_FRACTION))
+    const now = Date.now()
+    const due = lastReport + (soon ? REPORT_MS : QUIET_REPORT_MS)
+    if (due <= now) return report()
+    if (reportTimer !== null) {
+      if (reportDue <= due) return
+      clearTimeout(reportTimer)
+    }
+    reportDue = due
+    reportTimer = setTimeout(report, due - now)
   }
 
   function report () {
