@@ -16,11 +16,11 @@ function hasWrk () {
 }
 
 /**
- * @param {{ port: number, connections: number, seconds: number, path?: string }} options
+ * @param {{ port: number, connections: number, seconds: number, path?: string }} options (wrk takes whole seconds)
  * @returns {Promise<{ rps: number, total: number, p99: number, failed: number }>}
  */
 function wrkClose (options) {
-  const args = ['-t1', `-c${options.connections}`, `-d${options.seconds}s`, '--latency', '-H', 'Connection: close', `http://127.0.0.1:${options.port}${options.path || '/'}`]
+  const args = ['-t1', `-c${options.connections}`, `-d${Math.max(1, Math.round(options.seconds))}s`, '--latency', '-H', 'Connection: close', `http://127.0.0.1:${options.port}${options.path || '/'}`]
   return new Promise((resolve, reject) => {
     execFile('wrk', args, { timeout: (options.seconds + 30) * 1000 }, (err, stdout) => {
       if (err) return reject(err)
