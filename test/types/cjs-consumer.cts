@@ -10,6 +10,11 @@ cz.bus.on('topic', (data: unknown) => console.log(data))
 cz.clusterize(() => require('express')(), { port: { value: 1 } })
 
 cz.clusterize(() => require('express')(), { workers: 2, spare: 1, reload: { bakeMs: 3000 } })
+const balanced = cz.clusterize(() => require('express')(), { workers: 4, scheduling: 'balanced' })
+if ('stats' in balanced) {
+  const load = balanced.stats().workers[0].balance
+  if (load && load.accepting) console.log(load.open, load.limit)
+}
 // @ts-expect-error workers is a number or 'auto' (strings from WORKERS are parsed at run time)
 cz.clusterize(() => require('express')(), { workers: 'many' })
 
