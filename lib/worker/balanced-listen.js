@@ -19,13 +19,16 @@ const debug = require('debug')('clusterize:balanced')
 const protocol = require('../protocol')
 
 /**
- * LOAD reports while connections come and go: within REPORT_MS when the
- * count moved by enough to change a limit, else at most every QUIET_REPORT_MS
- * (a pause reports at once). Short connections (`Connection: close`) move
- * the count all the time; this keeps the primary's work per unit of time,
- * not per connection.
+ * LOAD reports while connections come and go: within REPORT_MS (times the
+ * worker count over REPORT_WORKERS, so the whole cluster sends at most about
+ * 1,000 a second) when the count moved by enough to change a limit, else at
+ * most every QUIET_REPORT_MS (a pause reports at once). Short connections
+ * (`Connection: close`) move the count all the time; this keeps the
+ * primary's work per unit of time, not per connection, and bounded on a
+ * many-core box.
  */
 const REPORT_MS = 5
+const REPORT_WORKERS = 5
 const QUIET_REPORT_MS = 100
 /** A move of this many connections, or this fraction of the count, is worth a report soon. */
 const SOON_MOVE = 2
@@ -36,7 +39,7 @@ const FIRST_LIMIT = 4
 const BACKLOG = 511
 
 /**
- * @param {{ server: import('net').Server, channel: object, heartbeatMs: number, heartbeatTimeoutMs: number }} options
+ * @param {{ server: import('net').Server, channel: object, heartbeatMs: number, heartbeatTimeoutMs: number, workers?: number }} options
  *   after heartbeatTimeoutMs without a word from the primary (the time after which it
  *   would call us hung), we accept regardless of our limit
  * @returns {{ start: () => Promise<void>, onListen: Function, onShare: Function, stop: () => void, state: () => object }}
@@ -45,6 +48,8 @@ function createBalancedListener (options) {
   const { server, channel } = options
   // Not a few heartbeats: a late worker reads the primary's words late too.
   const staleMs = options.heartbeatTimeoutMs
+  const soonMs = Math.max(REPORT_MS, Math.round(REPORT_MS * (options.workers || 1) / REPORT_WORKERS))
+  const quietMs = Math.max(QUIET_REPORT_MS, soonMs)
   let active = null
   const spares = []
   let asked = 0
@@ -126,7 +131,7 @@ function createBalancedListener (options) {
     const moved = Math.abs(open - reportedOpen)
     const soon = moved >= Math.max(SOON_MOVE, Math.ceil(reportedOpen * SOON_FRACTION))
     const now = Date.now()
-    const due = lastReport + (soon ? REPORT_MS : QUIET_REPORT_MS)
+    const due = lastReport + (soon ? soonMs : quietMs)
     if (due <= now) return report()
     if (reportTimer !== null) {
       if (reportDue <= due) return

@@ -127,7 +127,7 @@ function startWorker (createApp, config) {
 
   async function listen () {
     if (listenMode === 'balanced') {
-      balanced = createBalancedListener({ server: handle.server, channel, heartbeatMs: config.health.heartbeatMs, heartbeatTimeoutMs: config.health.heartbeatTimeoutMs })
+      balanced = createBalancedListener({ server: handle.server, channel, heartbeatMs: config.health.heartbeatMs, heartbeatTimeoutMs: config.health.heartbeatTimeoutMs, workers: Number(process.env.CLUSTERIZE_WORKERS) || 1 })
       await balanced.start()
       return { port, balanced: true }
     }
