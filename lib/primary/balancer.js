@@ -37,8 +37,8 @@
  * - The limit: a worker may hold `floor(avg * (1 + MARGIN)) + SLACK` open
  *   connections, where avg is the mean over the ready workers that are not
  *   late. The worker knows its own count at every accept and close; the
- *   others' come here in LOAD reports (at once when it pauses, otherwise at
- *   most every REPORT_MS) and the limit goes back in SHARE messages, only
+ *   others' come here in LOAD reports (at once when it pauses, otherwise
+ *   spaced out: lib/worker/balanced-listen.js) and the limit goes back in SHARE messages, only
  *   when it moved enough to matter, or a paused worker may resume. The
  *   worker with the fewest connections is always under the limit (avg plus
  *   SLACK is above it), so once its report is in, someone accepts: the
@@ -50,9 +50,9 @@
  *   ignores its limit (lib/worker/balanced-listen.js): a stuck primary must
  *   not stop the workers from accepting.
  *
- * Per connection the primary does nothing; per worker it handles a report
- * every REPORT_MS at most while connections come and go, and one handle
- * send per pause. Upgrades and 'sticky' keep their own modes.
+ * Per connection the primary does nothing; it handles a bounded stream of
+ * reports (about 1,000 a second at most for the whole cluster while
+ * connections come and go), and one handle send per pause. Upgrades and 'sticky' keep their own modes.
  */
 
 const dns = require('dns')

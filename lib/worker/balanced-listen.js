@@ -39,10 +39,12 @@ const FIRST_LIMIT = 4
 const BACKLOG = 511
 
 /**
+ * Accept on our own copy of the shared socket while we are under our limit
+ * and not late; report our open connections to the primary.
  * @param {{ server: import('net').Server, channel: object, heartbeatMs: number, heartbeatTimeoutMs: number, workers?: number }} options
  *   after heartbeatTimeoutMs without a word from the primary (the time after which it
  *   would call us hung), we accept regardless of our limit
- * @returns {{ start: () => Promise<void>, onListen: Function, onShare: Function, stop: () => void, state: () => object }}
+ * @returns {{ start: () => Promise<void>, onListen: Function, onShare: Function, stop: () => void }}
  */
 function createBalancedListener (options) {
   const { server, channel } = options
@@ -200,10 +202,7 @@ function createBalancedListener (options) {
       if (active !== null) active.close()
       active = null
       for (const handle of spares.splice(0)) handle.close()
-    },
-
-    /** For tests and debugging. */
-    state: () => ({ open, limit, late, accepting: active !== null })
+    }
   }
 }
 
