@@ -113,3 +113,32 @@ test("'balanced': connections queued while every worker is blocked survive all o
   }
   await cluster.stop()
 })
+
+test("'balanced': a port in use fails at startup naming the port", async () => {
+  const net = require('net')
+  const taken = net.createServer()
+  await new Promise((resolve) => taken.listen(0, '127.0.0.1', resolve))
+  const { port } = taken.address()
+  try {
+    await assert.rejects(
+      startCluster(fixture, { env: env({ workers: 1, port }) }),
+      new RegExp(`port ${port} is already in use \\(EADDRINUSE\\)`))
+  } finally {
+    taken.close()
+  }
+})
+
+test("'balanced' falls back to 'none' with a warning where Node cannot bind a socket without listening on it", () => {
+  const net = require('net')
+  const { resolveScheduling } = require('../lib/primary/scheduling')
+  const saved = net._createServerHandle
+  const warnings = []
+  net._createServerHandle = undefined
+  try {
+    const resolved = resolveScheduling({ scheduling: 'balanced' }, { warn: (message) => warnings.push(message) })
+    assert.deepStrictEqual(resolved, { mode: 'none', listenMode: 'cluster' })
+    assert.match(warnings.join('\n'), /scheduling 'balanced' is not available: .* falling back to 'none'/)
+  } finally {
+    net._createServerHandle = saved
+  }
+})
