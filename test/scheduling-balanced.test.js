@@ -58,18 +58,26 @@ test("'balanced': serves, and a reload under keep-alive load loses no request", 
 
 test("'balanced': 100 keep-alive connections opened at once spread evenly over 4 workers", async () => {
   const cluster = await startCluster(fixture, { env: env({ workers: 4 }) })
-  const agent = new http.Agent({ keepAlive: true, maxSockets: 100 })
-  try {
-    const pids = await openAtOnce(cluster.port, 100, agent)
-    const counts = new Map()
-    for (const pid of pids) counts.set(pid, (counts.get(pid) || 0) + 1)
-    const spread = [...counts.values()]
-    assert.strictEqual(counts.size, 4, `every worker got connections: ${spread.join('/')}`)
-    // The goal is 1.3; 1.5 leaves room for a busy box. 'none' lands e.g. 11/74/3/12.
-    assert.ok(Math.max(...spread) <= 1.5 * Math.min(...spread), `max/min within 1.5: ${spread.join('/')}`)
-  } finally {
-    agent.destroy()
+  const spreads = []
+  for (let burst = 0; burst < 3; burst++) {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 100 })
+    try {
+      const counts = new Map()
+      for (const pid of await openAtOnce(cluster.port, 100, agent)) counts.set(pid, (counts.get(pid) || 0) + 1)
+      spreads.push([...counts.values()].sort((a, b) => b - a).concat([0, 0, 0, 0]).slice(0, 4))
+    } finally {
+      agent.destroy()
+    }
+    // The next burst starts from no open connection.
+    await eventually(async () => (await cluster.stats()).workers.every((w) => w.balance && w.balance.open === 0),
+      { timeoutMs: 10000, what: 'every connection closed' })
   }
+  const shown = spreads.map((s) => s.join('/')).join(', ')
+  assert.ok(spreads.every((s) => s[3] > 0), `every worker got connections in every burst: ${shown}`)
+  // The median burst: the goal is 1.3, 1.5 leaves room for a busy box (a starved
+  // worker can lag one burst). 'none' gives medians of 5 to 8 (11/74/3/12...).
+  const ratios = spreads.map((s) => s[0] / s[3]).sort((a, b) => a - b)
+  assert.ok(ratios[1] <= 1.5, `median max/min within 1.5: ${shown}`)
   await cluster.stop()
 })
 

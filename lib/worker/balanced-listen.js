@@ -35,6 +35,12 @@ const SOON_MOVE = 2
 const SOON_FRACTION = 0.1
 /** Before the primary's first word: accept this many, then wait for it. */
 const FIRST_LIMIT = 4
+/**
+ * Copies of the socket held ready for resuming. Two, because in a burst a
+ * worker pauses and resumes faster than one copy comes back from a busy
+ * primary, and a worker waiting for its copy falls behind the others.
+ */
+const SPARES = 2
 /** The listen(2) backlog of every copy (Node's default). */
 const BACKLOG = 511
 
@@ -111,10 +117,7 @@ function createBalancedListener (options) {
 
   function resume () {
     const handle = spares.shift()
-    if (!handle) {
-      if (asked === 0) ask()
-      return
-    }
+    if (!handle) return refill()
     handle.onconnection = onConnection
     const err = handle.listen(BACKLOG)
     if (err) {
@@ -125,8 +128,12 @@ function createBalancedListener (options) {
     active = handle
     debug('accepting at %d open (limit %d)', open, limit)
     // The next resume must not wait for the primary.
-    if (spares.length + asked === 0) ask()
+    refill()
     report()
+  }
+
+  function refill () {
+    while (!stopped && spares.length + asked < SPARES) ask()
   }
 
   function scheduleReport () {
@@ -176,6 +183,7 @@ function createBalancedListener (options) {
       if (stopped) return handle.close()
       spares.push(handle)
       if (active === null && (waitingForFirst !== null || underLimit())) resume()
+      else refill()
       if (waitingForFirst !== null && active !== null) {
         const resolve = waitingForFirst
         waitingForFirst = null
