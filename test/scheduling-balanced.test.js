@@ -69,7 +69,7 @@ test("'balanced': 100 keep-alive connections opened at once spread evenly over 4
       agent.destroy()
     }
     // The next burst starts from no open connection.
-    await eventually(async () => (await cluster.stats()).workers.every((w) => w.balance && w.balance.open === 0),
+    await eventually(async () => (await cluster.stats()).workers.every((w) => (w.balance ? w.balance.open : w.heartbeat.connections) === 0),
       { timeoutMs: 10000, what: 'every connection closed' })
   }
   const shown = spreads.map((s) => s.join('/')).join(', ')

@@ -36,7 +36,9 @@
  *   round trip), and asks for the next spare.
  * - The limit: a worker may hold `floor(avg * (1 + MARGIN)) + SLACK` open
  *   connections, where avg is the mean over the ready workers that are not
- *   late. The worker knows its own count at every accept and close; the
+ *   late, and no more than the fewest that an accepting worker reported
+ *   lately plus SPREAD of the mean (so a worker short of CPU in a burst is
+ *   waited for, for FRESH_MS at most). The worker knows its own count at every accept and close; the
  *   others' come here in LOAD reports (at once when it pauses, otherwise
  *   spaced out: lib/worker/balanced-listen.js) and the limit goes back in SHARE messages, only
  *   when it moved enough to matter, or a paused worker may resume. The
@@ -65,6 +67,20 @@ const protocol = require('../protocol')
 const MARGIN = 0.1
 /** ...plus this many connections, so small counts do not flap. */
 const SLACK = 2
+/**
+ * And no worker may hold more than the fewest (among workers accepting and
+ * reporting lately) plus this fraction of the mean (at least 2 * SLACK): in a
+ * burst a worker short of CPU falls behind, and the mean alone lets the
+ * others take what it would have.
+ */
+const SPREAD = 0.1
+/**
+ * How lately the fewest must have reported to hold the others back: a worker
+ * blocked in a handler (not yet judged late) stops reporting, and must not
+ * stop the others for longer than this. Raised with the worker count, since
+ * reports are spaced by 1 ms per worker (lib/worker/balanced-listen.js).
+ */
+const FRESH_MS = 50
 
 /**
  * Can this Node bind a listening socket without listening on it? It is the
@@ -85,7 +101,7 @@ function limitFor (avg) {
 }
 
 /**
- * @param {{ port: number, host?: string }} options
+ * @param {{ port: number, host?: string, workers?: number }} options
  * @param {import('./supervisor').Supervisor} supervisor
  * @param {{ isOverloaded: (record: object) => boolean }} health
  */
@@ -96,6 +112,8 @@ function createBalancer (options, supervisor, health) {
   let handle = null
   let closed = false
   let shareScheduled = false
+  let capTimer = null
+  const freshMs = Math.max(FRESH_MS, 3 * (options.workers || 1))
 
   supervisor.on('record:heartbeat', onHeartbeat)
   supervisor.on('record:ready', onMembershipChange)
@@ -104,7 +122,7 @@ function createBalancer (options, supervisor, health) {
   function loadOf (record) {
     let load = loads.get(record)
     if (!load) {
-      load = { count: 0, paused: false, sentLimit: -1, sentLate: false }
+      load = { count: 0, paused: false, sentLimit: -1, sentLate: false, reportedAt: 0 }
       loads.set(record, load)
     }
     return load
@@ -119,14 +137,30 @@ function createBalancer (options, supervisor, health) {
   }
 
   function currentLimit (ready, late) {
+    const now = Date.now()
     let sum = 0
     let n = 0
+    let fewest = Infinity
     for (let i = 0; i < ready.length; i++) {
       if (late.has(ready[i])) continue
-      sum += loadOf(ready[i]).count
+      const load = loadOf(ready[i])
+      sum += load.count
       n++
+      if (!load.paused && now - load.reportedAt <= freshMs && load.count < fewest) fewest = load.count
     }
-    return limitFor(n > 0 ? sum / n : 0)
+    const avg = n > 0 ? sum / n : 0
+    const byMean = limitFor(avg)
+    const byFewest = fewest + Math.max(2 * SLACK, Math.ceil(avg * SPREAD))
+    if (byFewest >= byMean) return byMean
+    // The fewest's reports may stop (blocked): look again once they would be stale.
+    if (capTimer === null && !closed) {
+      capTimer = setTimeout(function recheck () {
+        capTimer = null
+        if (!closed) share(null)
+      }, freshMs)
+      capTimer.unref()
+    }
+    return byFewest
   }
 
   /**
@@ -211,12 +245,14 @@ function createBalancer (options, supervisor, health) {
       const load = loadOf(record)
       load.count = message.c
       load.paused = message.p === true
+      load.reportedAt = Date.now()
       scheduleShare()
     },
 
     /** Stop handing out copies and close ours; the socket closes with the last worker's. */
     close () {
       closed = true
+      if (capTimer !== null) clearTimeout(capTimer)
       supervisor.removeListener('record:heartbeat', onHeartbeat)
       supervisor.removeListener('record:ready', onMembershipChange)
       supervisor.removeListener('record:exit', onExit)
@@ -254,4 +290,4 @@ function listenError (errno, options) {
   return err
 }
 
-module.exports = { createBalancer, canBalance, limitFor, MARGIN, SLACK }
+module.exports = { createBalancer, canBalance }

@@ -140,7 +140,7 @@ function startPrimary (createApp, config) {
   async function listen () {
     if (listenMode === 'balanced') {
       const health = { isOverloaded: (record) => (parts.health ? parts.health.isOverloaded(record) : false) }
-      parts.balancer = createBalancer({ port: config.port, host: config.host }, supervisor, health)
+      parts.balancer = createBalancer({ port: config.port, host: config.host, workers: config.workers }, supervisor, health)
       try {
         state.port = (await parts.balancer.listen()).port
       } catch (err) {
