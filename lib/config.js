@@ -15,7 +15,7 @@ const { availableCpus } = require('./cpus')
 const { RELOAD_SIGNALS } = require('./signals')
 const { defaultMaxIdleConnections } = require('./fd-limit')
 
-const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky']
+const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky', 'balanced']
 const SERIALIZATION = ['json', 'advanced']
 
 const DEFAULTS = {

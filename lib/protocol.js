@@ -5,8 +5,9 @@
  * a builder for each, so senders and the routing tables agree on one name.
  * The envelope itself (`{ $cz: 1, kind, ...fields }`, batching) is lib/ipc.js.
  *
- *   worker -> primary: READY, HEARTBEAT, BOOT_ERROR, DRAINED, BUS
- *   primary -> worker: CONN (with a socket handle), DRAIN, PROMOTE, BUS
+ *   worker -> primary: READY, HEARTBEAT, BOOT_ERROR, DRAINED, BUS, LISTEN_ASK, LOAD
+ *   primary -> worker: CONN (with a socket handle), DRAIN, PROMOTE, BUS,
+ *                      LISTEN (with the listening handle), SHARE
  */
 
 const { envelope, MARK } = require('./ipc')
@@ -27,7 +28,15 @@ const KIND = Object.freeze({
   /** A warm spare takes a slot: start serving as that worker. `{ slot }` */
   PROMOTE: 'promote',
   /** Bus traffic (lib/bus/*), its own ops inside. */
-  BUS: 'bus'
+  BUS: 'bus',
+  /** 'balanced': send me a copy of the listening socket. */
+  LISTEN_ASK: 'listen-ask',
+  /** 'balanced': a copy of the listening socket, as the message's handle. */
+  LISTEN: 'listen',
+  /** 'balanced': the worker's open connections and whether it stopped accepting. `{ c, p }` */
+  LOAD: 'load',
+  /** 'balanced': how many open connections the worker may hold, and whether its event loop is late. `{ l, late }` */
+  SHARE: 'share'
 })
 
 /**
@@ -123,6 +132,10 @@ module.exports = {
   drain: (timeoutMs, reason) => envelope(KIND.DRAIN, { timeoutMs, reason }),
   promote: (slot) => envelope(KIND.PROMOTE, { slot }),
   conn: () => CONN_MESSAGE,
+  listenAsk: () => envelope(KIND.LISTEN_ASK),
+  listen: () => envelope(KIND.LISTEN),
+  load: (c, p) => envelope(KIND.LOAD, { c, p }),
+  share: (l, late) => envelope(KIND.SHARE, { l, late }),
   /** A handed connection whose first bytes the primary already read ('sticky' with sid routing). */
   connWithHead: (head) => envelope(KIND.CONN, { head: head.toString('latin1') })
 }

@@ -46,7 +46,13 @@ export type AppLike =
 /** A factory (sync or async) returning an app, or a module path whose export is one. */
 export type CreateApp = (() => AppLike | Promise<AppLike>) | string
 
-export type Scheduling = 'rr' | 'none' | 'reuseport' | 'sticky'
+/**
+ * How new connections reach workers. 'balanced': workers accept from the shared socket themselves
+ * (no hand-off through the primary) and each stops accepting while it holds more than its share of
+ * the open connections or its event loop is late; falls back to 'none' where Node cannot bind a
+ * socket without listening on it.
+ */
+export type Scheduling = 'rr' | 'none' | 'reuseport' | 'sticky' | 'balanced'
 
 export type SignalName = NodeJS.Signals
 
@@ -299,6 +305,11 @@ export interface WorkerStats {
   overloaded?: boolean
   /** Connections the primary handed to this worker ('rr' and 'sticky'). */
   connectionsHanded?: number
+  /**
+   * With scheduling 'balanced': the worker's open connections as it last reported them, whether it
+   * accepts new ones, and the most it may hold (the limit last sent to it; -1 before the first).
+   */
+  balance?: { open: number, accepting: boolean, limit: number }
   heartbeatAgeMs?: number | null
   heartbeat: Heartbeat | null
   session?: unknown

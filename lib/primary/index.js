@@ -15,6 +15,7 @@ const debug = require('debug')('clusterize:primary')
 const protocol = require('../protocol')
 const { Supervisor } = require('./supervisor')
 const { createDispatcher } = require('./dispatcher')
+const { createBalancer } = require('./balancer')
 const { resolveScheduling, findFreePort } = require('./scheduling')
 const { watchHealth } = require('./health')
 const { createReloader } = require('./reload')
@@ -48,7 +49,7 @@ function startPrimary (createApp, config) {
   const handle = new PrimaryHandle()
   const { mode, listenMode } = resolveScheduling(config, log)
   const state = { mode, listenMode, port: config.port, probesPort: undefined, shuttingDown: false, reloads: 0, readySettled: false }
-  const parts = { dispatcher: null, probes: null, health: null, dashboard: null }
+  const parts = { dispatcher: null, balancer: null, probes: null, health: null, dashboard: null }
   const runtime = { listenMode, port: config.port, route: null, fork: (env) => cluster.fork(env) }
   const supervisor = new Supervisor(config, log, runtime)
   const metrics = createMetrics(supervisor, () => busRuntime.status(), primaryStatus)
@@ -90,7 +91,9 @@ function startPrimary (createApp, config) {
       [protocol.KIND.HEARTBEAT]: (record, message) => supervisor.onHeartbeat(record, message),
       [protocol.KIND.BOOT_ERROR]: (record, message) => supervisor.onBootError(record, message),
       [protocol.KIND.DRAINED]: (record, message) => supervisor.onDrained(record, message),
-      [protocol.KIND.BUS]: (record, message) => busRuntime.onWorkerMessage(record, message)
+      [protocol.KIND.BUS]: (record, message) => busRuntime.onWorkerMessage(record, message),
+      [protocol.KIND.LISTEN_ASK]: (record) => { if (parts.balancer) parts.balancer.onListenAsk(record) },
+      [protocol.KIND.LOAD]: (record, message) => { if (parts.balancer) parts.balancer.onLoad(record, message) }
     }, (record, message) => debug('ignoring %s from worker %d', message.kind, record.id))
   }
 
@@ -134,9 +137,19 @@ function startPrimary (createApp, config) {
     return { port: state.port, probesPort: state.probesPort, workers: supervisor.readyRecords().map((record) => record.publicView()) }
   }
 
-  /** Bind the port: our acceptor for 'rr'/'sticky'; otherwise agree on one for the workers. */
+  /** Bind the port: our acceptor for 'rr'/'sticky', the shared socket for 'balanced'; otherwise agree on one for the workers. */
   async function listen () {
-    if (listenMode === 'handoff') {
+    if (listenMode === 'balanced') {
+      const health = { isOverloaded: (record) => (parts.health ? parts.health.isOverloaded(record) : false) }
+      parts.balancer = createBalancer({ port: config.port, host: config.host, workers: config.workers }, supervisor, health)
+      try {
+        state.port = (await parts.balancer.listen()).port
+      } catch (err) {
+        explainListenError(err, config.port)
+        log.error(`cannot listen: ${err.message}`)
+        throw err
+      }
+    } else if (listenMode === 'handoff') {
       const health = { isOverloaded: (record) => (parts.health ? parts.health.isOverloaded(record) : false) }
       parts.dispatcher = createDispatcher({ mode, port: config.port, host: config.host, sid: mode === 'sticky' && config.sticky.sid, maxAwaiting: config.maxIdleConnections, log }, supervisor, health)
       try {
@@ -253,7 +266,7 @@ function startPrimary (createApp, config) {
     handle.emit('shutdown')
     shutdownPromise = (async () => {
       const timeoutMs = config.shutdown.timeoutMs
-      const closing = parts.dispatcher ? parts.dispatcher.close() : Promise.resolve()
+      const closing = parts.dispatcher ? parts.dispatcher.close() : parts.balancer ? parts.balancer.close() : Promise.resolve()
       const retiring = supervisor.liveRecords()
       await Promise.all(retiring.map((record) => supervisor.retire(record, 'shutdown', timeoutMs)))
       await closing
@@ -270,7 +283,7 @@ function startPrimary (createApp, config) {
   }
 
   function stats () {
-    return buildStats({ supervisor, dispatcher: parts.dispatcher, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: backendFor(internalBus).stats(), dashboard: parts.dashboard ? parts.dashboard.streams : undefined })
+    return buildStats({ supervisor, dispatcher: parts.dispatcher, balancer: parts.balancer, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: backendFor(internalBus).stats(), dashboard: parts.dashboard ? parts.dashboard.streams : undefined })
   }
 
   /** The primary's own counters for /metrics: its held connections and the dashboard's streams. */

@@ -9,6 +9,7 @@
  * @param {object} parts
  * @param {import('./supervisor').Supervisor} parts.supervisor
  * @param {object|null} parts.dispatcher the acceptor ('rr' and 'sticky'), or null
+ * @param {object|null} [parts.balancer] the shared socket's keeper ('balanced'), or null
  * @param {object|null} parts.health
  * @param {{ mode: string, port: number, shuttingDown: boolean, reloads: number }} parts.state
  * @param {boolean} parts.ready
@@ -19,7 +20,7 @@
  * @returns {object}
  */
 function buildStats (parts) {
-  const { supervisor, dispatcher, health, state } = parts
+  const { supervisor, dispatcher, balancer, health, state } = parts
   const now = Date.now()
   const workers = supervisor.liveRecords().map((record) => ({
     id: record.id,
@@ -30,6 +31,7 @@ function buildStats (parts) {
     restarts: record.restarts,
     overloaded: health ? health.isOverloaded(record) : false,
     connectionsHanded: dispatcher ? dispatcher.connectionsHanded(record) : undefined,
+    balance: balancer ? balancer.loadOf(record) : undefined,
     heartbeatAgeMs: record.heartbeatAt ? now - record.heartbeatAt : null,
     heartbeat: record.heartbeat,
     session: record.session

@@ -30,6 +30,11 @@ if ('stats' in handle) {
   const beat = handle.stats().workers[0].heartbeat
   if (beat) console.log(beat.idleConnections + beat.idleShed, beat.fdExhausted === true)
 }
+const balanced = cz.clusterize(() => require('express')(), { workers: 4, scheduling: 'balanced' })
+if ('stats' in balanced) {
+  const load = balanced.stats().workers[0].balance
+  if (load && load.accepting) console.log(load.open, load.limit)
+}
 // @ts-expect-error workers is a number or 'auto' (strings from WORKERS are parsed at run time)
 cz.clusterize(() => require('express')(), { workers: 'many' })
 

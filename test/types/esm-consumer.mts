@@ -49,7 +49,7 @@ if (new ClusterizeOptionError('x', 'port') instanceof ClusterizeError) console.l
 
 // @ts-expect-error workers must be a number or 'auto'
 clusterize(createApp, { workers: true })
-// @ts-expect-error scheduling is one of the four modes
+// @ts-expect-error scheduling is one of the five modes
 clusterize(createApp, { scheduling: 'random' })
 // @ts-expect-error the first argument is a factory or a module path
 clusterize(42)
