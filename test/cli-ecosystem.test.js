@@ -138,6 +138,11 @@ describe('reading an ecosystem file', () => {
     const result = await run(['start', writeEcosystem([{ script: 'a.js', instances: 'many' }])])
     assert.strictEqual(result.code, 2, result.stderr)
     assert.match(result.stderr, /apps\[0\]\.instances must be/)
+    const broken = writeEcosystem([])
+    fs.writeFileSync(broken, 'module.exports = { apps: [\n')
+    const unreadable = await run([broken])
+    assert.strictEqual(unreadable.code, 2, unreadable.stderr)
+    assert.match(unreadable.stderr, /cannot read the ecosystem file .*: Unexpected/)
     const missing = await run([path.join(tmp, 'nowhere', 'ecosystem.config.js')])
     assert.strictEqual(missing.code, 2, missing.stderr)
     assert.match(missing.stderr, /cannot find the ecosystem file/)
@@ -150,10 +155,11 @@ describe('clusterize start ecosystem.config.js: a real cluster', () => {
   let child
   let output = ''
   let exited
+  let file
 
   before(async () => {
     port = await freePort()
-    const file = writeEcosystem([{
+    file = writeEcosystem([{
       name: 'hello',
       script: './app.js',
       instances: 2,
@@ -218,6 +224,17 @@ describe('clusterize start ecosystem.config.js: a real cluster', () => {
     }, { timeoutMs: 30000, intervalMs: 50, what: 'answers from both workers' })
     const bySlot = new Map(stats.workers.map((w) => [w.pid, String(w.id)]))
     assert.deepStrictEqual(instances, bySlot, 'NODE_APP_INSTANCE is the worker slot')
+  })
+
+  test('a reload after the file was broken rolls back, and the old workers keep serving', async () => {
+    // New workers read the file again; one that cannot must fail the canary, not the service.
+    fs.writeFileSync(file, 'module.exports = { apps: [\n')
+    const result = await run(['reload', '--pid-file', pidFile])
+    assert.strictEqual(result.code, 1, result.stdout + result.stderr)
+    assert.match(result.stdout + result.stderr, /roll/i)
+    const res = await get(port)
+    assert.strictEqual(res.status, 200)
+    assert.strictEqual(res.json.greeting, 'from the ecosystem file')
   })
 
   test('clusterize stop ends it', async () => {
