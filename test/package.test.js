@@ -3,8 +3,8 @@
 /**
  * The package as npm would publish it: `npm pack` ships the runtime, its
  * types and the docs' text, and nothing else (no tests, bench, examples or
- * images); every entry point is in it; README and docs links resolve inside
- * it or point at repository-only material on purpose; and publint and
+ * images); every entry point is in it; README and docs links point inside
+ * it or at repository-only material on purpose; and publint and
  * @arethetypeswrong/cli (run offline from node_modules) pass on the packed
  * tarball for the CommonJS and ESM entries and clusterize-express/socket.io.
  */
@@ -15,6 +15,7 @@ const { spawnSync } = require('child_process')
 const fs = require('fs')
 const os = require('os')
 const path = require('path')
+const { relativeLinks } = require('./helpers/markdown')
 
 const ROOT = path.join(__dirname, '..')
 const pkg = require('../package.json')
@@ -77,26 +78,22 @@ test('npm pack ships the runtime, its types and the docs text, nothing else', ()
   assert.ok(packed.size <= PACKED_BUDGET, `the tarball is ${packed.size} bytes, over ${PACKED_BUDGET}`)
 })
 
-test('README, CHANGELOG and docs links resolve inside the package, or point at repository-only material', () => {
+test('README, CHANGELOG and docs links point inside the package, or at repository-only material', () => {
+  // That each link resolves at all (file and #anchor) is test/docs-links.test.js's.
   const files = new Set(packed.files.map((f) => f.path))
   const pages = ['README.md', 'CHANGELOG.md', ...Array.from(files).filter((file) => /^docs\/[^/]+\.md$/.test(file))]
-  const broken = []
+  const outside = []
   let checked = 0
   for (const page of pages) {
-    const text = fs.readFileSync(path.join(ROOT, page), 'utf8').replace(/```[\s\S]*?```/g, '')
-    const targets = [...text.matchAll(/\]\(([^)\s]+)\)|<img [^>]*src="([^"]+)"/g)].map((m) => m[1] || m[2])
-    for (const target of targets) {
-      if (/^[a-z]+:|^#/.test(target)) continue
+    for (const { target, file } of relativeLinks(page, fs.readFileSync(path.join(ROOT, page), 'utf8'))) {
+      if (file === '' || !fs.existsSync(path.join(ROOT, file))) continue
       checked++
-      const file = path.posix.normalize(path.posix.join(path.posix.dirname(page), target.split('#')[0])).replace(/\/$/, '')
       const inPackage = files.has(file) || Array.from(files).some((f) => f.startsWith(file + '/'))
-      const inRepository = fs.existsSync(path.join(ROOT, file))
-      if (!inRepository) broken.push(`${page}: ${target} does not exist`)
-      else if (!inPackage && !REPOSITORY_ONLY.test(file)) broken.push(`${page}: ${target} is not in the package`)
+      if (!inPackage && !REPOSITORY_ONLY.test(file)) outside.push(`${page}: ${target} is not in the package`)
     }
   }
   assert.ok(checked >= 5, `${checked} relative links checked`)
-  assert.deepStrictEqual(broken, [])
+  assert.deepStrictEqual(outside, [])
 })
 
 test('publint passes on the packed tarball, warnings and suggestions included', () => {

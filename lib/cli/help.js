@@ -10,6 +10,7 @@ const HELP = `clusterize ${version}: run an Express app on every core, with zero
 
 Usage
   clusterize <app.js> [flags]          start app.js (an Express app, a factory or an http.Server)
+  clusterize [start] ecosystem.config.js [flags]   start the app a PM2 ecosystem file describes
   clusterize reload [--pid-file F]     replace every worker, one by one, without dropping requests
   clusterize stop   [--pid-file F]     graceful shutdown: drain requests, then exit
   clusterize status [--pid-file F | --probes-port P]   print the workers table
