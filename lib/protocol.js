@@ -5,8 +5,8 @@
  * a builder for each, so senders and the routing tables agree on one name.
  * The envelope itself (`{ $cz: 1, kind, ...fields }`, batching) is lib/ipc.js.
  *
- *   worker -> primary: READY, HEARTBEAT, BOOT_ERROR, DRAINED, BUS
- *   primary -> worker: CONN (with a socket handle), DRAIN, PROMOTE, BUS
+ *   worker -> primary: READY, HEARTBEAT, BOOT_ERROR, DRAINED, BUS, SERVICE
+ *   primary -> worker: CONN (with a socket handle), DRAIN, PROMOTE, BUS, SERVICE
  */
 
 const { envelope, MARK } = require('./ipc')
@@ -27,7 +27,24 @@ const KIND = Object.freeze({
   /** A warm spare takes a slot: start serving as that worker. `{ slot }` */
   PROMOTE: 'promote',
   /** Bus traffic (lib/bus/*), its own ops inside. */
-  BUS: 'bus'
+  BUS: 'bus',
+  /** The library's services (lib/services/*): calls, notifications and replies, ops in SERVICE_OP. */
+  SERVICE: 'svc'
+})
+
+/**
+ * The ops inside kind SERVICE (lib/services/*). Data travels as it is: the
+ * IPC channel encodes it once.
+ *   worker -> primary: CALL, NOTIFY
+ *   primary -> worker: REPLY
+ */
+const SERVICE_OP = Object.freeze({
+  /** Call a service's request handler. `{ id, s: service, m: method, d: data }` */
+  CALL: 'c',
+  /** Call a service's notification handler; no answer. `{ s, m, d }` */
+  NOTIFY: 'n',
+  /** The answer to CALL. `{ id, ok, d }` or `{ id, ok: false, e: { message, code?, name?, status? } }` */
+  REPLY: 'r'
 })
 
 /**
@@ -88,6 +105,14 @@ const bus = {
   dropped: (w, n, t) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.DROPPED, w, n, t })
 }
 
+/** Builders for the service envelopes (hot path: one literal each). */
+const service = {
+  call: (id, s, m, d) => ({ [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.CALL, id, s, m, d }),
+  notify: (s, m, d) => ({ [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.NOTIFY, s, m, d }),
+  reply: (id, d) => ({ [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.REPLY, id, ok: true, d }),
+  failure: (id, e) => ({ [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.REPLY, id, ok: false, e })
+}
+
 /** Envelopes without fields are built once. */
 const CONN_MESSAGE = envelope(KIND.CONN)
 
@@ -110,7 +135,9 @@ function createRouter (routes, onUnknown) {
 module.exports = {
   KIND,
   BUS_OP,
+  SERVICE_OP,
   bus,
+  service,
   createRouter,
   ready: (address) => envelope(KIND.READY, { address }),
   heartbeat: (figures, session) => envelope(KIND.HEARTBEAT, { figures, session }),

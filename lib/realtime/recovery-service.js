@@ -251,4 +251,20 @@ function recoveryOptions (config, log, isRetiring) {
   return { redis: bus.redis, channel: bus.channel, serialization: bus.serialization, maxMessageBytes: bus.maxMessageBytes, log, isRetiring, retireWaitMs }
 }
 
-module.exports = { attachRecoveryService, recoveryOptions, RecoveryService, NamespaceState, shouldInclude, QUEUE_TOPIC, STATE_TOPIC, DEFAULTS }
+/**
+ * The service of lib/services/list.js: cheap until a worker's adapter uses it.
+ * A worker that exits is forgotten (its sockets' last state is persisted).
+ */
+const recoveryService = {
+  name: 'recovery',
+  start: function startRecoveryService (context) {
+    const service = attachRecoveryService(require('../bus').internalBus, recoveryOptions(context.config, context.log, context.isRetiringPid))
+    return {
+      api: service,
+      workerExit: (caller) => service.forgetProcess(caller.pid),
+      close: () => service.close()
+    }
+  }
+}
+
+module.exports = { attachRecoveryService, recoveryOptions, recoveryService, RecoveryService, NamespaceState, shouldInclude, QUEUE_TOPIC, STATE_TOPIC, DEFAULTS }

@@ -51,4 +51,15 @@ function backendFor (bus) {
   return attached.get(bus)
 }
 
-module.exports = { attachSessionBackend, backendFor, TOPIC }
+/**
+ * The service of lib/services/list.js: the primary's (or the single
+ * process's) cluster session backend; its api is the backend (stats).
+ */
+const sessionService = {
+  name: 'session',
+  start: function startSessionService () {
+    return { api: attachSessionBackend(require('../bus').internalBus) }
+  }
+}
+
+module.exports = { attachSessionBackend, backendFor, sessionService, TOPIC }

@@ -18,6 +18,7 @@ const { createHealthSampler } = require('./heartbeat')
 const { listenServer } = require('./listen')
 const { warmUpHttp } = require('./warm-up')
 const { busRuntime } = require('../bus')
+const services = require('../services')
 const { sessionStatus } = require('../session/status')
 const { setSessionLogger } = require('../session/log')
 const { createLogger } = require('../logger')
@@ -45,6 +46,7 @@ function startWorker (createApp, config) {
 
   busRuntime.configure(config.bus, { logger: log, role: 'worker' })
   busRuntime.attachToPrimary({ channel, id, generation })
+  services.attachToPrimary({ channel, maxQueuedBytes: config.bus.maxQueuedBytes })
   setSessionLogger(log)
 
   const route = protocol.createRouter({
@@ -54,7 +56,8 @@ function startWorker (createApp, config) {
     },
     [protocol.KIND.DRAIN]: (_, message) => shutdown(message.timeoutMs, message.reason),
     [protocol.KIND.PROMOTE]: (_, message) => promote(message.slot),
-    [protocol.KIND.BUS]: (_, message) => busRuntime.onPrimaryMessage(message)
+    [protocol.KIND.BUS]: (_, message) => busRuntime.onPrimaryMessage(message),
+    [protocol.KIND.SERVICE]: (_, message) => services.onPrimaryMessage(message)
   }, (_, message) => debug('ignoring %s from primary', message.kind))
   ipc.listen(process, (message, socketHandle) => route(null, message, socketHandle))
 
