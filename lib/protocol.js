@@ -60,7 +60,7 @@ const BUS_OP = Object.freeze({
   BROADCASTS: 'B',
   /** To one worker slot or the primary. `{ to, t, d, n }` */
   SEND: 's',
-  /** Ask the primary's handler. `{ id, t, d, r? }` (r: 1 = raw library data, no codec) */
+  /** Ask the primary's handler. `{ id, t, d }` */
   REQUEST: 'rq',
   /** Ask every worker's handler through the primary. `{ id, t, d, ms }` */
   GATHER: 'gq',
@@ -70,7 +70,7 @@ const BUS_OP = Object.freeze({
   RELAYS: 'M',
   /** One relayed or sent message. `{ t, d, f, g, h? }` */
   RELAY: 'm',
-  /** The primary's answer to REQUEST. `{ id, ok, d, e, r? }` */
+  /** The primary's answer to REQUEST. `{ id, ok, d, e }` */
   RESPONSE: 'rs',
   /** The answers to GATHER. `{ id, r: answers, m: missing }` */
   GATHER_RESULT: 'gs',
@@ -89,16 +89,12 @@ const BUS_OP = Object.freeze({
 const bus = {
   broadcasts: (m, n) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.BROADCASTS, m, n }),
   send: (to, t, d, n) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.SEND, to, t, d, n }),
-  request: (id, t, d, raw) => raw
-    ? { [MARK]: 1, kind: KIND.BUS, op: BUS_OP.REQUEST, id, t, d, r: 1 }
-    : { [MARK]: 1, kind: KIND.BUS, op: BUS_OP.REQUEST, id, t, d },
+  request: (id, t, d) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.REQUEST, id, t, d }),
   gather: (id, t, d, ms) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.GATHER, id, t, d, ms }),
   handlerReply: (id, ok, d, e) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.HANDLER_REPLY, id, ok, d, e }),
   relays: (m) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.RELAYS, m }),
   relay: (t, d, f, g, h) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.RELAY, t, d, f, g, h }),
-  response: (id, ok, d, e, raw) => raw
-    ? { [MARK]: 1, kind: KIND.BUS, op: BUS_OP.RESPONSE, id, ok, d, e, r: 1 }
-    : { [MARK]: 1, kind: KIND.BUS, op: BUS_OP.RESPONSE, id, ok, d, e },
+  response: (id, ok, d, e) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.RESPONSE, id, ok, d, e }),
   gatherResult: (id, r, m) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.GATHER_RESULT, id, r, m }),
   handlerAsk: (id, t, d, f, g) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.HANDLER_ASK, id, t, d, f, g }),
   credit: (n) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.CREDIT, n }),

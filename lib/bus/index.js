@@ -139,8 +139,6 @@ function createBusApi (reservedAllowed) {
       check(topic, 'bus.request')
       const timeoutMs = timeoutOf(options, 'bus.request')
       const transport = transportFor('bus.request')
-      // Library traffic (the session store) may skip the codec: the IPC channel encodes it once.
-      if (reservedAllowed && options && options.raw === true) return transport.request(topic, data, timeoutMs, true, options.bytes || 0)
       return transport.request(topic, core.codec.encode(topic, data), timeoutMs)
     },
 

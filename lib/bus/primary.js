@@ -16,7 +16,7 @@
 const debug = require('debug')('clusterize:bus')
 const { BUS_OP, bus: busMessage } = require('../protocol')
 const { isTopic, deliverLater } = require('./core')
-const { queuedSize, RESERVED_PREFIX } = require('./codec')
+const { queuedSize } = require('./codec')
 const { MAX_TIMER_MS } = require('../errors')
 const { createFlow } = require('./flow')
 
@@ -307,18 +307,16 @@ function createPrimaryTransport (core) {
     }
     const topic = message.t
     const payload = message.d
-    // A raw request carries plain data for a library handler on a reserved topic; the codec does not apply.
-    const rawRequest = message.op === BUS_OP.REQUEST && message.r === 1 && typeof topic === 'string' && topic.startsWith(RESERVED_PREFIX)
     const relayed = message.op === BUS_OP.BROADCAST || message.op === BUS_OP.SEND
     const batch = relayed ? flow.openBatch(record, message.n) : null
     try {
-      if (!isTopic(topic) || (!rawRequest && !core.acceptsPayload(payload))) {
+      if (!isTopic(topic) || !core.acceptsPayload(payload)) {
         debug('ignoring malformed bus envelope (op %s) from worker %s', message.op, record.id)
         return
       }
       if (message.op === BUS_OP.BROADCAST) fromWorkerBroadcast(record, topic, payload, batch)
       else if (message.op === BUS_OP.SEND) fromWorkerSend(record, message.to, topic, payload, batch)
-      else fromWorkerAsk(record, message, topic, payload, rawRequest)
+      else fromWorkerAsk(record, message, topic, payload)
     } finally {
       if (batch !== null) flow.closeBatch(batch)
     }
@@ -340,17 +338,15 @@ function createPrimaryTransport (core) {
   }
 
   /** REQUEST and GATHER from a worker. */
-  function fromWorkerAsk (record, message, topic, payload, rawRequest) {
+  function fromWorkerAsk (record, message, topic, payload) {
     switch (message.op) {
       case BUS_OP.REQUEST: {
         const id = message.id
         if (typeof id !== 'number') return
-        const raw = rawRequest
-        core.invoke(topic, payload, localMeta(topic, record.id, record.generation), 'the primary', raw).then(function reply (answer) {
+        core.invoke(topic, payload, localMeta(topic, record.id, record.generation), 'the primary').then(function reply (answer) {
           // A worker that exited meanwhile gets nothing: its request died with it.
           if (!records.has(record)) return
-          // Answers to library requests share one write per loop turn, as the requests do.
-          post(record, busMessage.response(id, answer.ok, answer.d, answer.e, raw), raw)
+          post(record, busMessage.response(id, answer.ok, answer.d, answer.e))
         })
         return
       }
@@ -415,8 +411,8 @@ function createPrimaryTransport (core) {
       return true
     },
 
-    request (topic, payload, timeoutMs, raw) {
-      return core.invokeLocally(topic, payload, localMeta(topic, 'primary'), 'the primary', timeoutMs, 'bus.request', raw)
+    request (topic, payload, timeoutMs) {
+      return core.invokeLocally(topic, payload, localMeta(topic, 'primary'), 'the primary', timeoutMs, 'bus.request')
     },
 
     gather (topic, payload, timeoutMs) {

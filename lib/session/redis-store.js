@@ -24,7 +24,7 @@
 const { Store } = require('express-session')
 const debug = require('debug')('clusterize:session')
 const { toUnavailable } = require('./unavailable')
-const { callOnce } = require('./callback')
+const { callOnce, CallbackOutcome } = require('./callback')
 const { promised } = require('./promised')
 const { inflatableOrNull, whyNotInflatable, Unreadable } = require('./inflatable')
 const { RedisAvailability } = require('./redis-availability')
@@ -60,6 +60,8 @@ class ClusterizeRedisStore extends Store {
     this.availabilityState = new RedisAvailability(this.redis, timeoutMs)
     // session object -> { sid, deadline } of this store's last save of it (see redis-touch.js).
     this.justSet = new WeakMap()
+    /** How this store's callbacks are running right now (lib/session/hold-response.js reads it). */
+    this.outcome = new CallbackOutcome()
   }
 
   /** @returns {{ available: boolean, lastError: string|null }} */
@@ -86,7 +88,7 @@ class ClusterizeRedisStore extends Store {
    */
   run (op, args, cb, work) {
     if (typeof cb !== 'function') return promised(this, op, args)
-    const answer = callOnce(cb, op)
+    const answer = callOnce(cb, op, this.outcome)
     const fail = (err) => answer(toUnavailable(err, 'redis'))
     this.availabilityState.afterFirstConnection(fail, function runOperation () {
       // The answer runs outside this chain (callOnce rethrows an app exception on its own).
