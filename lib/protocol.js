@@ -39,9 +39,9 @@ const KIND = Object.freeze({
  *   primary -> worker: REPLY
  */
 const SERVICE_OP = Object.freeze({
-  /** Call a service's request handler. `{ id, s: service, m: method, d: data }` */
+  /** Call a service's request handler. `{ id, s: service, m: method, d: data, x? }` (x: 1 = d is the bus codec's encoding of app data) */
   CALL: 'c',
-  /** Call a service's notification handler; no answer. `{ s, m, d }` */
+  /** Call a service's notification handler; no answer. `{ s, m, d, x? }` */
   NOTIFY: 'n',
   /** The answer to CALL. `{ id, ok, d }` or `{ id, ok: false, e: { message, code?, name?, status? } }` */
   REPLY: 'r'
@@ -103,8 +103,12 @@ const bus = {
 
 /** Builders for the service envelopes (hot path: one literal each). */
 const service = {
-  call: (id, s, m, d) => ({ [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.CALL, id, s, m, d }),
-  notify: (s, m, d) => ({ [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.NOTIFY, s, m, d }),
+  call: (id, s, m, d, x) => x
+    ? { [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.CALL, id, s, m, d, x: 1 }
+    : { [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.CALL, id, s, m, d },
+  notify: (s, m, d, x) => x
+    ? { [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.NOTIFY, s, m, d, x: 1 }
+    : { [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.NOTIFY, s, m, d },
   reply: (id, d) => ({ [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.REPLY, id, ok: true, d }),
   failure: (id, e) => ({ [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.REPLY, id, ok: false, e })
 }

@@ -142,6 +142,13 @@ test('the primary going away fails the calls still waiting at once (not at their
   assert.strictEqual(JSON.parse(line).error.code, 'ERR_CLUSTERIZE_BUS_CLOSED')
 })
 
+test("the app's data (encode): refused at once when the bus would refuse it, without breaking the write it would have shared", async () => {
+  const worker = startWorker()
+  const outcome = await worker.run({ cmd: 'app-data' })
+  assert.strictEqual(outcome.value.refused.code, 'ERR_CLUSTERIZE_BUS_UNSERIALISABLE')
+  assert.deepStrictEqual(outcome.value.value.data, { when: '1970-01-01T00:00:00.000Z', buf: [1, 2] })
+})
+
 test('notifications reach their handler with the caller; one that throws is logged and breaks nothing', async () => {
   const worker = startWorker()
   await worker.run({ cmd: 'notify', method: 'boom' })
@@ -182,6 +189,8 @@ test('in-process: with the host in this process a client calls it directly, with
   await assert.rejects(client.request('nonsense'), { code: 'ERR_CLUSTERIZE_BUS_NO_HANDLER' })
   await assert.rejects(client.request('hang', 1, { timeoutMs: 20 }), { code: 'ERR_CLUSTERIZE_BUS_TIMEOUT' })
   assert.strictEqual(client.notify('note', 7), true)
+  assert.deepStrictEqual(seen.notes, [], 'never inside the sender\'s call')
+  await new Promise((resolve) => process.nextTick(resolve))
   assert.deepStrictEqual(seen.notes, [[7, 0]])
   assert.strictEqual(services.localService('test'), host.get('test'))
 })

@@ -43,14 +43,17 @@ const { isAlive } = require('../process-alive')
 const { MemoryLog, NamespaceState, DEFAULTS, shouldInclude } = require('./recovery-log')
 const { LiveSockets } = require('./recovery-live')
 
-/** Fire-and-forget messages from workers (and other hosts): pub, cfg, live, gone. */
+/** The service's name (lib/services): workers notify pub, cfg, live, gone and request persist, restore. */
+const SERVICE = 'recovery'
+/** What this host forwards to the other hosts' primaries (bus.redis): pub. */
 const QUEUE_TOPIC = '$cz:sioq'
-/** Requests from workers: persist, restore. */
-const STATE_TOPIC = '$cz:sior'
+/** The notifications and requests a worker sends, by method (each message also carries its op). */
+const NOTIFICATIONS = ['pub', 'cfg', 'live', 'gone']
+const REQUESTS = ['persist', 'restore']
+/** A message of this host's workers: not from another host. */
+const FROM_THIS_HOST = Object.freeze({})
 /** A namespace's cluster messages to the workers (./socket-io-adapter.js). */
 const NAMESPACE_TOPIC_PREFIX = '$cz:sio:'
-
-const attached = new WeakMap()
 
 /** Beyond a draining worker's deadline, before a restore waiting for it gives up. */
 const RETIRE_WAIT_MARGIN_MS = 5000
@@ -107,7 +110,7 @@ class RecoveryService {
     this.log.sweep(now)
   }
 
-  /** A fire-and-forget message from a worker of this host (meta.host undefined) or from another host. */
+  /** A notification from a worker of this host (meta.host undefined) or a message forwarded by another host. */
   onQueueMessage (data, meta) {
     if (!data || typeof data !== 'object' || typeof data.n !== 'string') return
     switch (data.op) {
@@ -219,20 +222,19 @@ class RecoveryService {
 }
 
 /**
- * Answer socket.io recovery traffic on `bus` (the primary at startup, or the
- * single process with `workers: 0`). Idempotent per bus; cheap until a worker
- * uses it.
+ * The recovery service on `bus` (the primary at startup, or the single
+ * process with `workers: 0`): the bus carries the numbered broadcasts to this
+ * host's workers and, with bus.redis, what other hosts forward. Cheap until a
+ * worker uses it.
  * @param {object} bus internalBus
  * @param {object} [options] the bus options and the logger (see RecoveryService)
  * @returns {RecoveryService}
  */
-function attachRecoveryService (bus, options) {
-  const existing = attached.get(bus)
-  if (existing) return existing
+function createRecoveryService (bus, options) {
   const service = new RecoveryService(bus, options)
-  bus.on(QUEUE_TOPIC, (data, meta) => service.onQueueMessage(data, meta))
-  bus.handle(STATE_TOPIC, (data) => service.onStateRequest(data))
-  attached.set(bus, service)
+  const fromOtherHosts = (data, meta) => service.onQueueMessage(data, meta)
+  bus.on(QUEUE_TOPIC, fromOtherHosts)
+  service.detach = () => bus.off(QUEUE_TOPIC, fromOtherHosts)
   return service
 }
 
@@ -256,15 +258,24 @@ function recoveryOptions (config, log, isRetiring) {
  * A worker that exits is forgotten (its sockets' last state is persisted).
  */
 const recoveryService = {
-  name: 'recovery',
+  name: SERVICE,
   start: function startRecoveryService (context) {
-    const service = attachRecoveryService(require('../bus').internalBus, recoveryOptions(context.config, context.log, context.isRetiringPid))
+    const service = createRecoveryService(require('../bus').internalBus, recoveryOptions(context.config, context.log, context.isRetiringPid))
+    const notifications = {}
+    for (const op of NOTIFICATIONS) notifications[op] = (data) => service.onQueueMessage(data, FROM_THIS_HOST)
+    const requests = {}
+    for (const op of REQUESTS) requests[op] = (data) => service.onStateRequest(data)
     return {
+      notifications,
+      requests,
       api: service,
       workerExit: (caller) => service.forgetProcess(caller.pid),
-      close: () => service.close()
+      close: () => {
+        service.detach()
+        return service.close()
+      }
     }
   }
 }
 
-module.exports = { attachRecoveryService, recoveryOptions, recoveryService, RecoveryService, NamespaceState, shouldInclude, QUEUE_TOPIC, STATE_TOPIC, DEFAULTS }
+module.exports = { createRecoveryService, recoveryOptions, recoveryService, SERVICE, RecoveryService, NamespaceState, shouldInclude, QUEUE_TOPIC, DEFAULTS }

@@ -17,6 +17,7 @@
 const debug = require('debug')('clusterize:services')
 const { SERVICE_OP, service: envelope } = require('../protocol')
 const { ClusterizeBusError, errorToWire } = require('../bus/errors')
+const { decodeAppData } = require('./app-data')
 
 /**
  * @param {Array<{ name: string, start: (context: object) => object }>} definitions
@@ -93,13 +94,24 @@ function createServiceHost (definitions, context) {
   function onWorkerMessage (record, message) {
     if (typeof message.s !== 'string' || typeof message.m !== 'string') return
     const caller = { id: record.id, pid: record.pid, generation: record.generation }
-    if (message.op === SERVICE_OP.NOTIFY) {
-      notify(message.s, message.m, message.d, caller)
+    const isCall = message.op === SERVICE_OP.CALL && typeof message.id === 'number'
+    if (!isCall && message.op !== SERVICE_OP.NOTIFY) return
+    let data = message.d
+    if (message.x === 1) {
+      try {
+        data = decodeAppData(data)
+      } catch (err) {
+        debug('undecodable %s.%s from worker %s: %s', message.s, message.m, record.id, err.message)
+        if (isCall) reply(record, envelope.failure(message.id, errorToWire(err)))
+        return
+      }
+    }
+    if (!isCall) {
+      notify(message.s, message.m, data, caller)
       return
     }
-    if (message.op !== SERVICE_OP.CALL || typeof message.id !== 'number') return
     const id = message.id
-    call(message.s, message.m, message.d, caller).then(function answer (value) {
+    call(message.s, message.m, data, caller).then(function answer (value) {
       reply(record, envelope.reply(id, value))
     }, function failed (err) {
       reply(record, envelope.failure(id, errorToWire(err)))

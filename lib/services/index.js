@@ -19,6 +19,12 @@ const { createServiceHost } = require('./host')
 const { createRemote } = require('./remote')
 const { ClusterizeTimeoutError } = require('../errors')
 const { ClusterizeBusError } = require('../bus/errors')
+const { encodeAppData, decodeAppData } = require('./app-data')
+
+function payloadSize (payload) {
+  if (typeof payload === 'string') return payload.length
+  return payload && typeof payload.length === 'number' ? payload.length : 0
+}
 
 const DEFAULT_TIMEOUT_MS = 5000
 
@@ -124,43 +130,74 @@ function withTimeout (thenable, timeoutMs, what) {
 }
 
 /**
+ * `data` as it travels: with `encode`, the bus codec's encoding (checked and
+ * copied like a bus message; throws ClusterizeBusError synchronously).
+ */
+function prepare (what, data, options) {
+  if (!(options && options.encode)) return { data, bytes: options && options.bytes > 0 ? options.bytes : 0, encoded: false }
+  const payload = encodeAppData(what, data)
+  return { data: payload, bytes: payloadSize(payload), encoded: true }
+}
+
+/**
  * A client of the service `name`, usable in any process.
  * @param {string} name as in ./list.js
  * @param {{ timeoutMs?: number }} [options] the default timeout of request()
- * @returns {{ request: (method: string, data?: *, options?: { timeoutMs?: number, bytes?: number }) => Promise<*>, notify: (method: string, data?: *) => boolean }}
+ * @returns {{ request: Function, notify: Function }}
  */
 function serviceClient (name, options) {
   const defaultTimeoutMs = (options && options.timeoutMs) || DEFAULT_TIMEOUT_MS
   return {
     /**
-     * Ask the service; resolves with its handler's answer. `bytes`: the
-     * caller's estimate of data's size (backpressure counts it until the answer).
+     * Ask the service; resolves with its handler's answer.
+     * @param {string} method
+     * @param {*} [data] plain data (the IPC channel encodes it once)
+     * @param {{ timeoutMs?: number, bytes?: number, encode?: boolean }} [callOptions]
+     *   `bytes`: the caller's estimate of data's size (backpressure counts it until the answer);
+     *   `encode`: data holds the app's values: encode it with the bus codec (throws synchronously when
+     *   the bus would refuse it)
+     * @returns {Promise<*>}
      */
     request: function request (method, data, callOptions) {
+      const what = `${name}.${method}`
       const timeoutMs = (callOptions && callOptions.timeoutMs) || defaultTimeoutMs
-      if (state.remote !== null) return state.remote.request(name, method, data, timeoutMs, callOptions ? callOptions.bytes : 0)
+      const sent = prepare(what, data, callOptions)
+      if (state.remote !== null) return state.remote.request(name, method, sent.data, timeoutMs, sent.bytes, sent.encoded)
       const host = hostForInProcessCalls()
-      if (host === null) return Promise.reject(notStarted(`${name}.${method}`))
+      if (host === null) return Promise.reject(notStarted(what))
       let result
       try {
-        result = host.run(name, method, data, LOCAL_CALLER)
+        result = host.run(name, method, sent.encoded ? decodeAppData(sent.data) : sent.data, LOCAL_CALLER)
       } catch (err) {
         return Promise.reject(err)
       }
       // Most handlers answer at once (the session store's): no timer for those.
-      if (result !== null && typeof result === 'object' && typeof result.then === 'function') return withTimeout(result, timeoutMs, `${name}.${method}`)
+      if (result !== null && typeof result === 'object' && typeof result.then === 'function') return withTimeout(result, timeoutMs, what)
       return Promise.resolve(result)
     },
 
-    /** Tell the service something; no answer. Returns false when it could not be sent. */
-    notify: function notify (method, data) {
-      if (state.remote !== null) return state.remote.notify(name, method, data)
+    /**
+     * Tell the service something; no answer. Throws (sending nothing) on
+     * backpressure, or with `encode` when the bus would refuse the data.
+     * @param {string} method
+     * @param {*} [data]
+     * @param {{ bytes?: number, encode?: boolean }} [callOptions]
+     * @returns {boolean} false when it could not be sent (no channel to the primary)
+     */
+    notify: function notify (method, data, callOptions) {
+      const sent = prepare(`${name}.${method}`, data, callOptions)
+      if (state.remote !== null) return state.remote.notify(name, method, sent.data, sent.bytes, sent.encoded)
       const host = hostForInProcessCalls()
       if (host === null) return false
-      host.notify(name, method, data, LOCAL_CALLER)
+      // Later, as over IPC: a notification never runs inside its sender's call.
+      process.nextTick(notifyLater, host, name, method, sent.encoded ? decodeAppData(sent.data) : sent.data)
       return true
     }
   }
+}
+
+function notifyLater (host, name, method, data) {
+  host.notify(name, method, data, LOCAL_CALLER)
 }
 
 /** For /stats in a worker. */

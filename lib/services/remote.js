@@ -14,7 +14,14 @@
  *   bytes back, so the bound covers the primary's queue of replies too;
  * - a closed channel (the primary is gone) fails every call at once.
  * Calls of one loop turn share one IPC write (ipc.Channel#post): under load
- * the session store makes many per turn.
+ * the session store makes many per turn. Notifications are written at once
+ * when the channel is idle (ipc.Channel#postSoon) and count towards the
+ * channel's queue until the OS takes them.
+ *
+ * Data is plain data the IPC channel encodes once. Data that holds the app's
+ * values (socket.data, a socket.io packet) is encoded by the caller with the
+ * bus codec instead (`encoded`): refused synchronously when the bus would
+ * refuse it (too large, unserialisable), never breaking the channel's write.
  */
 
 const debug = require('debug')('clusterize:services')
@@ -55,9 +62,10 @@ function createRemote (options) {
      * @param {*} data plain data: the IPC channel encodes it once
      * @param {number} timeoutMs
      * @param {number} sizeBytes the caller's estimate of data's size, for backpressure
+     * @param {boolean} [encoded] data is the bus codec's encoding (the host decodes it)
      * @returns {Promise<*>}
      */
-    request (name, method, data, timeoutMs, sizeBytes) {
+    request (name, method, data, timeoutMs, sizeBytes, encoded) {
       const what = `${name}.${method}`
       if (!channel.connected) {
         return Promise.reject(new ClusterizeBusError(`service call ${what}: the IPC channel to the primary is closed`, 'ERR_CLUSTERIZE_BUS_CLOSED'))
@@ -77,17 +85,31 @@ function createRemote (options) {
           reject(new ClusterizeTimeoutError(`service call ${what}: the primary did not answer within ${timeoutMs} ms`))
         }, timeoutMs)
         pending.set(id, { resolve, reject, timer, bytes, what })
-        channel.post(envelope.call(id, name, method, data))
+        channel.post(envelope.call(id, name, method, data, encoded))
       })
     },
 
-    /** Fire and forget (a notification has no answer and no timeout). */
-    notify (name, method, data) {
+    /**
+     * Fire and forget (a notification has no answer and no timeout). Throws
+     * ERR_CLUSTERIZE_BUS_BACKPRESSURE, sending nothing, when the channel to the
+     * primary already holds bus.maxQueuedBytes.
+     * @returns {boolean} false when the channel is closed (nothing sent)
+     */
+    notify (name, method, data, sizeBytes, encoded) {
       if (!channel.connected) {
         debug('notification %s.%s dropped: the IPC channel is closed', name, method)
         return false
       }
-      channel.post(envelope.notify(name, method, data))
+      const bytes = (sizeBytes > 0 ? sizeBytes : 0) + CALL_OVERHEAD_BYTES
+      const queued = channel.queuedBytes + inFlight
+      if (queued + bytes > maxQueuedBytes) {
+        refused++
+        throw new ClusterizeBusError(
+          `service notification ${name}.${method}: ${queued} bytes are already queued towards the primary, over bus.maxQueuedBytes (${maxQueuedBytes}): the primary or the IPC channel cannot keep up. Nothing was sent.`,
+          'ERR_CLUSTERIZE_BUS_BACKPRESSURE', { queuedBytes: queued, limit: maxQueuedBytes })
+      }
+      channel.reserve(bytes)
+      channel.postSoon(envelope.notify(name, method, data, encoded))
       return true
     },
 
