@@ -45,15 +45,15 @@ const { LiveSockets } = require('./recovery-live')
 
 /** The service's name (lib/services): workers notify pub, cfg, live, gone and request persist, restore. */
 const SERVICE = 'recovery'
-/** What this host forwards to the other hosts' primaries (bus.redis): pub. */
-const QUEUE_TOPIC = '$cz:sioq'
+/** What this host forwards to the other hosts' primaries (bus.redis): pub. A library channel topic (lib/bus/library.js). */
+const QUEUE_TOPIC = 'sio-queue'
 /** The notifications and requests a worker sends, by method (each message also carries its op). */
 const NOTIFICATIONS = ['pub', 'cfg', 'live', 'gone']
 const REQUESTS = ['persist', 'restore']
 /** A message of this host's workers: not from another host. */
 const FROM_THIS_HOST = Object.freeze({})
-/** A namespace's cluster messages to the workers (./socket-io-adapter.js). */
-const NAMESPACE_TOPIC_PREFIX = '$cz:sio:'
+/** A namespace's cluster messages to the workers (./socket-io-adapter.js), on the library channel. */
+const NAMESPACE_TOPIC_PREFIX = 'sio:'
 
 /** Beyond a draining worker's deadline, before a restore waiting for it gives up. */
 const RETIRE_WAIT_MARGIN_MS = 5000
@@ -64,7 +64,7 @@ const RETIRE_WAIT_MARGIN_MS = 5000
  */
 class RecoveryService {
   /**
-   * @param {object} bus internalBus
+   * @param {object} bus the library channel (lib/bus/library.js)
    * @param {{ redis?: *, channel?: string, serialization?: 'json'|'advanced', maxMessageBytes?: number, log?: object,
    *   isRetiring?: (workerPid: number) => boolean, retireWaitMs?: number }} [options]
    *   the bus options: with `redis`, the log and sessions live in Redis (shared by every host)
@@ -226,7 +226,7 @@ class RecoveryService {
  * process with `workers: 0`): the bus carries the numbered broadcasts to this
  * host's workers and, with bus.redis, what other hosts forward. Cheap until a
  * worker uses it.
- * @param {object} bus internalBus
+ * @param {object} bus the library channel (lib/bus/library.js)
  * @param {object} [options] the bus options and the logger (see RecoveryService)
  * @returns {RecoveryService}
  */
@@ -260,7 +260,7 @@ function recoveryOptions (config, log, isRetiring) {
 const recoveryService = {
   name: SERVICE,
   start: function startRecoveryService (context) {
-    const service = createRecoveryService(require('../bus').internalBus, recoveryOptions(context.config, context.log, context.isRetiringPid))
+    const service = createRecoveryService(require('../bus/library').libraryChannel, recoveryOptions(context.config, context.log, context.isRetiringPid))
     const notifications = {}
     for (const op of NOTIFICATIONS) notifications[op] = (data) => service.onQueueMessage(data, FROM_THIS_HOST)
     const requests = {}
@@ -278,4 +278,4 @@ const recoveryService = {
   }
 }
 
-module.exports = { createRecoveryService, recoveryOptions, recoveryService, SERVICE, RecoveryService, NamespaceState, shouldInclude, QUEUE_TOPIC, DEFAULTS }
+module.exports = { createRecoveryService, recoveryOptions, recoveryService, SERVICE, RecoveryService, NamespaceState, shouldInclude, QUEUE_TOPIC, NAMESPACE_TOPIC_PREFIX, DEFAULTS }
