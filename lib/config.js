@@ -65,6 +65,17 @@ const DEFAULTS = {
     stallTimeoutMs: 5000,
     outageBufferBytes: 8 * 1024 * 1024
   },
+  /** The bounds the primary enforces on the cluster session store (lib/session/cluster-backend.js). */
+  clusterStore: {
+    maxSessions: 100000,
+    maxTotalBytes: 128 * 1024 * 1024
+  },
+  /** The bounds of socket.io connection-state recovery's state in the primary, per namespace (lib/realtime). */
+  recovery: {
+    maxPackets: 10000,
+    maxSessions: 100000,
+    liveWaitMs: 5000
+  },
   logger: undefined,
   banner: true,
   keepAliveTimeout: 65000,
@@ -270,6 +281,16 @@ function resolveConfig (options, env) {
   checkInteger('bus.outageBufferBytes', bus.outageBufferBytes, 0)
   if (typeof bus.channel !== 'string' || bus.channel === '') throw fail('bus.channel', 'a non-empty string', bus.channel)
   config.bus = bus
+
+  const clusterStore = group('clusterStore', options.clusterStore, DEFAULTS.clusterStore)
+  checkInteger('clusterStore.maxSessions', clusterStore.maxSessions, 1)
+  checkInteger('clusterStore.maxTotalBytes', clusterStore.maxTotalBytes, 1)
+  config.clusterStore = clusterStore
+  const recovery = group('recovery', options.recovery, DEFAULTS.recovery)
+  checkInteger('recovery.maxPackets', recovery.maxPackets, 1)
+  checkInteger('recovery.maxSessions', recovery.maxSessions, 1)
+  checkInteger('recovery.liveWaitMs', recovery.liveWaitMs, 0, MAX_TIMER_MS)
+  config.recovery = recovery
 
   config.logger = checkLogger(options.logger)
   config.banner = pick('banner')

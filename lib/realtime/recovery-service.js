@@ -71,13 +71,14 @@ class RecoveryService {
    */
   constructor (bus, options) {
     this.options = options || {}
-    this.liveWaitMs = DEFAULTS.liveWaitMs
+    const bounds = this.options.bounds || {}
+    this.liveWaitMs = bounds.liveWaitMs === undefined ? DEFAULTS.liveWaitMs : bounds.liveWaitMs
     this.live = new LiveSockets()
     const hooks = {
       deliver: (name, message) => bus.broadcast(NAMESPACE_TOPIC_PREFIX + name, message, { scope: 'host' }),
       forward: (data) => bus.broadcast(QUEUE_TOPIC, data, { scope: 'remote' })
     }
-    const memory = new MemoryLog(hooks)
+    const memory = new MemoryLog(hooks, bounds)
     if (this.options.redis) {
       // Loaded only with bus.redis (it brings ioredis).
       const { RedisLog } = require('./recovery-redis')
@@ -130,7 +131,12 @@ class RecoveryService {
     this.log.publish(data.n, data, meta)
   }
 
-  /** A worker's socket.io settings for a namespace: the first sets them, later ones can only raise them. */
+  /**
+   * A worker's socket.io settings for a namespace: maxDisconnectionDuration
+   * (socket.io's own option), and createAdapter({ recovery }) bounds when the
+   * app gave them (deprecated: clusterize()'s recovery option sets them at
+   * startup). The first sets them, later ones can only raise them.
+   */
   configure (data) {
     const state = this.namespace(data.n)
     const pick = (current, value) => state.configured ? Math.max(current, value) : value
@@ -250,7 +256,7 @@ function recoveryOptions (config, log, isRetiring) {
   const bus = config.bus || {}
   // A draining worker is killed at its deadline at the latest, and its exit wakes the waiters: this is only a backstop.
   const retireWaitMs = Math.max((config.reload && config.reload.drainTimeoutMs) || 0, (config.shutdown && config.shutdown.timeoutMs) || 0) + RETIRE_WAIT_MARGIN_MS
-  return { redis: bus.redis, channel: bus.channel, serialization: bus.serialization, maxMessageBytes: bus.maxMessageBytes, log, isRetiring, retireWaitMs }
+  return { redis: bus.redis, channel: bus.channel, serialization: bus.serialization, maxMessageBytes: bus.maxMessageBytes, log, isRetiring, retireWaitMs, bounds: config.recovery }
 }
 
 /**

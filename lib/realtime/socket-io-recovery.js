@@ -25,10 +25,10 @@
  */
 
 const debug = require('debug')('clusterize:socket.io')
-const { serviceClient } = require('../services')
+const { serviceClient, runtimeConfig } = require('../services')
 const { onConnectionsClosed } = require('../worker/drain-hooks')
 const { SERVICE } = require('./recovery-service')
-const { DEFAULTS, shouldInclude, compareIds } = require('./recovery-log')
+const { shouldInclude, compareIds } = require('./recovery-log')
 const { createDeliveryOrder } = require('./recovery-order')
 const { privateSessionIdOf, serverOptionsOf, interceptNamespaceAdd } = require('./socketio-internals')
 
@@ -68,7 +68,8 @@ function createRecovery (adapter, options) {
   const nsp = adapter.nsp
   const name = nsp.name
   const settings = serverOptionsOf(nsp.server).connectionStateRecovery
-  const liveWaitMs = options.liveWaitMs === undefined ? DEFAULTS.liveWaitMs : options.liveWaitMs
+  // The primary's wait comes from clusterize()'s recovery option unless createAdapter() gave one (deprecated).
+  const liveWaitMs = options.liveWaitMs === undefined ? runtimeConfig().recovery.liveWaitMs : options.liveWaitMs
   /** Restores in flight: each collects the numbered packets delivered meanwhile. */
   const restoring = new Set()
   /** Persist requests in flight (the drain waits for them). */
@@ -83,7 +84,7 @@ function createRecovery (adapter, options) {
   const publishing = new Map()
   let publishId = 0
 
-  send({ op: 'cfg', n: name, d: settings.maxDisconnectionDuration, p: options.maxPackets, x: options.maxSessions, l: liveWaitMs })
+  send({ op: 'cfg', n: name, d: settings.maxDisconnectionDuration, p: options.maxPackets, x: options.maxSessions, l: options.liveWaitMs })
 
   function onConnection (socket) {
     const pid = privateSessionIdOf(socket)

@@ -35,7 +35,9 @@ const state = {
   implicit: false,
   /** @type {ReturnType<typeof createRemote>|null} */
   remote: null,
-  disconnectListener: null
+  disconnectListener: null,
+  /** The resolved clusterize() configuration of this process, once the runtime started. */
+  config: null
 }
 
 /** Callers in-process are worker slot 0 of this process (as in single-process mode). */
@@ -55,14 +57,17 @@ function startServices (context, definitions) {
   }
   state.host = createServiceHost(definitions || require('./list').SERVICES, context)
   state.implicit = false
+  if (context && context.config) state.config = context.config
   return state.host
 }
 
 /**
  * Worker: send calls to the primary over `channel`.
- * @param {{ channel: import('../ipc').Channel, maxQueuedBytes: number }} options
+ * @param {{ channel: import('../ipc').Channel, maxQueuedBytes: number, config?: object }} options
+ *   `config`: the resolved configuration (the primary's bounds, which clients may need to know)
  */
 function attachToPrimary (options) {
+  if (options.config) state.config = options.config
   if (state.remote !== null) state.remote.failAll('the worker attached to a new channel')
   const remote = createRemote(options)
   state.remote = remote
@@ -200,9 +205,19 @@ function notifyLater (host, name, method, data) {
   host.notify(name, method, data, LOCAL_CALLER)
 }
 
+/**
+ * The resolved clusterize() configuration of this process (the primary's,
+ * and each worker's, resolved from the same options), or the defaults
+ * outside clusterize.
+ * @returns {object}
+ */
+function runtimeConfig () {
+  return state.config || require('../config').DEFAULTS
+}
+
 /** For /stats in a worker. */
 function servicesStatus () {
   return state.remote === null ? null : state.remote.status()
 }
 
-module.exports = { serviceClient, startServices, attachToPrimary, onPrimaryMessage, closeServices, localService, servicesStatus }
+module.exports = { serviceClient, runtimeConfig, startServices, attachToPrimary, onPrimaryMessage, closeServices, localService, servicesStatus }

@@ -31,9 +31,14 @@ function sessionRequests (backend) {
 
 const sessionService = {
   name: SERVICE,
-  /** @returns {object} handlers; `api` is the backend (stats) */
-  start: function startSessionService () {
-    const backend = new SessionBackend()
+  /**
+   * @param {{ config?: { clusterStore?: { maxSessions: number, maxTotalBytes: number } } }} context
+   * @returns {object} handlers; `api` is the backend (stats)
+   */
+  start: function startSessionService (context) {
+    // The bounds are clusterize() options (clusterStore), validated at startup; a store's own
+    // maxSessions/maxTotalBytes still reach the backend at runtime (deprecated, see cluster-store.js).
+    const backend = new SessionBackend((context && context.config && context.config.clusterStore) || undefined)
     debug('cluster session backend started (maxSessions %d)', backend.maxSessions)
     return {
       requests: sessionRequests(backend),

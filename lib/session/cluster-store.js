@@ -16,7 +16,7 @@ const { SESSION_OP, DEFAULT_MAX_TOTAL_BYTES } = require('./cluster-backend')
 const { SERVICE } = require('./cluster-service')
 const { serviceClient } = require('../services')
 const { toUnavailable } = require('./unavailable')
-const { sessionTooLarge } = require('./too-large')
+const { sessionTooLarge, SessionTooLargeError } = require('./too-large')
 const { callOnce, answer, CallbackOutcome } = require('./callback')
 const { inflatableOrNull, whyNotInflatable, Unreadable } = require('./inflatable')
 const { promised } = require('./promised')
@@ -33,8 +33,10 @@ class ClusterStore extends Store {
    * @param {string} [options.prefix=''] namespace in the primary: stores with different prefixes share
    *   nothing (clear/length/all included); stores with the same one (every worker's) share sessions
    * @param {number} [options.ttl=86400] seconds a session lives when its cookie has no expiry
-   * @param {number} [options.maxSessions] bound on sessions held by the primary (sent to it once)
-   * @param {number} [options.maxTotalBytes] bound on the bytes of session JSON the primary holds (sent to it once)
+   * @param {number} [options.maxSessions] deprecated: clusterize({ clusterStore: { maxSessions } }) sets the
+   *   primary's bound at startup; given here, it is still sent to the primary once
+   * @param {number} [options.maxTotalBytes] deprecated like maxSessions (clusterStore.maxTotalBytes); also
+   *   checked here before sending
    * @param {number} [options.maxSessionBytes=524288] a bigger session is refused (413), checked here before sending
    * @param {(msg: object) => Promise<*>} [options.transport] internal: replaces the bus (tests)
    */
@@ -83,6 +85,8 @@ class ClusterStore extends Store {
       if (err && err.code === 'ERR_CLUSTERIZE_BUS_TOO_LARGE') {
         return cb(sessionTooLarge(err.size, err.limit, 'bus.maxMessageBytes', 'clusterize() option'))
       }
+      // Over the primary's total bound (clusterize() option clusterStore.maxTotalBytes): refused, not an outage.
+      if (err && err.status === 413) return cb(new SessionTooLargeError(`session too large: ${err.message}`, { option: 'clusterStore.maxTotalBytes', cause: err }))
       const unavailable = toUnavailable(err, 'cluster')
       this.available = false
       this.lastError = unavailable.message

@@ -46,7 +46,7 @@ function startWorker (createApp, config) {
 
   busRuntime.configure(config.bus, { logger: log, role: 'worker' })
   busRuntime.attachToPrimary({ channel, id, generation })
-  services.attachToPrimary({ channel, maxQueuedBytes: config.bus.maxQueuedBytes })
+  services.attachToPrimary({ channel, maxQueuedBytes: config.bus.maxQueuedBytes, config })
   setSessionLogger(log)
 
   const route = protocol.createRouter({
