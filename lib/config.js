@@ -10,7 +10,6 @@ const net = require('net')
 const os = require('os')
 const { ClusterizeOptionError, MAX_TIMER_MS } = require('./errors')
 const { createChecks } = require('./check-options')
-const { DEFAULT_MAX_QUEUED_BYTES } = require('./bus/codec')
 const { availableCpus } = require('./cpus')
 const { RELOAD_SIGNALS } = require('./signals')
 const { defaultMaxIdleConnections } = require('./fd-limit')
@@ -61,7 +60,8 @@ const DEFAULTS = {
     shardedPubSub: 'auto',
     serialization: 'json',
     maxMessageBytes: 1024 * 1024,
-    maxQueuedBytes: DEFAULT_MAX_QUEUED_BYTES,
+    /** What one process may hold queued towards one peer. */
+    maxQueuedBytes: 16 * 1024 * 1024,
     stallTimeoutMs: 5000,
     outageBufferBytes: 8 * 1024 * 1024
   },

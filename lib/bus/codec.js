@@ -13,8 +13,8 @@ const { EventEmitter } = require('events')
 const { ClusterizeBusError } = require('./errors')
 
 const MAX_TOPIC_LENGTH = 256
-/** What one process may hold queued towards one peer (bus.maxQueuedBytes). */
-const DEFAULT_MAX_QUEUED_BYTES = 16 * 1024 * 1024
+/** The bus's limits when none are given: bus.maxMessageBytes and bus.maxQueuedBytes, with every other option's defaults. */
+const { maxMessageBytes: DEFAULT_MAX_MESSAGE_BYTES, maxQueuedBytes: DEFAULT_MAX_QUEUED_BYTES } = require('../config').DEFAULTS.bus
 /** Bytes counted per message on top of its payload (topic, envelope). */
 const MESSAGE_OVERHEAD_BYTES = 64
 
@@ -105,7 +105,7 @@ function firstLine (message) {
  */
 function createCodec (options) {
   const name = (options && options.serialization) || 'json'
-  const maxMessageBytes = (options && options.maxMessageBytes) || 1024 * 1024
+  const maxMessageBytes = (options && options.maxMessageBytes) || DEFAULT_MAX_MESSAGE_BYTES
   const maxQueuedBytes = (options && options.maxQueuedBytes) || DEFAULT_MAX_QUEUED_BYTES
   const advanced = name === 'advanced'
 
@@ -219,4 +219,4 @@ function queuedSize (topic, payload) {
   return payloadSize(payload) + topic.length + MESSAGE_OVERHEAD_BYTES
 }
 
-module.exports = { createCodec, checkTopic, checkAppTopic, toBuffer, queuedSize, MAX_TOPIC_LENGTH, LIBRARY_MARK, DEFAULT_MAX_QUEUED_BYTES }
+module.exports = { createCodec, checkTopic, checkAppTopic, toBuffer, queuedSize, MAX_TOPIC_LENGTH, LIBRARY_MARK }

@@ -33,8 +33,8 @@ const SUBSCRIBERS_WAIT_MS = 5000
 const SUBSCRIBERS_POLL_MS = 50
 /** How often the subscriber count is refreshed while Redis is healthy (on publish, never on a timer). */
 const SUBSCRIBERS_REFRESH_MS = 2000
-/** Default bus.outageBufferBytes when the caller gives none. */
-const DEFAULT_OUTAGE_BUFFER_BYTES = 8 * 1024 * 1024
+/** bus.outageBufferBytes when the caller gives none: lib/config.js's default. */
+const DEFAULT_OUTAGE_BUFFER_BYTES = require('../config').DEFAULTS.bus.outageBufferBytes
 
 /**
  * @param {object} options
