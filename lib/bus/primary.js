@@ -19,6 +19,7 @@ const { isTopic, deliverLater } = require('./core')
 const { queuedSize } = require('./codec')
 const { MAX_TIMER_MS } = require('../errors')
 const { createFlow } = require('./flow')
+const { createGathers } = require('./gather')
 
 
 /** Envelopes a worker may send; anything else is ignored. */
@@ -38,9 +39,6 @@ function isGatherTarget (record) {
 function createPrimaryTransport (core) {
   /** @type {Set<object>} worker records, as given by busAddWorker */
   const records = new Set()
-  /** @type {Map<number, object>} gathers in flight, by primary-side id */
-  const gathers = new Map()
-  let nextGatherId = 1
   /** @type {Map<object, object>} per worker: the 'M' envelope still queued in its channel */
   const openRelays = new Map()
   /** Messages not relayed to a worker because it was stuck or too much was already queued for it. */
@@ -79,6 +77,15 @@ function createPrimaryTransport (core) {
     openCredits.set(origin, message)
     post(origin, message)
   }
+
+  const gathers = createGathers({
+    core,
+    records,
+    isTarget: isGatherTarget,
+    isStuck: (record) => flow.isStuck(record),
+    post: (record, message) => post(record, message),
+    onSkipped: () => { droppedTotal++ }
+  })
 
   /** Tell the sender of `batch` that a message to `record` was dropped. */
   function reportDrop (batch, record, topic) {
@@ -201,73 +208,6 @@ function createPrimaryTransport (core) {
     return meta
   }
 
-  // ---- gathers -----------------------------------------------------------
-
-  /**
-   * Ask every ready worker's handler; settle with `(answers, missing)` when
-   * all have answered, exited, or the timeout passes.
-   */
-  function startGather (topic, payload, timeoutMs, from, generation, settle) {
-    const id = nextGatherId++
-    const state = { id, topic, pending: new Set(), answers: [], timer: null, settle }
-    for (const record of records) {
-      if (isGatherTarget(record)) state.pending.add(record)
-    }
-    if (state.pending.size === 0) {
-      settle([], [])
-      return
-    }
-    gathers.set(id, state)
-    const message = busMessage.handlerAsk(id, topic, payload, from, generation)
-    for (const record of Array.from(state.pending)) {
-      if (!flow.isStuck(record)) {
-        record.channel.reserve(queuedSize(topic, payload))
-        post(record, message)
-        continue
-      }
-      // Not asked (it reads nothing): an error entry now, not a silent wait until the timeout.
-      droppedTotal++
-      state.pending.delete(record)
-      state.answers.push({
-        w: record.id,
-        p: record.pid,
-        ok: false,
-        e: { message: `worker ${record.id} (pid ${record.pid}) was not asked "${topic}": it is stuck (it read none of its bus messages for bus.stallTimeoutMs)`, code: 'ERR_CLUSTERIZE_BUS_BACKPRESSURE' }
-      })
-    }
-    if (state.pending.size === 0) {
-      finishGather(state)
-      return
-    }
-    state.timer = setTimeout(finishGather, timeoutMs, state)
-  }
-
-  function finishGather (state) {
-    if (!gathers.has(state.id)) return
-    gathers.delete(state.id)
-    clearTimeout(state.timer)
-    const missing = []
-    for (const record of state.pending) missing.push(record.id)
-    state.settle(state.answers, missing)
-  }
-
-  function gatherAnswer (record, message) {
-    const state = gathers.get(message.id)
-    if (state === undefined || !state.pending.has(record)) return
-    state.pending.delete(record)
-    const answer = { w: record.id, p: record.pid, ok: message.ok === true }
-    if (answer.ok && core.acceptsPayload(message.d)) {
-      answer.d = message.d
-    } else if (answer.ok) {
-      answer.ok = false
-      answer.e = { message: `worker ${record.id} sent a malformed answer`, code: 'ERR_CLUSTERIZE_BUS_DECODE' }
-    } else {
-      answer.e = message.e && typeof message.e === 'object' ? message.e : { message: 'unknown error' }
-    }
-    state.answers.push(answer)
-    if (state.pending.size === 0) finishGather(state)
-  }
-
   // ---- messages from workers ------------------------------------------------
 
   function fromWorkerBroadcast (record, topic, payload, batch) {
@@ -287,7 +227,7 @@ function createPrimaryTransport (core) {
       return
     }
     if (message.op === BUS_OP.HANDLER_REPLY) {
-      gatherAnswer(record, message)
+      gathers.answer(record, message)
       return
     }
     if (message.op === BUS_OP.BROADCASTS) {
@@ -354,7 +294,7 @@ function createPrimaryTransport (core) {
         const id = message.id
         const timeoutMs = message.ms
         if (typeof id !== 'number' || typeof timeoutMs !== 'number' || !(timeoutMs > 0)) return
-        startGather(topic, payload, Math.min(timeoutMs, MAX_TIMER_MS), record.id, record.generation, function replyGather (answers, missing) {
+        gathers.start(topic, payload, Math.min(timeoutMs, MAX_TIMER_MS), record.id, record.generation, function replyGather (answers, missing) {
           if (!records.has(record)) return
           post(record, busMessage.gatherResult(id, answers, missing))
         })
@@ -378,17 +318,7 @@ function createPrimaryTransport (core) {
       openCredits.delete(record)
       openDrops.delete(record)
       flow.forget(record)
-      for (const state of Array.from(gathers.values())) {
-        if (!state.pending.has(record)) continue
-        state.pending.delete(record)
-        state.answers.push({
-          w: record.id,
-          p: record.pid,
-          ok: false,
-          e: { message: `worker ${record.id} (pid ${record.pid}) exited before answering "${state.topic}"`, code: 'ERR_CLUSTERIZE_WORKER_EXIT' }
-        })
-        if (state.pending.size === 0) finishGather(state)
-      }
+      gathers.workerExited(record)
     },
 
     onWorkerMessage,
@@ -417,7 +347,7 @@ function createPrimaryTransport (core) {
 
     gather (topic, payload, timeoutMs) {
       return new Promise(function gatherFromPrimary (resolve) {
-        startGather(topic, payload, timeoutMs, 'primary', undefined, function settle (answers, missing) {
+        gathers.start(topic, payload, timeoutMs, 'primary', undefined, function settle (answers, missing) {
           resolve(core.gatherResult(topic, answers, missing))
         })
       })
@@ -431,7 +361,7 @@ function createPrimaryTransport (core) {
 
     close () {
       flow.close()
-      for (const state of Array.from(gathers.values())) finishGather(state)
+      gathers.close()
     },
 
     status () {

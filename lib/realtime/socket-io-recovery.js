@@ -30,7 +30,8 @@ const { onConnectionsClosed } = require('../worker/drain-hooks')
 const { SERVICE } = require('./recovery-service')
 const { shouldInclude, compareIds } = require('./recovery-log')
 const { createDeliveryOrder } = require('./recovery-order')
-const { privateSessionIdOf, serverOptionsOf, interceptNamespaceAdd } = require('./socketio-internals')
+const { privateSessionIdOf, serverOptionsOf } = require('./socketio-internals')
+const { watchRestoringClients } = require('./restoring-clients')
 
 /**
  * Is the packet numbered `seq` after `head`? Numbers (this host's log) or
@@ -301,37 +302,6 @@ function createRecovery (adapter, options) {
       dirty.clear()
       restoringClients.stop()
       adapters.delete(adapter)
-    }
-  }
-}
-
-/**
- * The engine.io connection each restore comes on: socket.io calls the
- * adapter's restoreSession(pid, offset) from Namespace#_add(client, auth),
- * which is wrapped here to note the client by the pid in its auth. Without
- * that method (another socket.io version) nothing is noted and nothing changes.
- */
-function watchRestoringClients (nsp) {
-  const byPid = new Map()
-  const restore = interceptNamespaceAdd(nsp, {
-    before (client, auth) {
-      if (auth && typeof auth.pid === 'string' && typeof auth.offset === 'string' && client && client.conn) byPid.set(auth.pid, client.conn)
-    },
-    after (client, auth) {
-      // restoreSession() took it in add's synchronous part, or will not: never kept.
-      if (auth && typeof auth.pid === 'string') byPid.delete(auth.pid)
-    }
-  })
-  return {
-    /** The connection restoring `pid`, once (restoreSession runs synchronously inside _add). */
-    take (pid) {
-      const conn = byPid.get(pid)
-      byPid.delete(pid)
-      return conn
-    },
-    stop () {
-      restore()
-      byPid.clear()
     }
   }
 }
