@@ -19,6 +19,7 @@ const { createServiceHost } = require('./host')
 const { createRemote } = require('./remote')
 const { ClusterizeTimeoutError } = require('../errors')
 const { ClusterizeBusError } = require('../bus/errors')
+const { withTimeout } = require('../bus/core')
 const { encodeAppData, decodeAppData } = require('./app-data')
 
 function payloadSize (payload) {
@@ -118,22 +119,6 @@ function notStarted (what) {
   return new ClusterizeBusError(`service call ${what}: this worker is not connected to its primary yet (clusterize() has not started here)`, 'ERR_CLUSTERIZE_BUS_NOT_STARTED')
 }
 
-/** In-process calls get the same timeout as remote ones: a handler that never settles must not hold its caller forever. */
-function withTimeout (thenable, timeoutMs, what) {
-  return new Promise(function race (resolve, reject) {
-    const timer = setTimeout(function timedOut () {
-      reject(new ClusterizeTimeoutError(`service call ${what}: no answer within ${timeoutMs} ms`))
-    }, timeoutMs)
-    thenable.then(function done (value) {
-      clearTimeout(timer)
-      resolve(value)
-    }, function failed (err) {
-      clearTimeout(timer)
-      reject(err)
-    })
-  })
-}
-
 /**
  * `data` as it travels: with `encode`, the bus codec's encoding (checked and
  * copied like a bus message; throws ClusterizeBusError synchronously).
@@ -176,8 +161,11 @@ function serviceClient (name, options) {
       } catch (err) {
         return Promise.reject(err)
       }
-      // Most handlers answer at once (the session store's): no timer for those.
-      if (result !== null && typeof result === 'object' && typeof result.then === 'function') return withTimeout(result, timeoutMs, what)
+      // Most handlers answer at once (the session store's): no timer for those. One that never
+      // settles must not hold its caller forever: the same timeout as over IPC.
+      if (result !== null && typeof result === 'object' && typeof result.then === 'function') {
+        return withTimeout(Promise.resolve(result), timeoutMs, () => new ClusterizeTimeoutError(`service call ${what}: no answer within ${timeoutMs} ms`))
+      }
       return Promise.resolve(result)
     },
 
