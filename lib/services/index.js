@@ -203,9 +203,4 @@ function runtimeConfig () {
   return state.config || require('../config').DEFAULTS
 }
 
-/** For /stats in a worker. */
-function servicesStatus () {
-  return state.remote === null ? null : state.remote.status()
-}
-
-module.exports = { serviceClient, runtimeConfig, startServices, attachToPrimary, onPrimaryMessage, closeServices, localService, servicesStatus }
+module.exports = { serviceClient, runtimeConfig, startServices, attachToPrimary, onPrimaryMessage, closeServices, localService }

@@ -37,7 +37,7 @@ const CALL_OVERHEAD_BYTES = 64
  */
 function createRemote (options) {
   const channel = options.channel
-  let maxQueuedBytes = options.maxQueuedBytes
+  const maxQueuedBytes = options.maxQueuedBytes
   /** @type {Map<number, { resolve: Function, reject: Function, timer: *, bytes: number, what: string }>} */
   const pending = new Map()
   let nextId = 1
@@ -128,10 +128,6 @@ function createRemote (options) {
         const entry = settle(id)
         entry.reject(new ClusterizeBusError(`service call ${entry.what}: ${reason}`, 'ERR_CLUSTERIZE_BUS_CLOSED'))
       }
-    },
-
-    setMaxQueuedBytes (bytes) {
-      maxQueuedBytes = bytes
     },
 
     status () {
