@@ -20,6 +20,7 @@ const { queuedSize } = require('./codec')
 const { MAX_TIMER_MS } = require('../errors')
 const { createFlow } = require('./flow')
 const { createGathers } = require('./gather')
+const { createNotices } = require('./notices')
 
 
 /** Envelopes a worker may send; anything else is ignored. */
@@ -45,14 +46,11 @@ function createPrimaryTransport (core) {
   let droppedTotal = 0
   /** Workers currently losing messages (logged once per episode). */
   const dropping = new WeakSet()
-  /** @type {Map<object, object>} per sender: the CREDIT envelope still queued in its channel */
-  const openCredits = new Map()
-  /** @type {Map<object, object>} per sender: the DROPPED envelope still queued in its channel */
-  const openDrops = new Map()
+  const notices = createNotices({ records, post: (record, message) => post(record, message) })
 
   const flow = createFlow({
     stallTimeoutMs: () => core.stallTimeoutMs,
-    onCredit: credit,
+    onCredit: notices.credit,
     onStuck: function stuck (record, heldBytes) {
       dropping.add(record)
       core.log.warn(`bus: worker ${record.id} is stuck: it has read none of the ${heldBytes} bytes queued for it for ${core.stallTimeoutMs} ms (bus.stallTimeoutMs); ` +
@@ -65,19 +63,6 @@ function createPrimaryTransport (core) {
     }
   })
 
-  /** Give `origin` (a sender's record) `bytes` back: every receiver took its messages. */
-  function credit (origin, bytes) {
-    if (!records.has(origin)) return
-    const open = openCredits.get(origin)
-    if (open !== undefined && origin.channel.lastQueued() === open) {
-      open.n += bytes
-      return
-    }
-    const message = busMessage.credit(bytes)
-    openCredits.set(origin, message)
-    post(origin, message)
-  }
-
   const gathers = createGathers({
     core,
     records,
@@ -87,23 +72,10 @@ function createPrimaryTransport (core) {
     onSkipped: () => { droppedTotal++ }
   })
 
-  /** Tell the sender of `batch` that a message to `record` was dropped. */
-  function reportDrop (batch, record, topic) {
-    const origin = batch.origin
-    if (!records.has(origin)) return
-    const open = openDrops.get(origin)
-    if (open !== undefined && open.w === record.id && origin.channel.lastQueued() === open) {
-      open.n++
-      return
-    }
-    const message = busMessage.dropped(record.id, 1, topic)
-    openDrops.set(origin, message)
-    post(origin, message)
-  }
-
   function drop (record, batch, topic, why) {
     droppedTotal++
-    if (batch !== null) reportDrop(batch, record, topic)
+    // Its sender is told (a message of the primary's own or the bridge's has none).
+    if (batch !== null) notices.dropped(batch.origin, record, topic)
     if (!dropping.has(record)) {
       dropping.add(record)
       core.log.warn(`bus: dropping messages to worker ${record.id}: ${why}`, { pid: record.pid })
@@ -315,8 +287,7 @@ function createPrimaryTransport (core) {
     removeWorker (record) {
       if (!records.delete(record)) return
       openRelays.delete(record)
-      openCredits.delete(record)
-      openDrops.delete(record)
+      notices.forget(record)
       flow.forget(record)
       gathers.workerExited(record)
     },
