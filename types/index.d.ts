@@ -176,6 +176,10 @@ export interface ClusterizeOptions {
   /** /live, /ready, /stats, /metrics served by the primary. Off by default. */
   probes?: ProbesOptions | null | false
   bus?: BusOptions
+  /** The bounds the primary enforces on the cluster session store (validated at startup). */
+  clusterStore?: ClusterStoreOptions
+  /** The bounds of socket.io connection-state recovery's state in the primary (validated at startup). */
+  recovery?: import('./socket.io').ClusterizeRecoveryOptions
   /** Default: one readable line per lifecycle event on stderr. false = silent. */
   logger?: Logger | false
   /**
@@ -561,6 +565,16 @@ export interface Bus {
   readonly role: 'none' | 'primary' | 'worker' | 'local'
 }
 
+export interface ClusterStoreOptions {
+  /** Sessions the primary holds at most; the oldest-expiring is evicted first. Default 100000. */
+  maxSessions?: number
+  /**
+   * Bytes of session JSON the primary holds at most, evicting like maxSessions; a single session over
+   * it is refused with 413. Default 134217728 (128 MiB).
+   */
+  maxTotalBytes?: number
+}
+
 export interface BusOptions {
   /** Bridges broadcasts between hosts: one Redis node, Sentinel or a Redis Cluster (see RedisTarget). */
   redis?: RedisTarget | null
@@ -848,11 +862,17 @@ export interface ClusterizeSessionOptions extends Omit<SessionOptions, 'store' |
   ttl?: number
   /** Per-operation deadline in ms before the request gets 503. Default 2000. */
   timeoutMs?: number
-  /** Cluster store: most sessions the primary holds; the closest to expiry is evicted first. Default 100000. */
+  /**
+   * Cluster store: most sessions the primary holds; the closest to expiry is evicted first. Default 100000.
+   * @deprecated set clusterize({ clusterStore: { maxSessions } }), validated at startup; given here, it is
+   * still sent to the primary when the store starts.
+   */
   maxSessions?: number
   /**
    * Cluster store: most bytes of session JSON the primary holds in total; the sessions closest to
    * expiry are evicted first, like maxSessions. Default 134217728 (128 MiB).
+   * @deprecated as the primary's bound: set clusterize({ clusterStore: { maxTotalBytes } }); given here,
+   * it is still sent to the primary, and checked in the worker before a session is sent.
    */
   maxTotalBytes?: number
   /** Cluster store: a session bigger than this as JSON is not stored and the request gets 413. Default 524288 (512 KiB). */

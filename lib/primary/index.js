@@ -22,9 +22,8 @@ const { createReloader } = require('./reload')
 const { createMetrics } = require('./metrics')
 const { watchSessionStores } = require('./session-watch')
 const { buildStats } = require('./stats')
-const { busRuntime, internalBus } = require('../bus')
-const { attachSessionBackend, backendFor } = require('../session/cluster-service')
-const { attachRecoveryService, recoveryOptions } = require('../realtime/recovery-service')
+const { busRuntime } = require('../bus')
+const { startServices, closeServices } = require('../services')
 const { handleSignals } = require('../signals')
 const { createLogger } = require('../logger')
 const { explainListenError, ClusterizeError, ClusterizeAppError } = require('../errors')
@@ -61,10 +60,8 @@ function startPrimary (createApp, config) {
   runtime.route = createRoutes()
   cluster.setupPrimary({ serialization: config.bus.serialization })
   busRuntime.configure(config.bus, { logger: log, role: 'primary' })
-  // The cluster session store's sessions live here; cheap until a worker uses it (an empty Map).
-  attachSessionBackend(internalBus)
-  // socket.io connection-state recovery (lib/realtime): empty until a worker's adapter uses it.
-  const recovery = attachRecoveryService(internalBus, recoveryOptions(config, log, supervisor.isRetiringPid.bind(supervisor)))
+  // The library's primary-side services (cluster sessions, socket.io recovery): cheap until a worker uses one.
+  const services = startServices({ config, log, isRetiringPid: supervisor.isRetiringPid.bind(supervisor) })
   forwardEvents()
 
   Object.defineProperty(handle, 'bus', { enumerable: true, get: () => require('../bus').bus })
@@ -92,6 +89,7 @@ function startPrimary (createApp, config) {
       [protocol.KIND.BOOT_ERROR]: (record, message) => supervisor.onBootError(record, message),
       [protocol.KIND.DRAINED]: (record, message) => supervisor.onDrained(record, message),
       [protocol.KIND.BUS]: (record, message) => busRuntime.onWorkerMessage(record, message),
+      [protocol.KIND.SERVICE]: (record, message) => services.onWorkerMessage(record, message),
       [protocol.KIND.LISTEN_ASK]: (record) => { if (parts.balancer) parts.balancer.onListenAsk(record) },
       [protocol.KIND.LOAD]: (record, message) => { if (parts.balancer) parts.balancer.onLoad(record, message) }
     }, (record, message) => debug('ignoring %s from worker %d', message.kind, record.id))
@@ -105,10 +103,13 @@ function startPrimary (createApp, config) {
     })
     busRuntime.on('bridge:up', (state) => handle.emit('bridge:up', state))
     busRuntime.on('bridge:down', (state) => handle.emit('bridge:down', state))
-    supervisor.on('worker:fork', (record) => busRuntime.addWorker(record))
+    supervisor.on('worker:fork', (record) => {
+      busRuntime.addWorker(record)
+      services.addWorker(record)
+    })
     supervisor.on('record:exit', (record) => {
       busRuntime.removeWorker(record)
-      recovery.forgetProcess(record.pid)
+      services.removeWorker(record)
     })
     supervisor.on('crashloop', onCrashLoop)
     supervisor.on('record:gone', exitIfNothingServes)
@@ -273,7 +274,7 @@ function startPrimary (createApp, config) {
       const forced = retiring.some((record) => record.forced || record.drainTimedOut)
       if (parts.health) parts.health.stop()
       if (parts.probes) await parts.probes.close()
-      await recovery.close()
+      await closeServices()
       await busRuntime.close()
       const code = forced || exitCode === 1 ? 1 : 0
       log.info(forced ? 'shutdown forced: some workers were killed at the deadline' : 'shutdown complete', { code })
@@ -283,7 +284,7 @@ function startPrimary (createApp, config) {
   }
 
   function stats () {
-    return buildStats({ supervisor, dispatcher: parts.dispatcher, balancer: parts.balancer, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: backendFor(internalBus).stats(), dashboard: parts.dashboard ? parts.dashboard.streams : undefined })
+    return buildStats({ supervisor, dispatcher: parts.dispatcher, balancer: parts.balancer, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: services.get('session').stats(), dashboard: parts.dashboard ? parts.dashboard.streams : undefined })
   }
 
   /** The primary's own counters for /metrics: its held connections and the dashboard's streams. */

@@ -91,7 +91,11 @@ function compareIds (a, b) {
 
 /** One namespace's log of numbered packets and its persisted sessions. */
 class NamespaceState {
-  constructor (name) {
+  /**
+   * @param {string} name
+   * @param {{ maxPackets?: number, maxSessions?: number }} [bounds] clusterize()'s recovery option
+   */
+  constructor (name, bounds) {
     this.name = name
     /** Offsets are `<epoch>:<seq>`: an offset from another primary (or an earlier run) never matches. */
     // crypto is loaded here, not at startup: it costs the primary about 0.5 MiB of RSS until socket.io is used.
@@ -103,8 +107,8 @@ class NamespaceState {
     /** @type {Map<string, { session: object, expiresAt: number }>} pid -> persisted session */
     this.sessions = new Map()
     this.maxDisconnectionDuration = DEFAULTS.maxDisconnectionDuration
-    this.maxPackets = DEFAULTS.maxPackets
-    this.maxSessions = DEFAULTS.maxSessions
+    this.maxPackets = (bounds && bounds.maxPackets) || DEFAULTS.maxPackets
+    this.maxSessions = (bounds && bounds.maxSessions) || DEFAULTS.maxSessions
     this.configured = false
     /** With bus.redis: packets were numbered here (Redis unreachable) since the last stream entry. */
     this.mixed = false
@@ -208,9 +212,13 @@ class NamespaceState {
 
 /** The log backend of one host: numbered here, kept in this process. */
 class MemoryLog {
-  /** @param {{ deliver: (name: string, message: object) => void, forward: (data: object) => void }} hooks */
-  constructor (hooks) {
+  /**
+   * @param {{ deliver: (name: string, message: object) => void, forward: (data: object) => void }} hooks
+   * @param {{ maxPackets?: number, maxSessions?: number }} [bounds] every namespace's, until a worker's adapter raises them
+   */
+  constructor (hooks, bounds) {
     this.hooks = hooks
+    this.bounds = bounds
     /** @type {Map<string, NamespaceState>} */
     this.namespaces = new Map()
   }
@@ -220,7 +228,7 @@ class MemoryLog {
   namespace (name) {
     let state = this.namespaces.get(name)
     if (state === undefined) {
-      state = new NamespaceState(name)
+      state = new NamespaceState(name, this.bounds)
       this.namespaces.set(name, state)
     }
     return state

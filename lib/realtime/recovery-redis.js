@@ -19,6 +19,7 @@
  */
 
 const debug = require('debug')('clusterize:socket.io')
+const { RedisAvailability } = require('../redis/availability')
 const { createRedisStream } = require('./recovery-redis-stream')
 const { replayable, shouldInclude, isStreamId, compareIds, PACKET_ARGUMENTS } = require('./recovery-log')
 const { binariesUnder } = require('./binary')
@@ -36,8 +37,20 @@ class RedisLog {
     this.options = options
     /** The Redis side, created with the first namespace: no Redis connection unless recovery is used. */
     this.stream = null
-    /** Redis unreachable and broadcasts numbered here (logged once per outage). */
-    this.degraded = false
+    /**
+     * Can Redis take broadcasts (lib/redis/availability.js)? Down: they are
+     * numbered here (logged once per outage, and once when it ends).
+     */
+    this.availability = new RedisAvailability({
+      onChange: (up, cause, from) => {
+        if (!up) {
+          this.log.warn(`socket.io recovery: Redis (${this.stream.where}) cannot take broadcasts (${cause}): until it can, this host numbers them itself; ` +
+            'its clients keep getting them but recover only on this host, and other hosts get them only if the bus bridge is up', { prefix: this.stream.prefix })
+        } else if (from === 'down') {
+          this.log.info(`socket.io recovery: Redis (${this.stream.where}) reachable again: broadcasts go through the shared log`)
+        }
+      }
+    })
     /** @type {Map<string, Array<{ id: string, wake: Function }>>} restores waiting for the reader to reach an offset */
     this.reaching = new Map()
     this.closed = false
@@ -137,17 +150,15 @@ class RedisLog {
     else this.reaching.set(name, still)
   }
 
+  /** Redis unreachable: broadcasts are numbered here. */
+  get degraded () { return this.availability.status === 'down' }
+
   degrade (cause) {
-    if (this.degraded) return
-    this.degraded = true
-    this.log.warn(`socket.io recovery: Redis (${this.stream.where}) cannot take broadcasts (${cause}): until it can, this host numbers them itself; ` +
-      'its clients keep getting them but recover only on this host, and other hosts get them only if the bus bridge is up', { prefix: this.stream.prefix })
+    this.availability.markDown(cause)
   }
 
   recovered () {
-    if (!this.degraded) return
-    this.degraded = false
-    this.log.info(`socket.io recovery: Redis (${this.stream.where}) reachable again: broadcasts go through the shared log`)
+    this.availability.markUp()
   }
 
   /** In Redis (any host can restore it); in this primary while Redis is away, or if it fails the write. */

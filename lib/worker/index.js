@@ -19,6 +19,7 @@ const { listenServer } = require('./listen')
 const { createBalancedListener } = require('./balanced-listen')
 const { warmUpHttp } = require('./warm-up')
 const { busRuntime } = require('../bus')
+const services = require('../services')
 const { sessionStatus } = require('../session/status')
 const { setSessionLogger } = require('../session/log')
 const { createLogger } = require('../logger')
@@ -48,6 +49,7 @@ function startWorker (createApp, config) {
 
   busRuntime.configure(config.bus, { logger: log, role: 'worker' })
   busRuntime.attachToPrimary({ channel, id, generation })
+  services.attachToPrimary({ channel, maxQueuedBytes: config.bus.maxQueuedBytes, config })
   setSessionLogger(log)
 
   const route = protocol.createRouter({
@@ -58,6 +60,7 @@ function startWorker (createApp, config) {
     [protocol.KIND.DRAIN]: (_, message) => shutdown(message.timeoutMs, message.reason),
     [protocol.KIND.PROMOTE]: (_, message) => promote(message.slot),
     [protocol.KIND.BUS]: (_, message) => busRuntime.onPrimaryMessage(message),
+    [protocol.KIND.SERVICE]: (_, message) => services.onPrimaryMessage(message),
     [protocol.KIND.LISTEN]: function onListenHandle (_, message, listenHandle) {
       if (balanced) balanced.onListen(listenHandle)
       else if (listenHandle) listenHandle.close()

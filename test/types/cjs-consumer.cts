@@ -48,6 +48,12 @@ cz.session({ redis: new IORedis.Cluster([{ host: '10.0.0.1', port: 7000 }], { la
 cz.clusterize(() => require('express')(), { bus: { redis: 'redis+cluster://10.0.0.1:7000,10.0.0.2:7000', shardedPubSub: 'auto' } })
 // @ts-expect-error shardedPubSub is 'auto' or false
 cz.clusterize(() => require('express')(), { bus: { shardedPubSub: true } })
+// The primary's bounds for the cluster store and socket.io recovery, validated at startup.
+cz.clusterize(() => require('express')(), { clusterStore: { maxSessions: 50000, maxTotalBytes: 64 * 1024 * 1024 }, recovery: { maxPackets: 1000, maxSessions: 5000, liveWaitMs: 2000 } })
+// @ts-expect-error clusterStore.maxSessions is a number
+cz.clusterize(() => require('express')(), { clusterStore: { maxSessions: 'many' } })
+// @ts-expect-error recovery has no such bound
+cz.clusterize(() => require('express')(), { recovery: { maxRooms: 1 } })
 // @ts-expect-error a Redis target is not a number
 cz.session({ redis: 6379 })
 import nodeRedis = require('redis')
