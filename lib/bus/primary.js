@@ -58,7 +58,7 @@ function createPrimaryTransport (core) {
   const gathers = createGathers({
     core,
     records,
-    isTarget: isGatherTarget,
+    isTarget: (record) => record.isReady(),
     isStuck: (record) => flow.isStuck(record),
     post: (record, message) => post(record, message),
     onSkipped: () => { droppedTotal++ }
