@@ -23,14 +23,14 @@ const { fmt, ratio, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { installCleanup, waitForLine, sleep } = require('./lib/proc')
 
-const SECONDS = arg('--seconds', 20)
+const SECONDS = arg('--seconds', 20, 9)
 const CONCURRENCY = arg('--concurrency', 20)
 const FIRST_RELOAD_AT_MS = 4000
 const GAP_MS = 3000
 const WORKERS = os.availableParallelism()
-const BROKEN_SECONDS = arg('--broken-seconds', 12)
-const PAUSING_CLIENTS = arg('--pausing-clients', 40)
-const PAUSING_RELOADS = arg('--pausing-reloads', 3)
+const BROKEN_SECONDS = arg('--broken-seconds', 12, 6)
+const PAUSING_CLIENTS = arg('--pausing-clients', 40, 20)
+const PAUSING_RELOADS = arg('--pausing-reloads', 3, 1)
 /** --pausing-only: run just the last table (it takes ~1 min instead of ~4). */
 const PAUSING_ONLY = process.argv.includes('--pausing-only')
 const BROKEN_RELOAD_AT_MS = 3000

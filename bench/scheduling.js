@@ -25,10 +25,10 @@ const { machineLine } = require('./lib/machine')
 const { installCleanup, node24, sleep } = require('./lib/proc')
 const { BLOCK_MS } = require('./lib/apps')
 
-const ROUNDS = arg('--rounds', 3)
-const SECONDS = arg('--seconds', 2.5)
-const MIXED_SECONDS = arg('--mixed-seconds', 6)
-const MIXED_ROUNDS = arg('--mixed-rounds', 2)
+const ROUNDS = arg('--rounds', 3, 2)
+const SECONDS = arg('--seconds', 2.5, 1)
+const MIXED_SECONDS = arg('--mixed-seconds', 6, 2.5)
+const MIXED_ROUNDS = arg('--mixed-rounds', 2, 1)
 const CONNECTIONS = 50
 const MIXED_CONCURRENCY = 16
 const HEAVY_EVERY = 20
