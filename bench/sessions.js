@@ -23,14 +23,16 @@
  * started is stopped by PID.
  *
  * --read-only measures GET /read instead (the session is read, not
- * modified: express-session touches it).
+ * modified: express-session touches it). --max-age <ms> gives every server's
+ * cookie that maxAge (without it: browser-session cookies, each store's
+ * default ttl; session() skips a needless touch only with an expiry).
  *
  *   node bench/sessions.js [--quick] [--duration 3] [--passes 4] [--connections 20] [--failovers 3]
- *                          [--read-only] [--cpu-rate 2000] [--cpu-seconds 4] [--ab <dir>]
+ *                          [--read-only] [--max-age ms] [--cpu-rate 2000] [--cpu-seconds 4] [--ab <dir>]
  */
 
 const { numberArg: arg, isQuick } = require('./lib/args')
-const { cpuMs } = require('./lib/proc')
+const { threadsCpuMs } = require('./lib/proc')
 const { median, ratio, fmt, markdownTable } = require('./lib/table')
 const path = require('path')
 const crypto = require('crypto')
@@ -56,19 +58,21 @@ if (process.argv[2] === '--serve') {
 /** The session middleware each kind of server runs. */
 function sessionMiddleware (spec) {
   const expressSession = require('express-session')
+  // --max-age: the same cookie.maxAge everywhere (without it, browser-session cookies and each store's default ttl).
+  const cookie = spec.maxAge ? { maxAge: spec.maxAge } : undefined
   if (spec.store === 'raw-memory') {
-    return expressSession({ secret: SECRET, resave: false, saveUninitialized: false, store: new expressSession.MemoryStore() })
+    return expressSession({ secret: SECRET, resave: false, saveUninitialized: false, cookie, store: new expressSession.MemoryStore() })
   }
   if (spec.store === 'recipe') {
     // As the recipe is written (seed 002, connect-redis's README): its defaults, a plain ioredis client.
     const { RedisStore } = require('connect-redis')
     const Redis = require('ioredis')
     const client = new Redis(spec.redis || REDIS_URL)
-    return expressSession({ secret: SECRET, resave: false, saveUninitialized: false, store: new RedisStore({ client, prefix: spec.prefix }) })
+    return expressSession({ secret: SECRET, resave: false, saveUninitialized: false, cookie, store: new RedisStore({ client, prefix: spec.prefix }) })
   }
   // BENCH_CLUSTERIZE_MODULE / --ab: the same rows from another checkout.
   const { session } = require(spec.module || '..')
-  return session({ secret: SECRET, store: spec.store, redis: spec.store === 'redis' ? (spec.redis || REDIS_URL) : undefined, prefix: spec.prefix })
+  return session({ secret: SECRET, cookie, store: spec.store, redis: spec.store === 'redis' ? (spec.redis || REDIS_URL) : undefined, prefix: spec.prefix })
 }
 
 function createApp (spec) {
@@ -232,7 +236,7 @@ async function localRedisPid () {
   try {
     await client.connect()
     const pid = Number(/process_id:(\d+)/.exec(await client.info('server'))[1])
-    return Number.isNaN(cpuMs(pid)) ? null : pid
+    return Number.isNaN(threadsCpuMs(pid)) ? null : pid
   } catch {
     return null
   } finally {
@@ -248,9 +252,9 @@ async function localRedisPid () {
 async function measureCpu (server, cookies, rate, seconds, redisPid) {
   const workers = server.pids.slice(1)
   const pids = server.pids.concat(redisPid === null ? [] : [redisPid])
-  const before = pids.map(cpuMs)
+  const before = pids.map(threadsCpuMs)
   const result = await runLoad(server.port, cookies, { duration: seconds, connections: 20, overallRate: rate })
-  const spent = pids.map((pid, i) => (cpuMs(pid) - before[i]) * 1000)
+  const spent = pids.map((pid, i) => (threadsCpuMs(pid) - before[i]) * 1000)
   const n = result.requests.total || 1
   const perRequest = (i) => spent[i] / n
   return {
@@ -387,12 +391,14 @@ async function main () {
   const connections = arg('--connections', 20)
   const cpuRate = arg('--cpu-rate', 2000)
   const cpuSeconds = arg('--cpu-seconds', 4, 2)
-  const cpuPasses = arg('--cpu-passes', 3, 1)
+  const cpuPasses = arg('--cpu-passes', 3, 2)
   const abIndex = process.argv.indexOf('--ab')
   const abDir = abIndex > 0 ? process.argv[abIndex + 1] : process.env.BENCH_CLUSTERIZE_MODULE
   const prefix = `cz-bench:${process.pid}:${crypto.randomBytes(3).toString('hex')}:`
   const haveRedis = await redisReachable()
   const list = scenarios(prefix, abDir)
+  const maxAge = arg('--max-age', 0)
+  if (maxAge) for (const scenario of list) scenario.spec.maxAge = maxAge
   const topologies = list.some((s) => s.topology) ? await startTopologies() : null
   for (const scenario of list) {
     if (!scenario.topology) continue
@@ -441,7 +447,7 @@ async function main () {
     for (const server of live) await stopServer(server)
     if (haveRedis) await cleanRedis(prefix)
   }
-  print(list, { duration, passes, connections, seconds: (Date.now() - started) / 1000 })
+  print(list, { duration, passes, connections, maxAge, seconds: (Date.now() - started) / 1000 })
   printCpu(list, { rate: cpuRate, seconds: cpuSeconds, passes: cpuPasses })
   if (!topologies) return
   try {
@@ -494,7 +500,7 @@ function print (list, run) {
     ]
   })
   const out = []
-  out.push(`### Sessions: ${process.argv.includes('--read-only') ? 'read only (GET /read: express-session touches)' : 'a read + write per request (GET /count)'} against the recipe (Node ${process.version}, ${require('os').availableParallelism()} CPUs, ${run.connections} connections each with its own session, ${run.passes} rounds x ${run.duration} s, order rotated each round; medians)`)
+  out.push(`### Sessions: ${process.argv.includes('--read-only') ? 'read only (GET /read: express-session touches)' : 'a read + write per request (GET /count)'}${run.maxAge ? `, cookie maxAge ${run.maxAge} ms` : ''} against the recipe (Node ${process.version}, ${require('os').availableParallelism()} CPUs, ${run.connections} connections each with its own session, ${run.passes} rounds x ${run.duration} s, order rotated each round; medians)`)
   out.push('')
   out.push(markdownTable(['store', 'req/s (median)', 'vs recipe', 'median of same-round ratios', 'p99 ms (median)', 'p99 vs recipe', 'req/s per round', 'errors + non-2xx', 'goal'], table))
   out.push('')
@@ -529,7 +535,7 @@ function printCpu (list, run) {
     r.cpu.reduce((sum, c) => sum + c.errors, 0)
   ])
   const out = []
-  out.push(`### Where the time goes: CPU per request at a fixed ${run.rate} req/s (2 workers, ${run.seconds} s, median of ${run.passes}; user + system from /proc, 10 ms ticks)`)
+  out.push(`### Where the time goes: CPU per request at a fixed ${run.rate} req/s (2 workers, ${run.seconds} s, median of ${run.passes} rotated passes; every thread's time on a CPU from /proc/<pid>/task/*/schedstat)`)
   out.push('')
   out.push(markdownTable(['store', 'primary µs/req', 'workers µs/req', 'redis-server µs/req', 'total µs/req', 'total vs recipe', 'errors'], rows))
   out.push('')
