@@ -120,6 +120,8 @@ function serveRawCluster (spec) {
     const server = http.createServer(createApp(spec))
     server.keepAliveTimeout = 65000
     server.listen(0, '127.0.0.1')
+    // The Redis client would keep it alive after the primary's disconnect (see SIGTERM below).
+    process.once('disconnect', () => server.close(() => process.exit(0)))
     return
   }
   const workers = []
@@ -132,8 +134,15 @@ function serveRawCluster (spec) {
     })
   }
   process.on('SIGTERM', () => {
-    for (const worker of workers) worker.process.kill('SIGKILL')
-    process.exit(0)
+    // Disconnect lets each worker exit on its own (and write a --cpu-prof profile); SIGKILL if it does not.
+    for (const worker of workers) worker.disconnect()
+    setTimeout(() => {
+      for (const worker of workers) worker.process.kill('SIGKILL')
+      process.exit(0)
+    }, 3000).unref()
+    cluster.on('exit', () => {
+      if (Object.keys(cluster.workers).length === 0) process.exit(0)
+    })
   })
 }
 
