@@ -118,7 +118,8 @@ async function main () {
     debug('%s: %s in %d s', name, run.status, run.seconds)
     fresh.set(name, renderSection(run, {
       machine: machineLine(),
-      command: ['node', `bench/${name}.js`].concat(args).join(' ') + ' (via `node bench/run-all.js' + (argv.length ? ' ' + argv.join(' ') : '') + '`)',
+      command: ['node', `bench/${name}.js`].concat(args).join(' '),
+      runner: ['node', 'bench/run-all.js'].concat(argv).join(' '),
       quick,
       loadBefore,
       loadAfter: os.loadavg(),

@@ -27,6 +27,7 @@ function context (extra) {
   return Object.assign({
     machine: '_Machine: test_',
     command: 'node bench/sessions.js --quick',
+    runner: 'node bench/run-all.js --quick sessions',
     quick: true,
     loadBefore: [7.5, 6, 5],
     loadAfter: [8, 7, 6],
@@ -55,7 +56,7 @@ test('a section carries the command, the load, the box label and the script\'s t
   const section = renderSection({ name: 'sessions', stdout: SESSIONS_OUT, status: 'ok', seconds: 42 }, context())
   assert.match(section, /^<!-- bench:sessions -->\n## Sessions: bench\/sessions\.js\n/)
   assert.match(section, /<!-- \/bench:sessions -->$/)
-  assert.match(section, /_Command: `node bench\/sessions\.js --quick` \(quick mode[^)]*\); ok, 42 s\./)
+  assert.match(section, /_Command: `node bench\/sessions\.js --quick`, run by `node bench\/run-all\.js --quick sessions` \(quick mode[^)]*\); ok, 42 s\./)
   assert.match(section, /Load average 7\.5 6\.0 5\.0 before, 8\.0 7\.0 6\.0 after, on 2 cores: \*\*busy box\*\* figures/)
   assert.match(section, /\n### Sessions: read \+ write per request\n/)
   assert.match(section, /\n# not a heading\n/, 'lines in code blocks are not headings')

@@ -59,7 +59,7 @@ function demoteHeadings (text) {
 /**
  * One script's section.
  * @param {{ name: string, stdout: string, status: string, seconds: number }} run
- * @param {{ machine: string, command: string, quick: boolean, loadBefore: number[], loadAfter: number[], cores: number, charts?: string[] }} context
+ * @param {{ machine: string, command: string, runner?: string, quick: boolean, loadBefore: number[], loadAfter: number[], cores: number, charts?: string[] }} context
  * @returns {string}
  */
 function renderSection (run, context) {
@@ -72,7 +72,7 @@ function renderSection (run, context) {
     '',
     context.machine,
     '',
-    `_Command: \`${context.command}\`${context.quick ? ' (quick mode: fewer rounds, shorter runs)' : ''}; ${run.status}, ${run.seconds} s. ` +
+    `_Command: \`${context.command}\`${context.runner ? `, run by \`${context.runner}\`` : ''}${context.quick ? ' (quick mode: fewer rounds, shorter runs)' : ''}; ${run.status}, ${run.seconds} s. ` +
       `Load average ${load(context.loadBefore)} before, ${load(context.loadAfter)} after, on ${context.cores} cores: **${boxLabel(worst, context.cores)}** figures._`,
     '',
     demoteHeadings(run.stdout.trim() || '(no output)'),
