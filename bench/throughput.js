@@ -23,7 +23,7 @@ const { machineLine } = require('./lib/machine')
 const { installCleanup, sleep, cpuMs } = require('./lib/proc')
 
 const ROUNDS = arg('--rounds', 5, 2)
-const SECONDS = arg('--seconds', 4, 1.5)
+const SECONDS = arg('--seconds', 4, 1)
 const CONNECTIONS = arg('--connections', 50)
 const WORKERS = os.availableParallelism()
 const BASELINE = 'raw node:cluster'
