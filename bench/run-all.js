@@ -106,7 +106,7 @@ async function main () {
   const quick = argv.includes('--quick')
   const only = argv.filter((a) => !a.startsWith('--'))
   const scripts = listScripts(fs.readdirSync(BENCH_DIR), only)
-  const limitMs = Number(process.env.BENCH_SCRIPT_TIMEOUT_MS) || (quick ? 90 : 6 * 60) * 1000
+  const limitMs = Number(process.env.BENCH_SCRIPT_TIMEOUT_MS) || (quick ? 150 : 6 * 60) * 1000
   const args = quick ? ['--quick'] : []
   fs.mkdirSync(CHART_DIR, { recursive: true })
   const fresh = new Map()
