@@ -35,6 +35,9 @@ const PAUSING_RELOADS = arg('--pausing-reloads', 3, 1)
 const PAUSING_ONLY = process.argv.includes('--pausing-only')
 const BROKEN_RELOAD_AT_MS = 3000
 const CRASH_FILE = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cz-bench-reload-')), 'crash-after-ms')
+process.once('exit', function removeCrashDir () {
+  fs.rmSync(path.dirname(CRASH_FILE), { recursive: true, force: true })
+})
 
 /** Reload by signal and wait for the server's "RELOAD_DONE" line. */
 function signalReloader (contender) {
