@@ -121,7 +121,7 @@ function startWorker (createApp, config) {
     tracker = built.tracker
     if (spare) await warmUpHttp()
     const address = listenMode === 'handoff' || spare ? { port, handoff: listenMode === 'handoff' } : await listen()
-    sampler = createHealthSampler(tracker, { onFdExhausted: (err) => log.warn(fdExhaustedMessage(err), { pid: process.pid }) })
+    sampler = createHealthSampler(tracker, { intervalMs: config.health.heartbeatMs, onFdExhausted: (err) => log.warn(fdExhaustedMessage(err), { pid: process.pid }) })
     channel.postNow(protocol.ready(address))
     sendHeartbeat()
     heartbeatTimer = setInterval(sendHeartbeat, config.health.heartbeatMs)
