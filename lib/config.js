@@ -12,7 +12,7 @@ const { ClusterizeOptionError, MAX_TIMER_MS } = require('./errors')
 const { createChecks } = require('./check-options')
 const { DEFAULT_MAX_QUEUED_BYTES } = require('./bus/codec')
 const { availableCpus } = require('./cpus')
-const { RELOAD_SIGNALS } = require('./signals')
+const { RELOAD_SIGNALS, UPGRADE_SIGNALS } = require('./signals')
 const { defaultMaxIdleConnections } = require('./fd-limit')
 
 const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky']
@@ -47,6 +47,10 @@ const DEFAULTS = {
     drainTimeoutMs: 30000,
     bakeMs: 5000,
     batch: 1
+  },
+  upgrade: {
+    signal: 'SIGURG',
+    timeoutMs: 60000
   },
   shutdown: {
     timeoutMs: 25000,
@@ -193,6 +197,13 @@ function resolveConfig (options, env) {
   checkInteger('reload.bakeMs', reload.bakeMs, 0, MAX_TIMER_MS)
   checkInteger('reload.batch', reload.batch, 1)
   config.reload = reload
+
+  const upgrade = group('upgrade', options.upgrade, DEFAULTS.upgrade)
+  if (upgrade.signal !== null && upgrade.signal !== false && !UPGRADE_SIGNALS.includes(upgrade.signal)) {
+    throw fail('upgrade.signal', `${UPGRADE_SIGNALS.map((name) => `'${name}'`).join(', ')} or false`, upgrade.signal)
+  }
+  checkInteger('upgrade.timeoutMs', upgrade.timeoutMs, 1, MAX_TIMER_MS)
+  config.upgrade = upgrade
 
   const shutdown = group('shutdown', options.shutdown, DEFAULTS.shutdown)
   checkInteger('shutdown.timeoutMs', shutdown.timeoutMs, 0, MAX_TIMER_MS - 2000)

@@ -25,6 +25,8 @@ const { busRuntime, internalBus } = require('../bus')
 const { attachSessionBackend, backendFor } = require('../session/cluster-service')
 const { attachRecoveryService, recoveryOptions } = require('../realtime/recovery-service')
 const { handleSignals } = require('../signals')
+const { readInherited } = require('./inherit')
+const upgrades = require('./upgrade')
 const { createLogger } = require('../logger')
 const { explainListenError, ClusterizeError, ClusterizeAppError } = require('../errors')
 
@@ -34,6 +36,8 @@ const { explainListenError, ClusterizeError, ClusterizeAppError } = require('../
  * @fires PrimaryHandle#worker:exit
  * @fires PrimaryHandle#reload:done
  * @fires PrimaryHandle#crashloop
+ * @fires PrimaryHandle#upgrade:start
+ * @fires PrimaryHandle#upgrade:done
  */
 class PrimaryHandle extends EventEmitter {}
 
@@ -46,15 +50,26 @@ function startPrimary (createApp, config) {
   if (typeof createApp === 'string') require.resolve(path.resolve(createApp))
   const log = createLogger(config.logger, '')
   const handle = new PrimaryHandle()
-  const { mode, listenMode } = resolveScheduling(config, log)
-  const state = { mode, listenMode, port: config.port, probesPort: undefined, shuttingDown: false, reloads: 0, readySettled: false }
+  const inherited = readInherited()
+  const { mode, listenMode } = inheritedScheduling(resolveScheduling(config, log), inherited, log)
+  const state = { mode, listenMode, port: inherited.port !== null ? inherited.port : config.port, probesPort: undefined, shuttingDown: false, reloads: 0, readySettled: false }
   const parts = { dispatcher: null, probes: null, health: null }
-  const runtime = { listenMode, port: config.port, route: null }
+  // listenFd: with 'none', workers listen on the inherited socket through node:cluster.
+  const runtime = { listenMode, port: state.port, listenFd: listenMode === 'cluster' ? inherited.http : null, route: null }
   const supervisor = new Supervisor(config, log, runtime)
   const metrics = createMetrics(supervisor, () => busRuntime.status())
   const reloader = createReloader(config, supervisor, log)
   const sessions = watchSessionStores(supervisor, log, (name, info) => handle.emit(name, info))
   const reloads = createReloadQueue()
+  const upgrader = upgrades.createUpgrader({
+    config,
+    log,
+    emit: (name, info) => handle.emit(name, info),
+    sockets: passableSockets,
+    sessions: () => backendFor(internalBus),
+    isShuttingDown: () => state.shuttingDown,
+    retire: (reason) => shutdown(0, reason)
+  })
   let shutdownPromise = null
 
   runtime.route = createRoutes()
@@ -70,7 +85,8 @@ function startPrimary (createApp, config) {
   handle.ready = start()
   handle.ready.catch(() => {})
   handle.reload = reloads.request
-  handle.shutdown = shutdown
+  handle.shutdown = () => shutdown()
+  handle.upgrade = upgrader.upgrade
   handle.stats = stats
   handle.address = () => ({ port: state.port, host: config.host })
   handleSignals({
@@ -78,6 +94,8 @@ function startPrimary (createApp, config) {
     reloadSignal: config.reload.signal,
     shutdown: () => shutdown(),
     reload: handle.reload,
+    upgradeSignal: config.upgrade.signal,
+    upgrade: () => handle.upgrade(),
     forceExit: () => { for (const record of supervisor.liveRecords()) record.worker.process.kill('SIGKILL') },
     log
   })
@@ -113,31 +131,71 @@ function startPrimary (createApp, config) {
   }
 
   async function start () {
+    // A new primary replacing another accepts nothing until its workers are
+    // ready and the old one says go: the old one serves meanwhile.
+    const replacing = inherited.source === 'upgrade'
+    if (!replacing) await listenAll()
+    parts.health = watchHealth(config, supervisor, log, reloader)
+    supervisor.start()
+    log.info(`primary ${process.pid} starting ${config.workers} workers on port ${state.port}`, { scheduling: mode })
+    try {
+      await allWorkersReady()
+      if (replacing) {
+        await upgrades.awaitGo({ log, sessions: () => backendFor(internalBus), generation: supervisor.generation })
+        await listenAll()
+      }
+    } catch (err) {
+      if (replacing) upgrades.reportFailure(err.message)
+      throw err
+    }
+    state.readySettled = true
+    if (config.banner && config.logger === undefined) {
+      log.info(require('./banner').formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, redis: config.bus.redis }).trimEnd())
+    }
+    const info = { port: state.port, probesPort: state.probesPort, workers: supervisor.readyRecords().map((record) => record.publicView()) }
+    if (replacing) await upgrades.announceServing(info)
+    return info
+  }
+
+  /** The app's port, then the probes server. */
+  async function listenAll () {
     await listen()
     if (config.probes) {
       // http is loaded only when probes are on: the primary stays small otherwise.
       const dashboard = config.probes.dashboard
         ? require('../dashboard').createDashboard({ probes: config.probes, intervalMs: config.health.heartbeatMs, stats, handle, reload: handle.reload })
         : null
-      parts.probes = await require('./probes').startProbes(config.probes, { stats, metrics, isLive, isReady, degradation: sessions.degradation, dashboard })
+      const probesOptions = inherited.probes !== null ? Object.assign({}, config.probes, { fd: inherited.probes }) : config.probes
+      parts.probes = await require('./probes').startProbes(probesOptions, { stats, metrics, isLive, isReady, degradation: sessions.degradation, dashboard })
       state.probesPort = parts.probes.port
     }
-    parts.health = watchHealth(config, supervisor, log, reloader)
-    supervisor.start()
-    log.info(`primary ${process.pid} starting ${config.workers} workers on port ${state.port}`, { scheduling: mode })
-    await allWorkersReady()
-    state.readySettled = true
-    if (config.banner && config.logger === undefined) {
-      log.info(require('./banner').formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, redis: config.bus.redis }).trimEnd())
-    }
-    return { port: state.port, probesPort: state.probesPort, workers: supervisor.readyRecords().map((record) => record.publicView()) }
   }
 
+  /**
+   * The descriptors a new primary inherits (see ./upgrade.js), or why the
+   * app's socket cannot be passed on.
+   */
+  function passableSockets () {
+    const sockets = { http: null, probes: parts.probes ? parts.probes.descriptor() : null, port: state.port, error: null }
+    if (listenMode === 'handoff') {
+      sockets.http = parts.dispatcher ? parts.dispatcher.descriptor() : null
+      if (sockets.http === null) sockets.error = `the listening socket has no descriptor to pass on (${process.platform})`
+    } else if (listenMode === 'cluster') {
+      sockets.http = inherited.http
+      if (sockets.http === null) {
+        sockets.error = "scheduling 'none': the listening socket belongs to node:cluster and cannot be passed on; " +
+          "use 'rr' (the default), or start under systemd socket activation (LISTEN_FDS) to upgrade in this mode"
+      }
+    }
+    // 'reuseport': every new worker binds its own socket next to the old ones.
+    return sockets
+  }
   /** Bind the port: our acceptor for 'rr'/'sticky'; otherwise agree on one for the workers. */
   async function listen () {
     if (listenMode === 'handoff') {
       const health = { isOverloaded: (record) => (parts.health ? parts.health.isOverloaded(record) : false) }
-      parts.dispatcher = createDispatcher({ mode, port: config.port, host: config.host, sid: mode === 'sticky' && config.sticky.sid, maxAwaiting: config.maxIdleConnections, log }, supervisor, health)
+      const fd = inherited.http !== null ? inherited.http : undefined
+      parts.dispatcher = createDispatcher({ mode, port: config.port, host: config.host, fd, sid: mode === 'sticky' && config.sticky.sid, maxAwaiting: config.maxIdleConnections, log }, supervisor, health)
       try {
         state.port = (await parts.dispatcher.listen()).port
       } catch (err) {
@@ -145,7 +203,7 @@ function startPrimary (createApp, config) {
         log.error(`cannot listen: ${err.message}`)
         throw err
       }
-    } else if (config.port === 0) {
+    } else if (config.port === 0 && inherited.port === null) {
       // Workers bind the port themselves: they must all agree on one.
       state.port = await findFreePort(config.host)
     }
@@ -244,17 +302,26 @@ function startPrimary (createApp, config) {
    * @param {number} [exitCode] the code the caller will exit with (0 by default)
    * @returns {Promise<{ code: number, forced: boolean }>}
    */
-  function shutdown (exitCode) {
+  function shutdown (exitCode, reason) {
     if (shutdownPromise) return shutdownPromise
+    reason = reason || 'shutdown'
     state.shuttingDown = true
+    upgrader.abort()
     supervisor.stop()
-    log.info('shutting down', { workers: supervisor.liveRecords().length })
+    log.info(reason === 'upgrade' ? 'draining after the upgrade' : 'shutting down', { workers: supervisor.liveRecords().length })
     handle.emit('shutdown')
     shutdownPromise = (async () => {
       const timeoutMs = config.shutdown.timeoutMs
       const closing = parts.dispatcher ? parts.dispatcher.close() : Promise.resolve()
+      // The new primary answers on the shared probes socket from now on.
+      if (reason === 'upgrade' && parts.probes) {
+        const probes = parts.probes
+        parts.probes = null
+        await probes.close()
+      }
       const retiring = supervisor.liveRecords()
-      await Promise.all(retiring.map((record) => supervisor.retire(record, 'shutdown', timeoutMs)))
+      // After an upgrade, WebSockets close as on a reload (1012): the service goes on.
+      await Promise.all(retiring.map((record) => supervisor.retire(record, reason, timeoutMs)))
       await closing
       const forced = retiring.some((record) => record.forced || record.drainTimedOut)
       if (parts.health) parts.health.stop()
@@ -271,6 +338,17 @@ function startPrimary (createApp, config) {
   function stats () {
     return buildStats({ supervisor, dispatcher: parts.dispatcher, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: backendFor(internalBus).stats() })
   }
+}
+
+/**
+ * An inherited HTTP socket is accepted on by the primary ('rr'/'sticky') or
+ * shared by node:cluster ('none'); 'reuseport' workers bind their own, so
+ * there it would be a socket nobody reads: use 'rr' instead.
+ */
+function inheritedScheduling (resolved, inherited, log) {
+  if (inherited.http === null || resolved.listenMode !== 'reuseport') return resolved
+  log.warn("scheduling 'reuseport' cannot serve an inherited socket (LISTEN_FDS): using 'rr'")
+  return { mode: 'rr', listenMode: 'handoff' }
 }
 
 module.exports = { startPrimary }

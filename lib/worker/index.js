@@ -120,7 +120,9 @@ function startWorker (createApp, config) {
   }
 
   function listen () {
-    return listenServer(handle.server, { port, host: config.host, reusePort: listenMode === 'reuseport' })
+    // An inherited socket (upgrade, systemd) with 'none': node:cluster shares the primary's descriptor.
+    const fd = process.env.CLUSTERIZE_LISTEN_FD ? Number(process.env.CLUSTERIZE_LISTEN_FD) : undefined
+    return listenServer(handle.server, { port, host: config.host, fd, reusePort: listenMode === 'reuseport' })
   }
 
   /** A spare takes its slot: with 'none'/'reuseport' it starts listening now. */
