@@ -15,7 +15,7 @@ const { spawn, execFile, execFileSync } = require('child_process')
 const fs = require('fs')
 const os = require('os')
 const path = require('path')
-const { freePort } = require('./helpers/net')
+const { freePort, waitForPort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
 const { startLoad } = require('./helpers/load')
 const { request } = require('./helpers/cluster')
@@ -238,5 +238,56 @@ test('clusterize upgrade --node moves the cluster to another Node version', asyn
   const after = await primaryInfo(pidFile, before.pid)
   const version = await get(port, '/version')
   assert.deepStrictEqual([version.json.version, version.json.primary], [otherVersion, after.pid])
+  await run(['stop', '--pid-file', pidFile])
+})
+
+for (const scheduling of ['sticky', 'none']) {
+  test(`systemd socket activation (${scheduling}): serves on the passed socket, then reloads and upgrades with no failed request`, async () => {
+    const port = await freePort()
+    const pidFile = path.join(tmp, `activated-${scheduling}.pid`)
+    // systemd-socket-activate (Debian's systemd package) binds, then execs the primary with LISTEN_FDS on the first connection.
+    const child = spawn('systemd-socket-activate', ['-l', `127.0.0.1:${port}`, process.execPath, BIN, APP, '--workers', '2', '--scheduling', scheduling, '--pid-file', pidFile], {
+      cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: ['ignore', 'pipe', 'pipe']
+    })
+    pids.add(child.pid)
+    let output = ''
+    child.stdout.on('data', (chunk) => { output += chunk })
+    child.stderr.on('data', (chunk) => { output += chunk })
+    const spawned = await new Promise((resolve) => { child.once('spawn', () => resolve(true)); child.once('error', (err) => resolve(err)) })
+    assert.strictEqual(spawned, true, 'systemd-socket-activate must be installed (apt-get install systemd)')
+    // It has bound the port once a connection succeeds (that one starts the primary).
+    await waitForPort(port, { timeoutMs: 10000 })
+
+    const keepAlive = startLoad({ port, connections: 3, durationMs: 120000, paceMs: 2 })
+    const before = await primaryInfo(pidFile)
+    assert.strictEqual(before.pid, child.pid, 'the primary is the activated process')
+    assert.strictEqual(before.port, port)
+    await keepAlive.served(30)
+    const fresh = newConnectionLoad(port)
+    const reload = await run(['reload', '--pid-file', pidFile])
+    assert.strictEqual(reload.code, 0, reload.stdout + reload.stderr + output)
+    const upgrade = await run(['upgrade', '--pid-file', pidFile])
+    assert.strictEqual(upgrade.code, 0, upgrade.stdout + upgrade.stderr + output)
+    const after = await primaryInfo(pidFile, before.pid)
+    await eventually(() => fresh.results.primaries.has(after.pid), { timeoutMs: 20000, what: 'a response from the new primary\'s workers' })
+    await eventually(() => !isAlive(before.pid), { timeoutMs: 30000, what: 'the old primary to exit\n' + output })
+    await keepAlive.served(30)
+    const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
+    assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
+    assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
+    for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
+    const stop = await run(['stop', '--pid-file', pidFile])
+    assert.strictEqual(stop.code, 0, stop.stderr)
+  })
+}
+
+test("scheduling 'none' without an inherited socket: the upgrade is refused, saying why, and the primary keeps serving", async () => {
+  const port = await freePort()
+  const { pidFile } = startPrimary('none', port, ['--workers', '1', '--scheduling', 'none'])
+  const before = await primaryInfo(pidFile)
+  const upgrade = await run(['upgrade', '--pid-file', pidFile])
+  assert.strictEqual(upgrade.code, 1)
+  assert.match(upgrade.stdout, /scheduling 'none': the listening socket belongs to node:cluster/)
+  assert.strictEqual((await get(port, '/')).json.primary, before.pid)
   await run(['stop', '--pid-file', pidFile])
 })

@@ -125,9 +125,17 @@ function startPrimary (createApp, config) {
       busRuntime.removeWorker(record)
       recovery.forgetProcess(record.pid)
     })
+    // 'none' on an inherited socket: only the workers' listen says which port it is.
+    if (runtime.listenFd !== null && inherited.port === null) supervisor.on('record:ready', learnPort)
     supervisor.on('crashloop', onCrashLoop)
     supervisor.on('record:gone', exitIfNothingServes)
     supervisor.once('boot-fatal', onBootFatal)
+  }
+
+  function learnPort (record) {
+    if (!record.address || !Number.isInteger(record.address.port)) return
+    state.port = runtime.port = record.address.port
+    supervisor.removeListener('record:ready', learnPort)
   }
 
   async function start () {
@@ -208,6 +216,9 @@ function startPrimary (createApp, config) {
       state.port = await findFreePort(config.host)
     }
     runtime.port = state.port
+    if (inherited.source === 'systemd' && listenMode === 'handoff' && state.port !== config.port) {
+      log.info(`serving on the socket systemd passed (LISTEN_FDS), port ${state.port}; the port option (${config.port}) is not used`)
+    }
   }
 
   /** Resolve once every slot is ready; reject on a crash loop or an app that cannot load. */
