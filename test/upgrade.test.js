@@ -147,6 +147,11 @@ test('clusterize upgrade under new-connection and keep-alive load, with 2 s requ
   const status = await run(['status', '--pid-file', pidFile])
   assert.strictEqual(status.code, 0, status.stderr)
   assert.match(status.stdout, new RegExp(`^primary ${after.pid}: ready, port ${port}`))
+  // The probes socket moved too: the new primary's dashboard timeline starts with the upgrade.
+  assert.strictEqual(after.probesPort, before.probesPort)
+  const history = await request(after.probesPort, '/dashboard/history')
+  const upgraded = JSON.parse(history.body).events.find((e) => e.type === 'upgrade-done')
+  assert.deepStrictEqual([upgraded.ok, upgraded.pid, upgraded.previousPid], [true, after.pid, before.pid], history.body)
   const stop = await run(['stop', '--pid-file', pidFile])
   assert.strictEqual(stop.code, 0, stop.stderr)
   assert.ok(!fs.existsSync(pidFile), 'the new primary removes the pid file when it stops')
@@ -167,6 +172,10 @@ test('a new primary that cannot start is killed and the old one keeps serving, w
   assert.strictEqual(badOptions.code, 1, badOptions.stderr)
   assert.match(badOptions.stdout, /upgrade failed: the new primary could not start: --scheduling must be one of/)
   assert.match(badOptions.stdout, new RegExp(`primary ${before.pid} keeps serving`))
+
+  const otherPort = await run(['upgrade', '--pid-file', pidFile, '--', '--port', String(await freePort())])
+  assert.strictEqual(otherPort.code, 1)
+  assert.match(otherPort.stdout, /option "port" \(\d+\) differs from the port the upgraded primary serves/)
 
   // The app on disk is broken: the new primary's workers cannot load it.
   fs.writeFileSync(breakFile, 'a syntax error in the new release')
@@ -246,7 +255,8 @@ for (const scheduling of ['sticky', 'none']) {
     const port = await freePort()
     const pidFile = path.join(tmp, `activated-${scheduling}.pid`)
     // systemd-socket-activate (Debian's systemd package) binds, then execs the primary with LISTEN_FDS on the first connection.
-    const child = spawn('systemd-socket-activate', ['-l', `127.0.0.1:${port}`, process.execPath, BIN, APP, '--workers', '2', '--scheduling', scheduling, '--pid-file', pidFile], {
+    const mainPidFile = path.join(tmp, `activated-${scheduling}.main.pid`)
+    const child = spawn('systemd-socket-activate', ['-l', `127.0.0.1:${port}`, process.execPath, BIN, APP, '--workers', '2', '--scheduling', scheduling, '--pid-file', pidFile, '--main-pid-file', mainPidFile], {
       cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: ['ignore', 'pipe', 'pipe']
     })
     pids.add(child.pid)
@@ -262,6 +272,8 @@ for (const scheduling of ['sticky', 'none']) {
     const before = await primaryInfo(pidFile)
     assert.strictEqual(before.pid, child.pid, 'the primary is the activated process')
     assert.strictEqual(before.port, port)
+    // systemd's PIDFile= reads the bare pid.
+    assert.strictEqual(fs.readFileSync(mainPidFile, 'utf8'), `${before.pid}\n`)
     await keepAlive.served(30)
     const fresh = newConnectionLoad(port)
     const reload = await run(['reload', '--pid-file', pidFile])
@@ -269,8 +281,11 @@ for (const scheduling of ['sticky', 'none']) {
     const upgrade = await run(['upgrade', '--pid-file', pidFile])
     assert.strictEqual(upgrade.code, 0, upgrade.stdout + upgrade.stderr + output)
     const after = await primaryInfo(pidFile, before.pid)
+    // Rewritten before the old primary exits: systemd reads it again when its main pid exits.
+    assert.strictEqual(fs.readFileSync(mainPidFile, 'utf8'), `${after.pid}\n`)
     await eventually(() => fresh.results.primaries.has(after.pid), { timeoutMs: 20000, what: 'a response from the new primary\'s workers' })
     await eventually(() => !isAlive(before.pid), { timeoutMs: 30000, what: 'the old primary to exit\n' + output })
+    assert.strictEqual(fs.readFileSync(mainPidFile, 'utf8'), `${after.pid}\n`, 'the old primary leaves the new one\'s pid there')
     await keepAlive.served(30)
     const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
     assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
@@ -278,6 +293,7 @@ for (const scheduling of ['sticky', 'none']) {
     for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
     const stop = await run(['stop', '--pid-file', pidFile])
     assert.strictEqual(stop.code, 0, stop.stderr)
+    assert.ok(!fs.existsSync(mainPidFile))
   })
 }
 

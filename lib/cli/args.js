@@ -27,6 +27,7 @@ const FLAGS = {
   '--reload-signal': { key: 'reloadSignal', value: 'signal', for: ['start'] },
   '--sessions': { key: 'sessions', value: 'sessions', for: ['start'] },
   '--pid-file': { key: 'pidFile', value: 'string', for: ['start', 'reload', 'upgrade', 'stop', 'status', 'top'] },
+  '--main-pid-file': { key: 'mainPidFile', value: 'string', for: ['start'] },
   '--node': { key: 'node', value: 'string', for: ['upgrade'] },
   '--timeout': { key: 'timeout', value: 'seconds', for: ['reload', 'upgrade', 'stop'] },
   '--json': { key: 'json', for: ['start', 'reload', 'upgrade', 'stop', 'status'] },

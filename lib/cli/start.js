@@ -19,6 +19,7 @@ const { buildOptions, CliUsageError } = require('./args')
 const { CliRuntimeError } = require('./errors')
 const { createJsonLogger } = require('./json-logger')
 const pidFile = require('./pid-file')
+const { writeMainPid, removeMainPid } = require('./main-pid-file')
 const { pidFilePath } = require('./control')
 const { ensurePrivateDir } = require('./runtime-dir')
 const { startControlServer } = require('./control-server')
@@ -58,8 +59,10 @@ async function start (parsed, io) {
 
   const startedAt = Date.now()
   const handle = clusterize(appPath, options)
+  const mainPidFile = flags.mainPidFile ? path.resolve(flags.mainPidFile) : null
   process.on('exit', function onExit () {
     pidFile.removePidFile(file, process.pid)
+    if (mainPidFile) removeMainPid(mainPidFile, process.pid)
   })
   // Replacing a primary: the pid file and the control socket become this
   // one's before the old one is told to drain (handle.ready waits for it).
@@ -120,6 +123,7 @@ async function start (parsed, io) {
       workers: config.workers,
       startedAt: new Date(startedAt).toISOString()
     })
+    if (mainPidFile) writeMainPid(mainPidFile, process.pid)
   }
 }
 

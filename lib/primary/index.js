@@ -28,7 +28,7 @@ const { handleSignals } = require('../signals')
 const { readInherited } = require('./inherit')
 const upgrades = require('./upgrade')
 const { createLogger } = require('../logger')
-const { explainListenError, ClusterizeError, ClusterizeAppError } = require('../errors')
+const { explainListenError, ClusterizeError, ClusterizeAppError, ClusterizeOptionError } = require('../errors')
 
 /**
  * The handle returned by clusterize() in the primary.
@@ -51,6 +51,11 @@ function startPrimary (createApp, config) {
   const log = createLogger(config.logger, '')
   const handle = new PrimaryHandle()
   const inherited = readInherited()
+  // A port option changed for the upgrade cannot take effect (with socket activation it was never used).
+  if (inherited.source === 'upgrade' && config.port !== 0 && inherited.port !== null && config.port !== inherited.port && config.port !== inherited.portOption) {
+    throw new ClusterizeOptionError(`clusterize: option "port" (${config.port}) differs from the port the upgraded primary serves (${inherited.port}): ` +
+      'an upgrade keeps the listening socket; a new port needs a new start', 'port')
+  }
   const { mode, listenMode } = inheritedScheduling(resolveScheduling(config, log), inherited, log)
   const state = { mode, listenMode, port: inherited.port !== null ? inherited.port : config.port, probesPort: undefined, shuttingDown: false, reloads: 0, readySettled: false }
   const parts = { dispatcher: null, probes: null, health: null }
@@ -161,7 +166,11 @@ function startPrimary (createApp, config) {
       log.info(require('./banner').formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, redis: config.bus.redis }).trimEnd())
     }
     const info = { port: state.port, probesPort: state.probesPort, workers: supervisor.readyRecords().map((record) => record.publicView()) }
-    if (replacing) await upgrades.announceServing(info)
+    if (replacing) {
+      await upgrades.announceServing(info)
+      // This primary's own timeline (dashboard) starts with the upgrade that made it.
+      handle.emit('upgrade:done', { ok: true, pid: process.pid, previousPid: inherited.from, node: process.version, generation: supervisor.generation, durationMs: Math.round(process.uptime() * 1000) })
+    }
     return info
   }
 
@@ -184,7 +193,7 @@ function startPrimary (createApp, config) {
    * app's socket cannot be passed on.
    */
   function passableSockets () {
-    const sockets = { http: null, probes: parts.probes ? parts.probes.descriptor() : null, port: state.port, error: null }
+    const sockets = { http: null, probes: parts.probes ? parts.probes.descriptor() : null, port: state.port, portOption: config.port, error: null }
     if (listenMode === 'handoff') {
       sockets.http = parts.dispatcher ? parts.dispatcher.descriptor() : null
       if (sockets.http === null) sockets.error = `the listening socket has no descriptor to pass on (${process.platform})`

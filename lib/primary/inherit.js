@@ -28,6 +28,7 @@ const UPGRADE_ENV = 'CLUSTERIZE_UPGRADE'
  * @property {number|null} control descriptor of the CLI's control socket
  * @property {number|null} from the pid of the primary being replaced (upgrade only)
  * @property {number|null} port the port the replaced primary served (upgrade only)
+ * @property {number|null} portOption the replaced primary's port option (upgrade only)
  */
 
 /**
@@ -46,7 +47,7 @@ function readInherited (env) {
 let cached = null
 
 function none () {
-  return { source: null, http: null, probes: null, control: null, from: null, port: null }
+  return { source: null, http: null, probes: null, control: null, from: null, port: null, portOption: null }
 }
 
 function fromUpgrade (env) {
@@ -66,6 +67,7 @@ function fromUpgrade (env) {
   result.source = 'upgrade'
   result.from = spec.from
   result.port = Number.isInteger(spec.port) ? spec.port : null
+  result.portOption = Number.isInteger(spec.portOption) ? spec.portOption : null
   for (const role of ROLES) result[role] = Number.isInteger(fds[role]) ? fds[role] : null
   debug('upgrade from %d: inherited %o', result.from, fds)
   return result

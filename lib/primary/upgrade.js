@@ -100,7 +100,7 @@ function createUpgrader (deps) {
       passed[role] = stdio.length
       stdio.push(fds[role])
     }
-    const env = Object.assign({}, process.env, { [UPGRADE_ENV]: JSON.stringify({ from: process.pid, fds: passed, port: sockets.port }) })
+    const env = Object.assign({}, process.env, { [UPGRADE_ENV]: JSON.stringify({ from: process.pid, fds: passed, port: sockets.port, portOption: sockets.portOption }) })
     deps.emit('upgrade:start', { node: execPath })
     log.info(`upgrade: starting a new primary (${execPath})`, { pid: process.pid })
     let child
