@@ -5,8 +5,8 @@
  * a builder for each, so senders and the routing tables agree on one name.
  * The envelope itself (`{ $cz: 1, kind, ...fields }`, batching) is lib/ipc.js.
  *
- *   worker -> primary: READY, HEARTBEAT, BOOT_ERROR, DRAINED, BUS
- *   primary -> worker: CONN (with a socket handle), DRAIN, PROMOTE, BUS
+ *   worker -> primary: READY, HEARTBEAT, BOOT_ERROR, DRAINED, BUS, LISTENING (with a handle)
+ *   primary -> worker: CONN (with a socket handle), DRAIN, PROMOTE, BUS, SHARE_LISTENING
  */
 
 const { envelope, MARK } = require('./ipc')
@@ -27,7 +27,11 @@ const KIND = Object.freeze({
   /** A warm spare takes a slot: start serving as that worker. `{ slot }` */
   PROMOTE: 'promote',
   /** Bus traffic (lib/bus/*), its own ops inside. */
-  BUS: 'bus'
+  BUS: 'bus',
+  /** 'none': send the listening socket node:cluster shared with you, for an upgrade. */
+  SHARE_LISTENING: 'share-listening',
+  /** The answer: the listening socket as the message's handle (none when there is none). */
+  LISTENING: 'listening'
 })
 
 /**
@@ -116,6 +120,8 @@ module.exports = {
   drained: (timedOut) => envelope(KIND.DRAINED, { timedOut }),
   drain: (timeoutMs, reason) => envelope(KIND.DRAIN, { timeoutMs, reason }),
   promote: (slot) => envelope(KIND.PROMOTE, { slot }),
+  shareListening: () => envelope(KIND.SHARE_LISTENING),
+  listening: () => envelope(KIND.LISTENING),
   conn: () => CONN_MESSAGE,
   /** A handed connection whose first bytes the primary already read ('sticky' with sid routing). */
   connWithHead: (head) => envelope(KIND.CONN, { head: head.toString('latin1') })

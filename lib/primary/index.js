@@ -25,7 +25,7 @@ const { busRuntime, internalBus } = require('../bus')
 const { attachSessionBackend, backendFor } = require('../session/cluster-service')
 const { attachRecoveryService, recoveryOptions } = require('../realtime/recovery-service')
 const { handleSignals } = require('../signals')
-const { readInherited } = require('./inherit')
+const { readInherited, descriptorOf } = require('./inherit')
 const upgrades = require('./upgrade')
 const { createLogger } = require('../logger')
 const { explainListenError, ClusterizeError, ClusterizeAppError, ClusterizeOptionError } = require('../errors')
@@ -76,6 +76,8 @@ function startPrimary (createApp, config) {
     retire: (reason) => shutdown(0, reason)
   })
   let shutdownPromise = null
+  /** Workers asked for their listening socket ('none' upgrade), by record. */
+  const borrowing = new Map()
 
   runtime.route = createRoutes()
   cluster.setupPrimary({ serialization: config.bus.serialization })
@@ -113,7 +115,8 @@ function startPrimary (createApp, config) {
       [protocol.KIND.HEARTBEAT]: (record, message) => supervisor.onHeartbeat(record, message),
       [protocol.KIND.BOOT_ERROR]: (record, message) => supervisor.onBootError(record, message),
       [protocol.KIND.DRAINED]: (record, message) => supervisor.onDrained(record, message),
-      [protocol.KIND.BUS]: (record, message) => busRuntime.onWorkerMessage(record, message)
+      [protocol.KIND.BUS]: (record, message) => busRuntime.onWorkerMessage(record, message),
+      [protocol.KIND.LISTENING]: (record, message, socketHandle) => onListeningShared(record, socketHandle)
     }, (record, message) => debug('ignoring %s from worker %d', message.kind, record.id))
   }
 
@@ -190,22 +193,48 @@ function startPrimary (createApp, config) {
 
   /**
    * The descriptors a new primary inherits (see ./upgrade.js), or why the
-   * app's socket cannot be passed on.
+   * app's socket cannot be passed on. `release()` closes what was borrowed
+   * for the handover.
    */
-  function passableSockets () {
-    const sockets = { http: null, probes: parts.probes ? parts.probes.descriptor() : null, port: state.port, portOption: config.port, error: null }
+  async function passableSockets () {
+    const sockets = { http: null, probes: parts.probes ? parts.probes.descriptor() : null, port: state.port, portOption: config.port, error: null, release: () => {} }
     if (listenMode === 'handoff') {
       sockets.http = parts.dispatcher ? parts.dispatcher.descriptor() : null
       if (sockets.http === null) sockets.error = `the listening socket has no descriptor to pass on (${process.platform})`
     } else if (listenMode === 'cluster') {
       sockets.http = inherited.http
       if (sockets.http === null) {
-        sockets.error = "scheduling 'none': the listening socket belongs to node:cluster and cannot be passed on; " +
-          "use 'rr' (the default), or start under systemd socket activation (LISTEN_FDS) to upgrade in this mode"
+        // node:cluster keeps its shared socket to itself; a worker sends us its copy.
+        const borrowed = await borrowListening()
+        sockets.http = descriptorOf(borrowed)
+        if (borrowed) sockets.release = () => borrowed.close()
+        if (sockets.http === null) sockets.error = "scheduling 'none': no ready worker could pass on the listening socket node:cluster shares"
       }
     }
     // 'reuseport': every new worker binds its own socket next to the old ones.
     return sockets
+  }
+
+  /** Ask a ready worker for its copy of the socket node:cluster shares ('none'). */
+  function borrowListening () {
+    const record = supervisor.readyRecords()[0]
+    if (!record) return Promise.resolve(null)
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => finish(null), config.upgrade.timeoutMs)
+      function finish (socketHandle) {
+        clearTimeout(timer)
+        borrowing.delete(record)
+        resolve(socketHandle || null)
+      }
+      borrowing.set(record, finish)
+      if (!record.channel.postNow(protocol.shareListening())) finish(null)
+    })
+  }
+
+  function onListeningShared (record, socketHandle) {
+    const finish = borrowing.get(record)
+    if (finish) finish(socketHandle)
+    else if (socketHandle) socketHandle.close()
   }
   /** Bind the port: our acceptor for 'rr'/'sticky'; otherwise agree on one for the workers. */
   async function listen () {

@@ -57,7 +57,8 @@ function onTakeover (fn) {
  * The old primary's side.
  * @param {{ config: object, log: object, emit: Function, sockets: () => object, sessions: () => object|undefined,
  *   isShuttingDown: () => boolean, retire: (reason: string) => Promise<{ code: number }> }} deps
- *   `sockets()` gives `{ http, probes, error }`: descriptors, or why the HTTP socket cannot be passed
+ *   `sockets()` resolves `{ http, probes, port, portOption, error, release }`: descriptors, or why the
+ *   HTTP socket cannot be passed; release() closes what was borrowed for the handover
  * @returns {{ upgrade: (options?: { node?: string, args?: string[] }) => Promise<object>, abort: () => void }}
  */
 function createUpgrader (deps) {
@@ -88,8 +89,11 @@ function createUpgrader (deps) {
     }
     const refusal = refuse()
     if (refusal) return failed(refusal)
-    const sockets = deps.sockets()
-    if (sockets.error) return failed(sockets.error)
+    const sockets = await deps.sockets()
+    if (sockets.error) {
+      sockets.release()
+      return failed(sockets.error)
+    }
     const fds = { http: sockets.http, probes: sockets.probes, control: hooks.control ? hooks.control.descriptor() : null }
     const execPath = options.node || process.execPath
     const args = process.execArgv.concat(process.argv.slice(1), options.args || [])
@@ -108,6 +112,9 @@ function createUpgrader (deps) {
       child = spawn(execPath, args, { stdio, env, cwd: process.cwd() })
     } catch (err) {
       return failed(`cannot start ${execPath}: ${err.message}`)
+    } finally {
+      // The child has its own copies now.
+      sockets.release()
     }
     pending = child
     const ready = await waitFor(child, 'ready', config.upgrade.timeoutMs)

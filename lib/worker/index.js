@@ -54,7 +54,8 @@ function startWorker (createApp, config) {
     },
     [protocol.KIND.DRAIN]: (_, message) => shutdown(message.timeoutMs, message.reason),
     [protocol.KIND.PROMOTE]: (_, message) => promote(message.slot),
-    [protocol.KIND.BUS]: (_, message) => busRuntime.onPrimaryMessage(message)
+    [protocol.KIND.BUS]: (_, message) => busRuntime.onPrimaryMessage(message),
+    [protocol.KIND.SHARE_LISTENING]: () => shareListening()
   }, (_, message) => debug('ignoring %s from primary', message.kind))
   ipc.listen(process, (message, socketHandle) => route(null, message, socketHandle))
 
@@ -117,6 +118,17 @@ function startWorker (createApp, config) {
     heartbeatTimer.unref()
     debug('worker %d ready (generation %d, %s)', id, generation, listenMode)
     return { id, generation, address }
+  }
+
+  /**
+   * 'none': the primary upgrades and needs the socket node:cluster shares;
+   * only the workers hold it. Node has no public accessor for a server's
+   * handle: without one the answer comes with none, and the upgrade says so.
+   */
+  function shareListening () {
+    const listening = handle.server && handle.server.listening && handle.server._handle
+    const ok = Boolean(listening) && typeof listening.fd === 'number' && listening.fd >= 0
+    channel.postNow(protocol.listening(), ok ? listening : undefined)
   }
 
   function listen () {
