@@ -20,6 +20,7 @@ const { eventually } = require('./helpers/wait')
 const { startLoad } = require('./helpers/load')
 const { request } = require('./helpers/cluster')
 const { isAlive } = require('../lib/process-alive')
+const { sendControl } = require('../lib/cli/control-server')
 
 const BIN = path.join(__dirname, '..', 'bin', 'clusterize.js')
 const APP = path.join(__dirname, 'fixtures', 'upgrade-app.js')
@@ -231,10 +232,14 @@ test('a session in the cluster store is still logged in after the upgrade', asyn
   await run(['stop', '--pid-file', pidFile])
 })
 
+/** The node binary of `pkg` (node@24...) through npx: CI installs Node 24 (.ci/run); a missing one fails the test. */
+function nodeBinary (pkg) {
+  return execFileSync('npx', ['-y', pkg, '-e', 'process.stdout.write(process.execPath)'], { encoding: 'utf8', timeout: 180000, stdio: ['ignore', 'pipe', 'ignore'] }).trim()
+}
+
 test('clusterize upgrade --node moves the cluster to another Node version', async () => {
   const other = process.versions.node.startsWith('24.') ? 'node@20' : 'node@24'
-  // CI installs it (.ci/run); here a missing one fails the test rather than skipping it.
-  const otherNode = execFileSync('npx', ['-y', other, '-e', 'process.stdout.write(process.execPath)'], { encoding: 'utf8', timeout: 180000, stdio: ['ignore', 'pipe', 'ignore'] }).trim()
+  const otherNode = nodeBinary(other)
   const otherVersion = execFileSync(otherNode, ['--version'], { encoding: 'utf8' }).trim()
   assert.notStrictEqual(otherVersion, process.version)
   const port = await freePort()
@@ -316,9 +321,85 @@ test("scheduling 'none' on a plain start: a worker passes on the socket node:clu
   await eventually(() => fresh.results.primaries.has(third.pid), { timeoutMs: 20000, what: 'a response from the third primary\'s workers' })
   await keepAlive.served(30)
   const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
-  assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
+  // Linux resets connections still queued in a SO_REUSEPORT socket that closes (an old worker's)
+  // unless net.ipv4.tcp_migrate_req is 1 (README, Upgrading the primary): never a refusal.
+  const migrate = readSysctl('net/ipv4/tcp_migrate_req') === '1'
+  if (migrate) assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
+  else assert.deepStrictEqual(freshResults.failures.filter((code) => code !== 'ECONNRESET'), [], 'new-connection load')
   assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
   for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
   const stop = await run(['stop', '--pid-file', pidFile])
   assert.strictEqual(stop.code, 0, stop.stderr)
+})
+
+function readSysctl (name) {
+  try { return fs.readFileSync('/proc/sys/' + name, 'utf8').trim() } catch { return null }
+}
+
+test("scheduling 'reuseport' (Node 24): the new workers bind next to the old ones; no connection is refused, kept-alive ones lose nothing", async () => {
+  const node24 = process.versions.node.startsWith('24.') ? process.execPath : nodeBinary('node@24')
+  const port = await freePort()
+  const pidFile = path.join(tmp, 'reuseport.pid')
+  const child = spawn(node24, [BIN, APP, '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile, '--workers', '2', '--scheduling', 'reuseport'], {
+    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: ['ignore', 'pipe', 'pipe']
+  })
+  pids.add(child.pid)
+  let output = ''
+  child.stdout.on('data', (chunk) => { output += chunk })
+  child.stderr.on('data', (chunk) => { output += chunk })
+  const before = await primaryInfo(pidFile)
+  const status = await run(['status', '--pid-file', pidFile])
+  assert.match(status.stdout, /scheduling reuseport/, status.stdout + output)
+  const fresh = newConnectionLoad(port)
+  const keepAlive = startLoad({ port, connections: 3, durationMs: 120000, paceMs: 2 })
+  await keepAlive.served(30)
+  const upgrade = await run(['upgrade', '--pid-file', pidFile])
+  assert.strictEqual(upgrade.code, 0, upgrade.stdout + upgrade.stderr + output)
+  const after = await primaryInfo(pidFile, before.pid)
+  await eventually(() => fresh.results.primaries.has(after.pid), { timeoutMs: 20000, what: 'a response from the new primary\'s workers' })
+  await eventually(() => !isAlive(before.pid), { timeoutMs: 30000, what: 'the old primary to exit\n' + output })
+  await keepAlive.served(30)
+  const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
+  // Linux resets connections still queued in a SO_REUSEPORT socket that closes (an old worker's)
+  // unless net.ipv4.tcp_migrate_req is 1 (README, Upgrading the primary): never a refusal.
+  const migrate = readSysctl('net/ipv4/tcp_migrate_req') === '1'
+  if (migrate) assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
+  else assert.deepStrictEqual(freshResults.failures.filter((code) => code !== 'ECONNRESET'), [], 'new-connection load')
+  assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
+  for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
+  const stop = await run(['stop', '--pid-file', pidFile])
+  assert.strictEqual(stop.code, 0, stop.stderr)
+})
+
+function readSysctl (name) {
+  try { return fs.readFileSync('/proc/sys/' + name, 'utf8').trim() } catch { return null }
+}
+
+test('as PID 1 (a container) the upgrade is refused with a message that points to a rolling update or an init', async () => {
+  const port = await freePort()
+  const pidFile = path.join(tmp, 'pid1.pid')
+  // A new pid namespace makes the primary PID 1; --kill-child takes it (and so its namespace) down with unshare.
+  const child = spawn('unshare', ['--pid', '--fork', '--kill-child', process.execPath, BIN, APP, '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile, '--workers', '1'], {
+    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: ['ignore', 'pipe', 'pipe']
+  })
+  pids.add(child.pid)
+  let output = ''
+  child.stdout.on('data', (chunk) => { output += chunk })
+  child.stderr.on('data', (chunk) => { output += chunk })
+  const info = await eventually(() => {
+    try { return JSON.parse(fs.readFileSync(pidFile, 'utf8')) } catch { return null }
+  }, { timeoutMs: 30000, what: () => 'the pid file\n' + output })
+  try {
+    assert.strictEqual(info.pid, 1, 'the primary runs as PID 1 ' + output)
+    const reply = await sendControl(info.controlSocket, { cmd: 'upgrade' }, 30000)
+    assert.strictEqual(reply.ok, true)
+    assert.strictEqual(reply.result.ok, false)
+    assert.match(reply.result.reason, /this primary is PID 1 \(a container\).*Roll out a new container instead \(rolling update\).*docker run --init/)
+    const res = await get(port, '/')
+    assert.strictEqual(res.status, 200, 'it keeps serving')
+  } finally {
+    // unshare --fork ignores SIGTERM while it waits; its death SIGKILLs PID 1 and so the namespace.
+    child.kill('SIGKILL')
+    await new Promise((resolve) => child.exitCode !== null || child.signalCode !== null ? resolve() : child.once('exit', resolve))
+  }
 })
