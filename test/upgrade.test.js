@@ -403,3 +403,27 @@ test('as PID 1 (a container) the upgrade is refused with a message that points t
     await new Promise((resolve) => child.exitCode !== null || child.signalCode !== null ? resolve() : child.once('exit', resolve))
   }
 })
+
+test('the old primary killed (kill -9) while the new one boots: the new one serves on the inherited socket and owns the pid file', async () => {
+  const port = await freePort()
+  const slowFile = path.join(tmp, 'slow')
+  const { child, pidFile, out } = startPrimary('killed', port, ['--workers', '1'], { UPGRADE_SLOW_FILE: slowFile })
+  const before = await primaryInfo(pidFile)
+  fs.writeFileSync(slowFile, '')
+  const upgrade = run(['upgrade', '--pid-file', pidFile])
+  await eventually(() => /upgrade: starting a new primary/.test(out.text), { timeoutMs: 20000, what: () => 'the upgrade to start\n' + out.text })
+  child.kill('SIGKILL')
+  const reply = await upgrade
+  assert.strictEqual(reply.code, 1, 'the CLI lost the primary it asked')
+  // Connections made meanwhile wait in the socket's backlog; the new primary answers them.
+  const res = await get(port, '/')
+  assert.strictEqual(res.status, 200)
+  const after = await primaryInfo(pidFile, before.pid)
+  assert.strictEqual(res.json.primary, after.pid)
+  assert.match(out.text, new RegExp(`the old primary ${before.pid} went away before handing over; serving on the inherited sockets`))
+  const status = await run(['status', '--pid-file', pidFile])
+  assert.match(status.stdout, new RegExp(`^primary ${after.pid}: ready`), status.stderr)
+  fs.unlinkSync(slowFile)
+  const stop = await run(['stop', '--pid-file', pidFile])
+  assert.strictEqual(stop.code, 0, stop.stderr)
+})

@@ -229,13 +229,16 @@ function awaitGo (deps) {
         resolve()
       }
     }
-    process.on('message', onMessage)
-    process.once('disconnect', function onOldGone () {
+    function onOldGone () {
       process.removeListener('message', onMessage)
       if (going) return
       deps.log.warn(`upgrade: the old primary ${readInherited().from} went away before handing over; serving on the inherited sockets`, { pid: process.pid })
       resolve()
-    })
+    }
+    // Gone while the workers booted (killed): nobody else serves, so this one does.
+    if (typeof process.send !== 'function' || !process.connected) return onOldGone()
+    process.on('message', onMessage)
+    process.once('disconnect', onOldGone)
     send({ [TAG]: 'ready', node: process.version, generation: deps.generation })
   })
 }
