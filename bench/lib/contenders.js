@@ -14,11 +14,12 @@ const SERVERS = path.join(__dirname, 'servers.js')
 
 /**
  * @param {'single'|'cluster'|'clusterize'} kind
- * @param {{ app?: string, options?: object, node?: string, label?: string }} [spec]
+ * @param {{ app?: string, options?: object, node?: string, label?: string, port?: number }} [spec]
  */
 async function startLocal (kind, spec) {
   spec = spec || {}
-  const port = await freePort()
+  // spec.port: start again on the port a stopped contender used (bench/upgrade.js).
+  const port = spec.port || await freePort()
   const args = [SERVERS, kind, String(port), spec.app || 'hello']
   if (spec.options) args.push(JSON.stringify(spec.options))
   const proc = startProcess({ args, node: spec.node, env: spec.env, name: spec.label || kind })
