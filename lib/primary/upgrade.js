@@ -73,7 +73,12 @@ function createUpgrader (deps) {
    */
   function upgrade (options) {
     if (running) return running
-    running = run(options || {}).then((result) => {
+    const startedAt = Date.now()
+    running = run(options || {}).catch((err) => {
+      // A bug here must not leave `running` settled as a rejection for every later upgrade.
+      log.error(`upgrade failed, primary ${process.pid} keeps serving: ${err.message}`)
+      return { ok: false, reason: err.message, pid: process.pid, previousPid: process.pid, durationMs: Date.now() - startedAt }
+    }).then((result) => {
       if (!result.ok) running = null
       deps.emit('upgrade:done', result)
       return result
