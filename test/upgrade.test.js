@@ -238,7 +238,7 @@ function nodeBinary (pkg) {
 }
 
 test('clusterize upgrade --node moves the cluster to another Node version', async () => {
-  const other = process.versions.node.startsWith('24.') ? 'node@20' : 'node@24'
+  const other = process.versions.node.startsWith('24.') ? 'node@22' : 'node@24'
   const otherNode = nodeBinary(other)
   const otherVersion = execFileSync(otherNode, ['--version'], { encoding: 'utf8' }).trim()
   assert.notStrictEqual(otherVersion, process.version)
