@@ -25,10 +25,11 @@ const { busRuntime, internalBus } = require('../bus')
 const { attachSessionBackend, backendFor } = require('../session/cluster-service')
 const { attachRecoveryService, recoveryOptions } = require('../realtime/recovery-service')
 const { handleSignals } = require('../signals')
-const { readInherited, descriptorOf } = require('./inherit')
+const { readInherited, checkInheritedPort } = require('./inherit')
+const { createSocketPasser, inheritedScheduling } = require('./pass-sockets')
 const upgrades = require('./upgrade')
 const { createLogger } = require('../logger')
-const { explainListenError, ClusterizeError, ClusterizeAppError, ClusterizeOptionError } = require('../errors')
+const { explainListenError, ClusterizeError, ClusterizeAppError } = require('../errors')
 
 /**
  * The handle returned by clusterize() in the primary.
@@ -51,11 +52,7 @@ function startPrimary (createApp, config) {
   const log = createLogger(config.logger, '')
   const handle = new PrimaryHandle()
   const inherited = readInherited()
-  // A port option changed for the upgrade cannot take effect (with socket activation it was never used).
-  if (inherited.source === 'upgrade' && config.port !== 0 && inherited.port !== null && config.port !== inherited.port && config.port !== inherited.portOption) {
-    throw new ClusterizeOptionError(`clusterize: option "port" (${config.port}) differs from the port the upgraded primary serves (${inherited.port}): ` +
-      'an upgrade keeps the listening socket; a new port needs a new start', 'port')
-  }
+  checkInheritedPort(config, inherited)
   const { mode, listenMode } = inheritedScheduling(resolveScheduling(config, log), inherited, log)
   const state = { mode, listenMode, port: inherited.port !== null ? inherited.port : config.port, probesPort: undefined, shuttingDown: false, reloads: 0, readySettled: false }
   const parts = { dispatcher: null, probes: null, health: null }
@@ -66,18 +63,17 @@ function startPrimary (createApp, config) {
   const reloader = createReloader(config, supervisor, log)
   const sessions = watchSessionStores(supervisor, log, (name, info) => handle.emit(name, info))
   const reloads = createReloadQueue()
+  const passer = createSocketPasser({ listenMode, inherited, parts, state, config, supervisor })
   const upgrader = upgrades.createUpgrader({
     config,
     log,
     emit: (name, info) => handle.emit(name, info),
-    sockets: passableSockets,
+    sockets: () => passer.passable(),
     sessions: () => backendFor(internalBus),
     isShuttingDown: () => state.shuttingDown,
     retire: (reason) => shutdown(0, reason)
   })
   let shutdownPromise = null
-  /** Workers asked for their listening socket ('none' upgrade), by record. */
-  const borrowing = new Map()
 
   runtime.route = createRoutes()
   cluster.setupPrimary({ serialization: config.bus.serialization })
@@ -116,7 +112,7 @@ function startPrimary (createApp, config) {
       [protocol.KIND.BOOT_ERROR]: (record, message) => supervisor.onBootError(record, message),
       [protocol.KIND.DRAINED]: (record, message) => supervisor.onDrained(record, message),
       [protocol.KIND.BUS]: (record, message) => busRuntime.onWorkerMessage(record, message),
-      [protocol.KIND.LISTENING]: (record, message, socketHandle) => onListeningShared(record, socketHandle)
+      [protocol.KIND.LISTENING]: (record, message, socketHandle) => passer.onListening(record, socketHandle)
     }, (record, message) => debug('ignoring %s from worker %d', message.kind, record.id))
   }
 
@@ -191,51 +187,6 @@ function startPrimary (createApp, config) {
     }
   }
 
-  /**
-   * The descriptors a new primary inherits (see ./upgrade.js), or why the
-   * app's socket cannot be passed on. `release()` closes what was borrowed
-   * for the handover.
-   */
-  async function passableSockets () {
-    const sockets = { http: null, probes: parts.probes ? parts.probes.descriptor() : null, port: state.port, portOption: config.port, error: null, release: () => {} }
-    if (listenMode === 'handoff') {
-      sockets.http = parts.dispatcher ? parts.dispatcher.descriptor() : null
-      if (sockets.http === null) sockets.error = `the listening socket has no descriptor to pass on (${process.platform})`
-    } else if (listenMode === 'cluster') {
-      sockets.http = inherited.http
-      if (sockets.http === null) {
-        // node:cluster keeps its shared socket to itself; a worker sends us its copy.
-        const borrowed = await borrowListening()
-        sockets.http = descriptorOf(borrowed)
-        if (borrowed) sockets.release = () => borrowed.close()
-        if (sockets.http === null) sockets.error = "scheduling 'none': no ready worker could pass on the listening socket node:cluster shares"
-      }
-    }
-    // 'reuseport': every new worker binds its own socket next to the old ones.
-    return sockets
-  }
-
-  /** Ask a ready worker for its copy of the socket node:cluster shares ('none'). */
-  function borrowListening () {
-    const record = supervisor.readyRecords()[0]
-    if (!record) return Promise.resolve(null)
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => finish(null), config.upgrade.timeoutMs)
-      function finish (socketHandle) {
-        clearTimeout(timer)
-        borrowing.delete(record)
-        resolve(socketHandle || null)
-      }
-      borrowing.set(record, finish)
-      if (!record.channel.postNow(protocol.shareListening())) finish(null)
-    })
-  }
-
-  function onListeningShared (record, socketHandle) {
-    const finish = borrowing.get(record)
-    if (finish) finish(socketHandle)
-    else if (socketHandle) socketHandle.close()
-  }
   /** Bind the port: our acceptor for 'rr'/'sticky'; otherwise agree on one for the workers. */
   async function listen () {
     if (listenMode === 'handoff') {
@@ -387,17 +338,6 @@ function startPrimary (createApp, config) {
   function stats () {
     return buildStats({ supervisor, dispatcher: parts.dispatcher, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: backendFor(internalBus).stats() })
   }
-}
-
-/**
- * An inherited HTTP socket is accepted on by the primary ('rr'/'sticky') or
- * shared by node:cluster ('none'); 'reuseport' workers bind their own, so
- * there it would be a socket nobody reads: use 'rr' instead.
- */
-function inheritedScheduling (resolved, inherited, log) {
-  if (inherited.http === null || resolved.listenMode !== 'reuseport') return resolved
-  log.warn("scheduling 'reuseport' cannot serve an inherited socket (LISTEN_FDS): using 'rr'")
-  return { mode: 'rr', listenMode: 'handoff' }
 }
 
 module.exports = { startPrimary }

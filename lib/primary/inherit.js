@@ -104,6 +104,20 @@ function fromSystemd (env) {
 }
 
 /**
+ * A port option changed for an upgrade cannot take effect: the socket is
+ * kept. (With socket activation the option was never used: not a change.)
+ * @param {{ port: number }} config
+ * @param {Inherited} inherited
+ * @throws {ClusterizeOptionError} naming the option
+ */
+function checkInheritedPort (config, inherited) {
+  if (inherited.source !== 'upgrade' || config.port === 0 || inherited.port === null) return
+  if (config.port === inherited.port || config.port === inherited.portOption) return
+  throw new ClusterizeOptionError(`clusterize: option "port" (${config.port}) differs from the port the upgraded primary serves (${inherited.port}): ` +
+    'an upgrade keeps the listening socket; a new port needs a new start', 'port')
+}
+
+/**
  * The descriptor behind a listening handle, so it can be passed to a new
  * primary. Node has no public accessor; `fd` is on every libuv stream handle
  * on Unix and is -1 (or absent) where there is none, which the caller reports.
@@ -115,4 +129,4 @@ function descriptorOf (handle) {
   return handle.fd
 }
 
-module.exports = { readInherited, descriptorOf, ROLES, UPGRADE_ENV, SD_LISTEN_FDS_START }
+module.exports = { readInherited, checkInheritedPort, descriptorOf, ROLES, UPGRADE_ENV, SD_LISTEN_FDS_START }
