@@ -24,6 +24,11 @@ const AREAS = [
     notes: 'Anchor: raw node:cluster\'s round robin, a new connection per request (wrk). Counted with strace, the primary makes 2 IPC messages per handed-off connection (Node makes 3) and its CPU per connection is at parity; see bench/README.md, "Where the time goes".'
   },
   {
+    script: 'upgrade',
+    title: 'Upgrade',
+    notes: 'Replacing the primary itself under load: clusterize upgrade against the textbook stop-and-start, a raw node:cluster restart and pm2 update + pm2 reload.'
+  },
+  {
     script: 'reload',
     title: 'Reload',
     notes: 'Anchors: PM2\'s `pm2 reload` and the textbook SIGUSR2 rolling restart. A failed request is a connection error, a reset or a non-2xx answer.'
