@@ -26,6 +26,7 @@ const FLAGS = {
   '--redis': { key: 'redis', value: 'string', for: ['start'] },
   '--reload-signal': { key: 'reloadSignal', value: 'signal', for: ['start'] },
   '--sessions': { key: 'sessions', value: 'sessions', for: ['start'] },
+  '--rate-limit': { key: 'rateLimit', value: 'rateLimit', for: ['start'] },
   '--pid-file': { key: 'pidFile', value: 'string', for: ['start', 'reload', 'stop', 'status', 'top'] },
   '--timeout': { key: 'timeout', value: 'seconds', for: ['reload', 'stop'] },
   '--json': { key: 'json', for: ['start', 'reload', 'stop', 'status'] },
@@ -112,6 +113,9 @@ function convert (name, kind, raw) {
     case 'sessions':
       if (raw !== 'cluster' && raw !== 'memory') throw new CliUsageError(`${name} must be "cluster" (express-session's default store becomes the cluster store) or "memory", got ${JSON.stringify(raw)}`)
       return raw
+    case 'rateLimit':
+      if (raw !== 'cluster' && raw !== 'memory') throw new CliUsageError(`${name} must be "cluster" (express-rate-limit's default store becomes the cluster store) or "memory", got ${JSON.stringify(raw)}`)
+      return raw
     case 'signal':
       if (!RELOAD_SIGNALS.includes(raw)) throw new CliUsageError(`${name} must be one of ${RELOAD_SIGNALS.join(', ')}, got ${JSON.stringify(raw)}`)
       return raw
@@ -132,6 +136,7 @@ function describeValue (kind) {
     seconds: 'seconds',
     signal: RELOAD_SIGNALS.join('|'),
     sessions: 'cluster|memory',
+    rateLimit: 'cluster|memory',
     string: 'a value'
   }[kind]
 }
@@ -176,6 +181,7 @@ function buildOptions (flags, env) {
   if (flags.host !== undefined) options.host = flags.host
   if (flags.scheduling !== undefined) options.scheduling = flags.scheduling
   if (flags.sessions !== undefined) options.defaultSessionStore = flags.sessions
+  if (flags.rateLimit !== undefined) options.defaultRateLimitStore = flags.rateLimit
   const redis = flags.redis !== undefined ? flags.redis : (env.REDIS_URL || undefined)
   if (redis) options.bus = { redis }
   if (flags.reloadSignal !== undefined) options.reload = { signal: flags.reloadSignal }

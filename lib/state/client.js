@@ -74,4 +74,13 @@ function serviceClient (definition) {
   return client
 }
 
-module.exports = { serviceClient, inProcessClient, clientOf, LOCAL_CALLER }
+/**
+ * Whether this process can reach the app-state services: false in a worker
+ * until the internal service layer carries them.
+ * @returns {boolean}
+ */
+function primaryReachable () {
+  return !(cluster.isWorker && process.env.CLUSTERIZE_WORKER_ID !== undefined)
+}
+
+module.exports = { serviceClient, inProcessClient, clientOf, primaryReachable, LOCAL_CALLER }
