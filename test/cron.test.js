@@ -192,3 +192,50 @@ describe('the coordinator as node-cron\'s default', () => {
     assert.equal(warnings.length, 0)
   })
 })
+
+describe('uncoordinated jobs: the cron package and jobs inside a singleton', () => {
+  const { watchCronJobs, unwatchCronJobs } = require('../lib/worker/cron-job-pitfall')
+  const { runInSingleton } = require('../lib/state/singleton-context')
+  const { CronJob } = require('cron')
+
+  it('a CronJob built in several workers warns once, naming singleton(); one built inside a singleton does not', () => {
+    const warnings = []
+    try {
+      assert.equal(watchCronJobs({ warn: (m) => warnings.push(m) }, 2, REPO), true)
+      const inside = runInSingleton('nightly', () => new CronJob('0 0 3 * * *', () => {}))
+      assert.equal(warnings.length, 0, 'built inside a singleton: coordinated')
+      assert.equal(inside.lastExecution, null, 'the field keeps its value')
+      new CronJob('0 0 3 * * *', () => {})
+      new CronJob('0 0 4 * * *', () => {})
+      assert.equal(warnings.length, 1)
+      assert.match(warnings[0], /singleton\(/)
+    } finally {
+      unwatchCronJobs()
+    }
+  })
+
+  it('one worker: no warning', () => {
+    const warnings = []
+    try {
+      assert.equal(watchCronJobs({ warn: (m) => warnings.push(m) }, 1, REPO), false)
+      new CronJob('0 0 3 * * *', () => {})
+      assert.equal(warnings.length, 0)
+    } finally {
+      unwatchCronJobs()
+    }
+  })
+
+  it('a node-cron task scheduled inside a singleton is not warned about', async () => {
+    const copies = await useCronCoordinator(REPO)
+    const warnings = []
+    const task = runInSingleton('inside', () => cron.schedule('* * * * * *', () => {}, { name: 'inside-singleton' }))
+    try {
+      warnOnUncoordinatedCron(copies, { warn: (m) => warnings.push(m) }, 2)
+      await new Promise((resolve) => task.once('execution:finished', resolve))
+    } finally {
+      await task.destroy()
+      for (const copy of copies) copy.setRunCoordinator(undefined)
+    }
+    assert.equal(warnings.length, 0)
+  })
+})

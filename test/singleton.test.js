@@ -24,6 +24,11 @@ const { eventually } = require('./helpers/wait')
 
 const timing = { waitMs: 5000, leaseMs: 600 }
 
+// The lease timers are unref'd (a primary or a worker has its server and IPC
+// channel to keep it alive): this keeps the test process alive in their place.
+const alive = setInterval(() => {}, 1000)
+after(() => clearInterval(alive))
+
 describe('LeaseTable (one host)', () => {
   it('one holder at a time; the next gets the name when the holder releases, with a larger token', async () => {
     const table = new LeaseTable(createLocalLeaseBackend())

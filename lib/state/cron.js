@@ -22,6 +22,7 @@ const debug = require('debug')('clusterize:cron')
 const { ClusterizeError } = require('../errors')
 const { serviceClient } = require('./client')
 const { cronService, CRON_OP } = require('./cron-service')
+const { currentSingleton } = require('./singleton-context')
 
 const CLAIM_TIMEOUT_MS = 2000
 /** Fires this process asked about recently (the pitfall check tells coordinated runs apart). */
@@ -156,6 +157,8 @@ function warnOnUncoordinatedCron (copies, log, workers) {
         watched.add(task)
         task.on('execution:started', function checkCoordinated (context) {
           if (warned || !context || !context.execution || context.execution.reason !== 'scheduled') return
+          // Scheduled inside a singleton: it runs on one worker.
+          if (currentSingleton() !== null) return
           const key = `${task.name}:${context.date instanceof Date ? context.date.toISOString() : ''}`
           if (asked.has(key)) return
           warned = true

@@ -22,6 +22,7 @@
 const debug = require('debug')('clusterize:singleton')
 const { ClusterizeError, ClusterizeOptionError } = require('../errors')
 const { serviceClient } = require('./client')
+const { runInSingleton } = require('./singleton-context')
 const { singletonService, SINGLETON_OP, MAX_NAME_LENGTH, MIN_LEASE_MS, MAX_LEASE_MS } = require('./singleton-service')
 
 const DEFAULT_LEASE_MS = 5000
@@ -141,7 +142,8 @@ class SingletonJob {
     this.watch(run)
     let outcome
     try {
-      outcome = Promise.resolve(this.start(controller.signal, token))
+      // Its timers and callbacks inherit the context: the cron pitfall checks see they are coordinated.
+      outcome = Promise.resolve(runInSingleton(this.name, () => this.start(controller.signal, token)))
     } catch (err) {
       outcome = Promise.reject(err)
     }

@@ -7,12 +7,15 @@
  *   defaultRateLimitStore 'cluster') made a cluster store (./rate-limit-pitfall.js);
  * - node-cron v4: the cluster's run coordinator becomes its default, so
  *   `distributed: true` tasks fire once per cluster with no env var; tasks
- *   scheduled without it are warned about once they run on several workers.
+ *   scheduled without it are warned about once they run on several workers;
+ * - the cron package's CronJob, built in several workers: warned about
+ *   (./cron-job-pitfall.js).
  */
 
 const path = require('path')
 const debug = require('debug')('clusterize:state')
 const { watchRateLimitStores } = require('./rate-limit-pitfall')
+const { watchCronJobs } = require('./cron-job-pitfall')
 const { primaryReachable } = require('../state/client')
 
 /** Tasks scheduled after startup (a lazy route, a later import) get a second look. */
@@ -29,6 +32,7 @@ async function prepareAppState ({ appDir, config, log, workers }) {
     log.warn("defaultRateLimitStore 'cluster' (--rate-limit cluster) is not available in this build's workers: the cluster rate-limit service cannot be reached yet", { pid: process.pid })
   }
   await watchRateLimitStores(log, workers, appDir, { useCluster: useCluster && reachable })
+  watchCronJobs(log, workers, appDir)
   let copies = []
   if (reachable) {
     try {
