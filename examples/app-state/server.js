@@ -1,4 +1,4 @@
 'use strict'
 
 const { clusterize } = require('../../')
-clusterize(() => require('./app')(), { workers: 2 })
+clusterize(() => require('./app')())
