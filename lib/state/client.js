@@ -11,6 +11,7 @@
 const cluster = require('cluster')
 const debug = require('debug')('clusterize:state')
 const { ClusterizeError } = require('../errors')
+const { ClusterizeBusError } = require('../bus/errors')
 
 /** Callers in-process are slot 0 of this process, as in single-process mode. */
 const LOCAL_CALLER = Object.freeze({ id: 0, pid: process.pid, generation: 1 })
@@ -63,8 +64,8 @@ function serviceClient (definition) {
   if (cluster.isWorker && process.env.CLUSTERIZE_WORKER_ID !== undefined) {
     // The internal service layer (lib/services) is not on this branch yet,
     // and these features must not ride the public bus: a worker refuses plainly.
-    throw new ClusterizeError(`clusterize ${definition.name}: the primary-side service cannot be reached from a worker in this build ` +
-      '(the internal service layer is not wired yet)', 'ERR_CLUSTERIZE_SERVICE_UNAVAILABLE')
+    throw new ClusterizeBusError(`clusterize ${definition.name}: the primary-side service cannot be reached from a worker in this build ` +
+      '(the internal service layer is not wired yet)', 'ERR_CLUSTERIZE_BUS_NOT_STARTED')
   }
   let client = local.get(definition.name)
   if (!client) {
