@@ -139,7 +139,7 @@ class SingletonJob {
     const run = { token, controller, failed: false, done: new Promise((resolve) => { ended = resolve }) }
     this.current = run
     debug('%s: running here (pid %d, token %d)', this.name, process.pid, token)
-    this.watch(run)
+    this.watch(run).catch((err) => debug('%s: watch stopped: %s', this.name, err && err.message))
     let outcome
     try {
       // Its timers and callbacks inherit the context: the cron pitfall checks see they are coordinated.
