@@ -10,12 +10,11 @@ const net = require('net')
 const os = require('os')
 const { ClusterizeOptionError, MAX_TIMER_MS } = require('./errors')
 const { createChecks } = require('./check-options')
-const { DEFAULT_MAX_QUEUED_BYTES } = require('./bus/codec')
 const { availableCpus } = require('./cpus')
 const { RELOAD_SIGNALS } = require('./signals')
 const { defaultMaxIdleConnections } = require('./fd-limit')
 
-const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky']
+const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky', 'balanced']
 const SERIALIZATION = ['json', 'advanced']
 
 const DEFAULTS = {
@@ -62,9 +61,21 @@ const DEFAULTS = {
     shardedPubSub: 'auto',
     serialization: 'json',
     maxMessageBytes: 1024 * 1024,
-    maxQueuedBytes: DEFAULT_MAX_QUEUED_BYTES,
+    /** What one process may hold queued towards one peer. */
+    maxQueuedBytes: 16 * 1024 * 1024,
     stallTimeoutMs: 5000,
     outageBufferBytes: 8 * 1024 * 1024
+  },
+  /** The bounds the primary enforces on the cluster session store (lib/session/cluster-backend.js). */
+  clusterStore: {
+    maxSessions: 100000,
+    maxTotalBytes: 128 * 1024 * 1024
+  },
+  /** The bounds of socket.io connection-state recovery's state in the primary, per namespace (lib/realtime). */
+  recovery: {
+    maxPackets: 10000,
+    maxSessions: 100000,
+    liveWaitMs: 5000
   },
   logger: undefined,
   banner: true,
@@ -272,6 +283,16 @@ function resolveConfig (options, env) {
   checkInteger('bus.outageBufferBytes', bus.outageBufferBytes, 0)
   if (typeof bus.channel !== 'string' || bus.channel === '') throw fail('bus.channel', 'a non-empty string', bus.channel)
   config.bus = bus
+
+  const clusterStore = group('clusterStore', options.clusterStore, DEFAULTS.clusterStore)
+  checkInteger('clusterStore.maxSessions', clusterStore.maxSessions, 1)
+  checkInteger('clusterStore.maxTotalBytes', clusterStore.maxTotalBytes, 1)
+  config.clusterStore = clusterStore
+  const recovery = group('recovery', options.recovery, DEFAULTS.recovery)
+  checkInteger('recovery.maxPackets', recovery.maxPackets, 1)
+  checkInteger('recovery.maxSessions', recovery.maxSessions, 1)
+  checkInteger('recovery.liveWaitMs', recovery.liveWaitMs, 0, MAX_TIMER_MS)
+  config.recovery = recovery
 
   config.logger = checkLogger(options.logger)
   config.banner = pick('banner')

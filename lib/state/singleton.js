@@ -244,7 +244,7 @@ class SingletonJob {
 function installDrainHook () {
   if (drainHookInstalled) return
   drainHookInstalled = true
-  require('../worker/drain-hooks').onDrain(function stopSingletons () {
+  require('../lifecycle').onDrain(function stopSingletons () {
     return Promise.all(Array.from(running.values(), (job) => job.stop('drain')))
   })
 }
