@@ -8,16 +8,11 @@
  * whose start() returns `{ requests, notifications, workerExit, close, api }`.
  */
 
-const cluster = require('cluster')
 const debug = require('debug')('clusterize:state')
 const { ClusterizeError } = require('../errors')
-const { ClusterizeBusError } = require('../bus/errors')
 
 /** Callers in-process are slot 0 of this process, as in single-process mode. */
 const LOCAL_CALLER = Object.freeze({ id: 0, pid: process.pid, generation: 1 })
-
-/** One in-process service per name: every store and singleton of the process shares it. */
-const local = new Map()
 
 /**
  * A client whose calls run the service's handlers in this process.
@@ -55,33 +50,22 @@ function clientOf (name, started, caller) {
 }
 
 /**
- * The client of a service: in a clusterize worker, over the internal
- * service layer to the primary; elsewhere, the service started in this
- * process on first use.
- * @param {{ name: string, start: Function }} definition
+ * The client of a service, from the internal service layer: in a worker,
+ * over IPC to the primary's service; in the primary, with `workers: 0` or in
+ * a plain `node app.js`, the service started in this process.
+ * @param {{ name: string }} definition an entry of lib/services/list.js
  */
 function serviceClient (definition) {
-  if (cluster.isWorker && process.env.CLUSTERIZE_WORKER_ID !== undefined) {
-    // The internal service layer (lib/services) is not on this branch yet,
-    // and these features must not ride the public bus: a worker refuses plainly.
-    throw new ClusterizeBusError(`clusterize ${definition.name}: the primary-side service cannot be reached from a worker in this build ` +
-      '(the internal service layer is not wired yet)', 'ERR_CLUSTERIZE_BUS_NOT_STARTED')
-  }
-  let client = local.get(definition.name)
-  if (!client) {
-    client = inProcessClient(definition, { config: require('../config').DEFAULTS })
-    local.set(definition.name, client)
-  }
-  return client
+  return require('../services').serviceClient(definition.name)
 }
 
 /**
- * Whether this process can reach the app-state services: false in a worker
- * until the internal service layer carries them.
+ * Whether this process can reach the app-state services (kept for callers
+ * that ask; the service layer reaches them everywhere).
  * @returns {boolean}
  */
 function primaryReachable () {
-  return !(cluster.isWorker && process.env.CLUSTERIZE_WORKER_ID !== undefined)
+  return true
 }
 
 module.exports = { serviceClient, inProcessClient, clientOf, primaryReachable, LOCAL_CALLER }

@@ -113,7 +113,6 @@ class SingletonJob {
         answer = await this.request(SINGLETON_OP.ACQUIRE, { waitMs: POLL_MS, leaseMs: this.leaseMs }, POLL_MS + POLL_GRACE_MS)
         reportedUnavailable = false
       } catch (err) {
-        if (err && err.code === 'ERR_CLUSTERIZE_BUS_NOT_STARTED' && err.message.includes('not wired')) throw err
         if (!reportedUnavailable) debug('%s: acquire failed: %s', this.name, err && err.message)
         reportedUnavailable = true
         await this.pause(RETRY_MS)
