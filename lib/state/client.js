@@ -59,13 +59,4 @@ function serviceClient (definition) {
   return require('../services').serviceClient(definition.name)
 }
 
-/**
- * Whether this process can reach the app-state services (kept for callers
- * that ask; the service layer reaches them everywhere).
- * @returns {boolean}
- */
-function primaryReachable () {
-  return true
-}
-
-module.exports = { serviceClient, inProcessClient, clientOf, primaryReachable, LOCAL_CALLER }
+module.exports = { serviceClient, inProcessClient, clientOf, LOCAL_CALLER }

@@ -16,7 +16,6 @@ const path = require('path')
 const debug = require('debug')('clusterize:state')
 const { watchRateLimitStores } = require('./rate-limit-pitfall')
 const { watchCronJobs } = require('./cron-job-pitfall')
-const { primaryReachable } = require('../state/client')
 
 /** Tasks scheduled after startup (a lazy route, a later import) get a second look. */
 const RECHECK_CRON_MS = 10000
@@ -26,20 +25,13 @@ const RECHECK_CRON_MS = 10000
  * @returns {Promise<{ afterBuild: () => void }>}
  */
 async function prepareAppState ({ appDir, config, log, workers }) {
-  const reachable = primaryReachable()
-  const useCluster = config.defaultRateLimitStore === 'cluster'
-  if (useCluster && !reachable) {
-    log.warn("defaultRateLimitStore 'cluster' (--rate-limit cluster) is not available in this build's workers: the cluster rate-limit service cannot be reached yet", { pid: process.pid })
-  }
-  await watchRateLimitStores(log, workers, appDir, { useCluster: useCluster && reachable })
+  await watchRateLimitStores(log, workers, appDir, { useCluster: config.defaultRateLimitStore === 'cluster' })
   watchCronJobs(log, workers, appDir)
   let copies = []
-  if (reachable) {
-    try {
-      copies = await require('../state/cron').useCronCoordinator(appDir)
-    } catch (err) {
-      debug('node-cron coordinator not installed: %s', err.message)
-    }
+  try {
+    copies = await require('../state/cron').useCronCoordinator(appDir)
+  } catch (err) {
+    debug('node-cron coordinator not installed: %s', err.message)
   }
   return {
     afterBuild () {
