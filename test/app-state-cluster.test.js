@@ -194,6 +194,11 @@ describe('singleton jobs across two clusters on one Redis, through a Redis resta
       await eventually(() => readTicks(file).filter((e) => e.what === 'tick' && e.token > before.token).length >= 3, { what: 'a holder again after the restart', timeoutMs: 30000 })
       const stop = readTicks(file).find((e) => e.what === 'stop' && e.token === before.token)
       assert.equal(stop.reason, 'lease-lost')
+      // Each primary logs the outage once, and its end once.
+      for (const cluster of [a, b]) {
+        await cluster.waitOutput(/app state: Redis reachable again/)
+        assert.equal((cluster.output.match(/app state: Redis unreachable/g) || []).length, 1, cluster.output)
+      }
     } finally {
       await Promise.all([a.stop(), b.stop()])
       await redis.stop()

@@ -96,7 +96,7 @@ const cronService = {
   name: SERVICE,
   start: function startCronService (context) {
     const { stateRedis } = require('./redis-client')
-    const redis = stateRedis(context && context.config)
+    const redis = stateRedis(context && context.config, context && context.log)
     let claims = null
     function current () {
       if (claims === null) {

@@ -86,7 +86,7 @@ const rateLimitService = {
   name: SERVICE,
   start: function startRateLimitService (context) {
     const { stateRedis } = require('./redis-client')
-    const redis = stateRedis(context && context.config)
+    const redis = stateRedis(context && context.config, context && context.log)
     let service = null
     function current () {
       if (service === null) {

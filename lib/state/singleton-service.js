@@ -42,7 +42,7 @@ const singletonService = {
   name: SERVICE,
   start: function startSingletonService (context) {
     const { stateRedis } = require('./redis-client')
-    const redis = stateRedis(context && context.config)
+    const redis = stateRedis(context && context.config, context && context.log)
     const log = context && context.log
     let table = null
     function current () {
