@@ -676,6 +676,8 @@ export interface BusBridgeStatus {
   /** Their bytes (bounded by bus.outageBufferBytes). */
   bufferedBytes: number
   outageBufferBytes: number
+  /** Subscribers of the channel (every host's bridge) when last counted: a flush after an outage waits for them (at most 5 s). */
+  subscribers: number
   /** Broadcasts published from the outage buffer so far. */
   flushed: number
 }
