@@ -23,6 +23,7 @@ const DEFAULTS = {
   workers: 'auto',
   spare: 0,
   defaultSessionStore: 'memory',
+  defaultRateLimitStore: 'memory',
   scheduling: 'rr',
   sticky: {
     sid: false
@@ -196,6 +197,7 @@ function resolveConfig (options, env) {
   config.workers = resolveWorkers(pick('workers', 'WORKERS'))
   config.spare = checkInteger('spare', pick('spare'), 0, 64)
   config.defaultSessionStore = checkOneOf('defaultSessionStore', pick('defaultSessionStore'), ['memory', 'cluster'])
+  config.defaultRateLimitStore = checkOneOf('defaultRateLimitStore', pick('defaultRateLimitStore'), ['memory', 'cluster'])
   config.scheduling = checkOneOf('scheduling', pick('scheduling'), SCHEDULING)
   const sticky = group('sticky', options.sticky, DEFAULTS.sticky)
   checks.boolean('sticky.sid', sticky.sid)

@@ -51,6 +51,8 @@ module.exports = {
   offload: lazyValue('offload', () => require('../middleware/offload')),
   session: lazyValue('session', () => require('../middleware/session')),
   bus: lazyValue('bus', () => require('./bus').bus, 'object'),
+  // Work that runs on one worker of the cluster (of the fleet with bus.redis).
+  singleton: lazyValue('singleton', () => require('./state/singleton').singleton),
   // The error catalogue (docs/errors.md): every class, whatever part throws it.
   ClusterizeError: errors.ClusterizeError,
   ClusterizeOptionError: errors.ClusterizeOptionError,

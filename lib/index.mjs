@@ -9,6 +9,7 @@ export const {
   offload,
   session,
   bus,
+  singleton,
   ClusterizeError,
   ClusterizeOptionError,
   ClusterizeTimeoutError,

@@ -26,7 +26,7 @@ test('import loads the same modules as require, and neither loads express-sessio
   const byImport = loaded(['--input-type=module', '-e', BY_IMPORT])
   assert.deepStrictEqual(byImport, byRequire, `import loads ${byImport.length} modules, require ${byRequire.length}; ` +
     `only by import: ${byImport.filter((f) => !byRequire.includes(f)).join(', ')}`)
-  for (const heavy of [/node_modules\/express-session\//, /node_modules\/connect-redis\//, /node_modules\/ioredis\//, /^middleware\//, /^lib\/pool\/index\.js$/, /^lib\/session\/(create-store|redis-store)\.js$/]) {
+  for (const heavy of [/node_modules\/express-session\//, /node_modules\/connect-redis\//, /node_modules\/ioredis\//, /^middleware\//, /^lib\/pool\/index\.js$/, /^lib\/session\/(create-store|redis-store)\.js$/, /^lib\/state\//, /node_modules\/(express-rate-limit|node-cron)\//]) {
     assert.ok(!byImport.some((f) => heavy.test(f)), `import 'clusterize-express' loaded ${byImport.filter((f) => heavy.test(f)).join(', ')}`)
   }
 })

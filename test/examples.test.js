@@ -159,3 +159,22 @@ test('examples/chat: the logged-in user is known on every worker, messages reach
     await example.stop()
   }
 })
+
+test('examples/app-state: the rate limit holds for both workers, one poller, each cron fire once', async () => {
+  const example = await runExample('app-state', {}, '/runs')
+  const codes = []
+  for (let i = 0; i < 7; i++) codes.push((await example.get('/limited')).status)
+  assert.deepStrictEqual(codes, [200, 200, 200, 200, 200, 429, 429])
+  let views = []
+  await eventually(async () => {
+    views = []
+    for (let i = 0; i < 6; i++) views.push((await example.get('/runs')).json)
+    const fires = views.flatMap((v) => v.cronHere.map((f) => f.at))
+    return new Set(views.map((v) => v.pid)).size === 2 && new Set(fires).size >= 3
+  }, { timeoutMs: 20000, intervalMs: 500, what: 'both workers seen and three cron fires' })
+  const byPid = new Map(views.map((v) => [v.pid, v]))
+  const fires = [...byPid.values()].flatMap((v) => v.cronHere.map((f) => f.at))
+  assert.strictEqual(fires.length, new Set(fires).size, 'no fire ran on both workers')
+  assert.strictEqual([...byPid.values()].filter((v) => v.pollerHere !== null).length, 1, 'the poller runs on one worker')
+  assert.strictEqual((await example.stop()).code, 0)
+})

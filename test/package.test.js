@@ -21,7 +21,7 @@ const ROOT = path.join(__dirname, '..')
 const pkg = require('../package.json')
 /** Folders and files that make up the runtime: everything under them ships. */
 const RUNTIME = ['lib', 'middleware', 'bin', 'types']
-const SHIPPED = /^(package\.json|README\.md|CHANGELOG\.md|LICENSE|socket\.io\.js|(lib|middleware|bin|types)\/.+|docs\/[^/]+\.md)$/
+const SHIPPED = /^(package\.json|README\.md|CHANGELOG\.md|LICENSE|socket\.io\.js|rate-limit\.js|(lib|middleware|bin|types)\/.+|docs\/[^/]+\.md)$/
 /**
  * Linked from README/docs but not shipped: they stay in the repository
  * (npmjs.com resolves such links against package.json's `repository`).
@@ -60,7 +60,7 @@ test('npm pack ships the runtime, its types and the docs text, nothing else', ()
   assert.deepStrictEqual(dryRun.sort(), files.slice().sort(), 'npm pack --dry-run lists what npm pack ships')
 
   assert.deepStrictEqual(files.filter((file) => !SHIPPED.test(file)), [], 'only the runtime, types, README, CHANGELOG, LICENSE and docs/*.md')
-  for (const file of ['package.json', 'README.md', 'CHANGELOG.md', 'LICENSE', 'socket.io.js']) assert.ok(files.includes(file), `${file} ships`)
+  for (const file of ['package.json', 'README.md', 'CHANGELOG.md', 'LICENSE', 'socket.io.js', 'rate-limit.js']) assert.ok(files.includes(file), `${file} ships`)
 
   // Everything the repository holds under the runtime folders ships (git's list, not the disk's).
   const tracked = run('git', ['ls-files', '--', ...RUNTIME]).stdout.split('\n').filter(Boolean)
@@ -102,14 +102,14 @@ test('publint passes on the packed tarball, warnings and suggestions included', 
   assert.match(result.stdout, /All good!/, result.stdout + result.stderr)
 })
 
-test('@arethetypeswrong/cli finds no problem for the CommonJS and ESM entries and clusterize-express/socket.io', () => {
+test('@arethetypeswrong/cli finds no problem for the CommonJS and ESM entries, clusterize-express/socket.io and clusterize-express/rate-limit', () => {
   const result = run(process.execPath, [bin('attw'), packed.path, '--format', 'json', '--no-definitely-typed', '--profile', 'strict'])
   const report = JSON.parse(result.stdout)
   const problems = [].concat(...Object.values(report.problems || {}), ...Object.values(report.analysis.problems || {}))
   assert.deepStrictEqual(problems, [], JSON.stringify(report.problems, null, 2).slice(0, 4000))
   assert.strictEqual(result.status, 0, result.stderr)
   const entrypoints = report.analysis.entrypoints
-  for (const subpath of ['.', './socket.io']) {
+  for (const subpath of ['.', './socket.io', './rate-limit']) {
     assert.ok(entrypoints[subpath], `${subpath} was checked`)
     const { resolutions } = entrypoints[subpath]
     for (const kind of ['node10', 'node16-cjs', 'node16-esm', 'bundler']) {

@@ -177,6 +177,12 @@ export interface ClusterizeOptions {
    * the cluster store, so an unchanged app's sessions work across workers. Default 'memory'.
    */
   defaultSessionStore?: 'memory' | 'cluster'
+  /**
+   * 'cluster': each MemoryStore express-rate-limit builds (rateLimit() without `store`) counts in the
+   * cluster instead (a ClusterStore, prefix `rl:<n>:` by construction order), so a limit holds for all
+   * workers with no code change. Default 'memory' (with several workers: one warning).
+   */
+  defaultRateLimitStore?: 'memory' | 'cluster'
   /** Default 'rr' (load-aware round robin). */
   scheduling?: Scheduling
   health?: HealthOptions
@@ -496,6 +502,42 @@ export interface DrainInfo {
  * waits for its promise until the deadline. Returns a function that removes the hook.
  */
 export declare function onDrain(fn: (info: DrainInfo) => void | Promise<void>): () => void
+
+/** Why a singleton's signal aborted: `(signal.reason as SingletonAbortError).reason`. */
+export type SingletonAbortReason = 'drain' | 'lease-lost' | 'stopped' | 'failed'
+
+export interface SingletonOptions {
+  /**
+   * With bus.redis: how long a host keeps the name without renewing it (ms, 100..3600000). Another
+   * host takes over within about 1.25 x leaseMs of a host's loss; a holder must stop within
+   * leaseMs / 3 of its signal aborting. Default 5000.
+   */
+  leaseMs?: number
+  /** Where the job's warnings and errors go (default: debug('clusterize:singleton')). */
+  logger?: Logger
+}
+
+export interface SingletonHandle {
+  readonly name: string
+  /** Whether this process runs the job now. */
+  readonly running: boolean
+  /** This process's fencing token while it runs the job, else null. */
+  readonly token: number | null
+  /** Stop for good in this process (another worker takes over); resolves once the run here ended. */
+  stop(): Promise<void>
+}
+
+/**
+ * Run `start` on exactly one worker of the cluster (one per fleet with bus.redis). Every worker calls
+ * it once with the same name. `signal` aborts when this worker drains, loses the lease or stop() is
+ * called; the lease is handed on only after the abort and after start()'s promise settled, so two
+ * runs never overlap. `token` grows with each new holder (fencing).
+ */
+export declare function singleton(
+  name: string,
+  start: (signal: AbortSignal, token: number) => void | Promise<void>,
+  options?: SingletonOptions
+): SingletonHandle
 
 /**
  * The base class of every error clusterize-express creates; `code` is one of the codes in

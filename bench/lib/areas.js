@@ -67,6 +67,11 @@ const AREAS = [
     script: 'dashboard',
     title: 'Probes and dashboard',
     notes: 'The primary\'s CPU with the dashboard off, on with no page open, and with one page (an SSE client) open.'
+  },
+  {
+    script: 'rate-limit',
+    title: 'App state',
+    notes: 'Anchor: express-rate-limit\'s MemoryStore in one process. The limit is set so every request passes: the rows differ by what the store costs per request. MemoryStore in 2 workers counts per worker (wrong limits) and is there only as the scaling reference.'
   }
 ]
 

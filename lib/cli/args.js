@@ -26,6 +26,7 @@ const FLAGS = {
   '--redis': { key: 'redis', value: 'string', for: ['start'] },
   '--reload-signal': { key: 'reloadSignal', value: 'signal', for: ['start'] },
   '--sessions': { key: 'sessions', value: 'sessions', for: ['start'] },
+  '--rate-limit': { key: 'rateLimit', value: 'rateLimit', for: ['start'] },
   '--pid-file': { key: 'pidFile', value: 'string', for: ['start', 'reload', 'upgrade', 'stop', 'status', 'top'] },
   '--main-pid-file': { key: 'mainPidFile', value: 'string', for: ['start'] },
   '--node': { key: 'node', value: 'string', for: ['upgrade'] },
@@ -123,6 +124,9 @@ function convert (name, kind, raw) {
     case 'sessions':
       if (raw !== 'cluster' && raw !== 'memory') throw new CliUsageError(`${name} must be "cluster" (express-session's default store becomes the cluster store) or "memory", got ${JSON.stringify(raw)}`)
       return raw
+    case 'rateLimit':
+      if (raw !== 'cluster' && raw !== 'memory') throw new CliUsageError(`${name} must be "cluster" (express-rate-limit's default store becomes the cluster store) or "memory", got ${JSON.stringify(raw)}`)
+      return raw
     case 'signal':
       if (!RELOAD_SIGNALS.includes(raw)) throw new CliUsageError(`${name} must be one of ${RELOAD_SIGNALS.join(', ')}, got ${JSON.stringify(raw)}`)
       return raw
@@ -143,6 +147,7 @@ function describeValue (kind) {
     seconds: 'seconds',
     signal: RELOAD_SIGNALS.join('|'),
     sessions: 'cluster|memory',
+    rateLimit: 'cluster|memory',
     string: 'a value'
   }[kind]
 }
@@ -187,6 +192,7 @@ function buildOptions (flags, env) {
   if (flags.host !== undefined) options.host = flags.host
   if (flags.scheduling !== undefined) options.scheduling = flags.scheduling
   if (flags.sessions !== undefined) options.defaultSessionStore = flags.sessions
+  if (flags.rateLimit !== undefined) options.defaultRateLimitStore = flags.rateLimit
   const redis = flags.redis !== undefined ? flags.redis : (env.REDIS_URL || undefined)
   if (redis) options.bus = { redis }
   if (flags.reloadSignal !== undefined) options.reload = { signal: flags.reloadSignal }

@@ -38,6 +38,8 @@ Start flags
   --probes-host H      address for the probes server                            [default 127.0.0.1]
   --sessions cluster   express-session's default store (the app gives none) becomes the cluster
                        store, so logins work across workers with no code change  [default memory]
+  --rate-limit cluster express-rate-limit's default store (rateLimit() with no store) counts in
+                       the cluster: a limit holds for all workers, no code change  [default memory]
   --redis URL          bridge the bus to other hosts through Redis, and export
                        REDIS_URL so session() uses the Redis store               [env REDIS_URL]
                        redis://host:6379, redis+sentinel://host:26379,.../name,

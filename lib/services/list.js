@@ -8,7 +8,11 @@
 
 const SERVICES = [
   require('../session/cluster-service').sessionService,
-  require('../realtime/recovery-service').recoveryService
+  require('../realtime/recovery-service').recoveryService,
+  // App state (lib/state): rate-limit counts, singleton leases, node-cron run claims.
+  require('../state/rate-limit-service').rateLimitService,
+  require('../state/singleton-service').singletonService,
+  require('../state/cron-service').cronService
 ]
 
 module.exports = { SERVICES }

@@ -14,6 +14,7 @@ const ipc = require('../ipc')
 const protocol = require('../protocol')
 const { prepareServer, drainServer } = require('./serve')
 const pitfalls = require('./pitfalls')
+const { prepareAppState } = require('./app-state')
 const { createHealthSampler } = require('./heartbeat')
 const { listenServer } = require('./listen')
 const { createBalancedListener } = require('./balanced-listen')
@@ -109,6 +110,7 @@ function startWorker (createApp, config) {
     }
     // Before the app loads: a MemoryStore it builds under several workers is a silent bug.
     pitfalls.watchMemoryStores(log, workers, appDir)
+    const appState = await prepareAppState({ appDir, config, log, workers })
     const built = await prepareServer(createApp, config, {
       port,
       onPortClash: (clash) => log.info(pitfalls.portClashNote(clash), { pid: process.pid }),
@@ -117,6 +119,7 @@ function startWorker (createApp, config) {
     })
     if (built.listenedByApp) log.warn(pitfalls.listenWarning(port), { pid: process.pid })
     pitfalls.warnOnMemoryStore(built.server, log, workers)
+    appState.afterBuild()
     handle.app = built.app
     handle.server = built.server
     tracker = built.tracker

@@ -36,7 +36,10 @@ function startStandalone (createApp, config) {
   Object.defineProperty(handle, 'bus', { enumerable: true, get: () => require('../bus').bus })
 
   handle.ready = (async () => {
+    const { prepareAppState, appDirOf } = require('./app-state')
+    const appState = await prepareAppState({ appDir: appDirOf(createApp), config, log, workers: 1 })
     const built = await prepareServer(createApp, config, { log })
+    appState.afterBuild()
     if (built.listenedByApp) log.warn(require('./pitfalls').listenWarning(config.port))
     handle.app = built.app
     handle.server = built.server

@@ -84,3 +84,26 @@ cz.clusterize(() => require('express')(), { upgrade: { signal: 'SIGUSR2' } })
 sio.createAdapter({ strict: true })
 // @ts-expect-error strict is a boolean
 sio.createAdapter({ strict: 1 })
+
+// clusterize-express/rate-limit: a store for express-rate-limit, used as its own stores are.
+import rl = require('clusterize-express/rate-limit')
+import erl = require('express-rate-limit')
+erl.rateLimit({ windowMs: 60000, limit: 10, store: new rl.ClusterStore() })
+erl.rateLimit({ store: new rl.ClusterStore({ prefix: 'login:', timeoutMs: 500 }), passOnStoreError: true })
+// @ts-expect-error timeoutMs is a number
+new rl.ClusterStore({ timeoutMs: '1s' })
+cz.clusterize(() => require('express')(), { defaultRateLimitStore: 'cluster' })
+// @ts-expect-error defaultRateLimitStore is 'memory' or 'cluster'
+cz.clusterize(() => require('express')(), { defaultRateLimitStore: 'redis' })
+
+// singleton(): start gets an AbortSignal and a numeric fencing token; the handle stops it.
+const job = cz.singleton('poller', (signal: AbortSignal, token: number) => {
+  const timer = setInterval(() => token.toFixed(0), 200)
+  signal.addEventListener('abort', () => clearInterval(timer))
+}, { leaseMs: 2000 })
+const stopped: Promise<void> = job.stop()
+const held: number | null = job.token
+void stopped
+void held
+// @ts-expect-error leaseMs is a number
+cz.singleton('poller', () => {}, { leaseMs: 'long' })

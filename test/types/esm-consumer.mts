@@ -1,6 +1,7 @@
 // An ESM TypeScript consumer: every public API, and calls that must not compile.
 import express from 'express'
-import { clusterize, offload, session, bus, ClusterizeError, ClusterizeOptionError } from 'clusterize-express'
+import { clusterize, offload, session, bus, singleton, ClusterizeError, ClusterizeOptionError } from 'clusterize-express'
+import { ClusterStore } from 'clusterize-express/rate-limit'
 import type { PrimaryHandle, ReloadResult, WorkerExitEvent, ClusterizeOptions } from 'clusterize-express'
 
 const options: ClusterizeOptions = {
@@ -60,6 +61,12 @@ offload({ threads: 'many' })
 // @ts-expect-error the bus needs a topic
 bus.broadcast()
 
+// App state under a cluster: a rate-limit store and a singleton job.
+const limiterStore = new ClusterStore({ prefix: 'api:' })
+limiterStore.init({ windowMs: 60000 })
+singleton('esm-job', async (signal, token) => {
+  while (!signal.aborted) await new Promise((resolve) => setTimeout(resolve, 100 + (token % 2)))
+})
 // The ESM entry's types (types/index.d.mts): the default export is the CommonJS module.exports,
 // the same values as the named exports; and the socket.io entry imports from ESM too.
 import clusterizeExpress from 'clusterize-express'

@@ -1,0 +1,4 @@
+'use strict'
+
+const { clusterize } = require('../../')
+clusterize(() => require('./app')())

@@ -1,0 +1,74 @@
+'use strict'
+
+/**
+ * The one Redis connection of the primary's app-state services (rate-limit
+ * counts, singleton leases, cron runs) when bus.redis is set: opened on the
+ * first use by any of them, shared, closed with the last. Fail fast (no
+ * offline queue, a command timeout), commands of one loop turn pipelined. A
+ * client the user passed is duplicated, so its own settings stay the user's.
+ * Its outages are logged once each, when they start and when they end
+ * (lib/redis/availability.js), with what they mean for the app.
+ */
+
+const debug = require('debug')('clusterize:state')
+const { parseRedisTarget } = require('../redis/target')
+const { connectRedis, disconnectQuietly } = require('../redis/connect')
+const { RedisAvailability } = require('../redis/availability')
+
+const COMMAND_TIMEOUT_MS = 1000
+
+/** The connection shared by the services of this process: { option, client, users, unfollow } */
+let shared = null
+
+function open (option, log) {
+  const target = parseRedisTarget(option, 'bus.redis')
+  const client = target.client
+    ? target.client.duplicate({ enableOfflineQueue: false, commandTimeout: COMMAND_TIMEOUT_MS })
+    : connectRedis(target, { timeoutMs: COMMAND_TIMEOUT_MS, autoPipelining: true })
+  client.on('error', function stateRedisError (err) { debug('redis: %s', err.message) })
+  const availability = new RedisAvailability({
+    onChange (up, cause, from) {
+      if (!log) return
+      if (!up) {
+        log.warn(`app state: Redis unreachable (${cause}): rate-limit calls fail (passOnStoreError decides), ` +
+          'node-cron distributed fires are skipped, and a singleton held on this host stops once its lease cannot be renewed')
+      } else if (from === 'down') {
+        log.info('app state: Redis reachable again (rate limits, singletons, cron)')
+      }
+    }
+  })
+  return { option, client, users: 0, unfollow: availability.follow(client, 'app state') }
+}
+
+/**
+ * @param {object} config the resolved clusterize config
+ * @param {object} [log] the primary's logger
+ * @returns {{ get: () => object|null, namespace: string, close: () => Promise<void> }}
+ */
+function stateRedis (config, log) {
+  const option = config && config.bus ? config.bus.redis : null
+  let mine = null
+  return {
+    /** Keys of this cluster (fleet) live under the bus channel's name: two apps on one Redis share nothing. */
+    namespace: (config && config.bus && config.bus.channel) || 'clusterize:bus',
+    get () {
+      if (!option) return null
+      if (mine === null) {
+        if (shared === null || shared.option !== option) shared = open(option, log)
+        mine = shared
+        mine.users++
+      }
+      return mine.client
+    },
+    close () {
+      const held = mine
+      mine = null
+      if (held === null || --held.users > 0) return Promise.resolve()
+      if (shared === held) shared = null
+      held.unfollow()
+      return disconnectQuietly(held.client)
+    }
+  }
+}
+
+module.exports = { stateRedis, COMMAND_TIMEOUT_MS }

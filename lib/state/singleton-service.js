@@ -1,0 +1,104 @@
+'use strict'
+
+/**
+ * The primary-side singleton service: the lease table of this host, whose
+ * names are claimed in Redis first with bus.redis (one holder per fleet).
+ * Requests are long polls (see ./leases.js); a worker that exits loses
+ * what it held and asked for at once (workerExit), so another worker takes
+ * over as soon as the primary sees the exit.
+ */
+
+const { ClusterizeError } = require('../errors')
+const { LeaseTable } = require('./leases')
+const { createLocalLeaseBackend } = require('./lease-local')
+
+const SERVICE = 'singleton'
+const SINGLETON_OP = Object.freeze({ ACQUIRE: 'acquire', WATCH: 'watch', RELEASE: 'release' })
+const MAX_NAME_LENGTH = 200
+const MAX_WAIT_MS = 60000
+const MIN_LEASE_MS = 100
+const MAX_LEASE_MS = 3600000
+
+/**
+ * Handlers over a lease table.
+ * @param {LeaseTable} table
+ */
+function singletonHandlers (table) {
+  return {
+    [SINGLETON_OP.ACQUIRE]: function acquire (data, caller) {
+      return table.acquire(checkName(data), caller.pid, { waitMs: checkMs(data, 'waitMs', 1, MAX_WAIT_MS), leaseMs: checkMs(data, 'leaseMs', MIN_LEASE_MS, MAX_LEASE_MS) })
+    },
+    [SINGLETON_OP.WATCH]: function watch (data, caller) {
+      return table.watch(checkName(data), caller.pid, checkToken(data), checkMs(data, 'waitMs', 1, MAX_WAIT_MS))
+    },
+    [SINGLETON_OP.RELEASE]: function release (data, caller) {
+      return table.release(checkName(data), caller.pid, checkToken(data))
+    }
+  }
+}
+
+/** The service of lib/services/list.js. */
+const singletonService = {
+  name: SERVICE,
+  start: function startSingletonService (context) {
+    const { stateRedis } = require('./redis-client')
+    const redis = stateRedis(context && context.config, context && context.log)
+    const log = context && context.log
+    let table = null
+    function current () {
+      if (table === null) {
+        const client = redis.get()
+        const backend = client
+          ? require('./lease-redis').createRedisLeaseBackend(client, { namespace: redis.namespace + ':singleton', log })
+          : createLocalLeaseBackend()
+        table = new LeaseTable(backend, { log })
+        table.backendClose = () => backend.close()
+      }
+      return table
+    }
+    const requests = {}
+    for (const [op, fn] of Object.entries(singletonHandlers({
+      acquire: (...args) => current().acquire(...args),
+      watch: (...args) => current().watch(...args),
+      release: (...args) => current().release(...args)
+    }))) requests[op] = fn
+    return {
+      requests,
+      workerExit (caller) {
+        if (table !== null) table.ownerGone(caller.pid)
+      },
+      api: { list: () => (table === null ? [] : table.list()) },
+      close () {
+        if (table !== null) {
+          table.close()
+          table.backendClose()
+        }
+        return redis.close()
+      }
+    }
+  }
+}
+
+function checkName (data) {
+  const name = data && data.name
+  if (typeof name !== 'string' || name === '' || name.length > MAX_NAME_LENGTH) throw badRequest('name', name)
+  return name
+}
+
+function checkToken (data) {
+  const token = data && data.token
+  if (!Number.isSafeInteger(token) || token < 1) throw badRequest('token', token)
+  return token
+}
+
+function checkMs (data, field, min, max) {
+  const value = data && data[field]
+  if (!Number.isInteger(value) || value < min || value > max) throw badRequest(field, value)
+  return value
+}
+
+function badRequest (field, value) {
+  return new ClusterizeError(`singleton request: bad ${field} (${typeof value})`, 'ERR_CLUSTERIZE_SINGLETON_REQUEST')
+}
+
+module.exports = { singletonService, singletonHandlers, SINGLETON_OP, SERVICE, MAX_NAME_LENGTH, MIN_LEASE_MS, MAX_LEASE_MS }
