@@ -65,6 +65,11 @@ const DEFAULTS = {
     stallTimeoutMs: 5000,
     outageBufferBytes: 8 * 1024 * 1024
   },
+  metrics: {
+    registries: undefined,
+    timeoutMs: 1000,
+    pushIntervalMs: 1000
+  },
   logger: undefined,
   banner: true,
   keepAliveTimeout: 65000,
@@ -143,6 +148,24 @@ function resolveReloadHeartbeatTimeout (value, health) {
     throw fail('reload.heartbeatTimeoutMs', `greater than health.heartbeatMs (${health.heartbeatMs})`, value)
   }
   return value
+}
+
+/**
+ * The app's prom-client metrics aggregated on the probes server's /metrics
+ * (lib/state/metrics). `false` turns the aggregation off: /metrics then
+ * shows clusterize's own metrics only.
+ */
+function resolveMetrics (value) {
+  if (value === false) return false
+  const metrics = group('metrics', value, DEFAULTS.metrics)
+  const registries = metrics.registries
+  if (registries !== undefined && typeof registries !== 'function' &&
+      !(Array.isArray(registries) && registries.every((r) => r && typeof r.getMetricsAsJSON === 'function'))) {
+    throw fail('metrics.registries', 'an array of prom-client registries, or a function returning one', registries)
+  }
+  checkInteger('metrics.timeoutMs', metrics.timeoutMs, 1, MAX_TIMER_MS)
+  checkInteger('metrics.pushIntervalMs', metrics.pushIntervalMs, 50, MAX_TIMER_MS)
+  return metrics
 }
 
 /**
@@ -271,6 +294,7 @@ function resolveConfig (options, env) {
   if (typeof bus.channel !== 'string' || bus.channel === '') throw fail('bus.channel', 'a non-empty string', bus.channel)
   config.bus = bus
 
+  config.metrics = resolveMetrics(options.metrics)
   config.logger = checkLogger(options.logger)
   config.banner = pick('banner')
   if (typeof config.banner !== 'boolean') throw fail('banner', 'true or false', config.banner)

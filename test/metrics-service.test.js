@@ -19,47 +19,67 @@ const { renderAggregate, renderWorker } = require('../lib/state/metrics/render')
 const { startMetricsReporter, findRegistries } = require('../lib/state/metrics/reporter')
 
 /** One stand-in worker: its own registry with the app's usual metrics. */
-function makeWorker (key, slot) {
+function makeWorker (slot) {
   const registry = new client.Registry()
   const requests = new client.Counter({ name: 'app_requests_total', help: 'requests', labelNames: ['route'], registers: [registry] })
   const latency = new client.Histogram({ name: 'app_latency_seconds', help: 'latency', buckets: [0.1, 1], registers: [registry] })
   const inFlight = new client.Gauge({ name: 'app_in_flight', help: 'in flight', registers: [registry] })
   const version = new client.Gauge({ name: 'app_version', help: 'version', aggregator: 'first', registers: [registry] })
   version.set(7)
-  return { key, slot, pid: 1000 + slot, generation: 1, registry, requests, latency, inFlight, blocked: false }
+  nextPid++
+  return { caller: { id: slot, pid: nextPid, generation: 1 }, slot, pid: nextPid, registry, requests, latency, inFlight, blocked: false, held: [], reporter: null }
 }
+let nextPid = 1000
 
-/** A cluster of stand-in workers wired to a service through in-process calls. */
+/**
+ * Stand-in workers, each running the real reporter, wired to a real
+ * MetricsService through in-process calls in place of the service layer's
+ * IPC. A blocked worker receives nothing until it is unblocked.
+ */
 function makeCluster (count, options) {
-  const workers = new Map()
-  const service = new MetricsService({
-    timeoutMs: (options && options.timeoutMs) || 200,
-    live: () => Array.from(workers.values()).map(({ key, slot, pid, generation }) => ({ key, slot, pid, generation })),
-    send (key, op, data) {
-      const worker = workers.get(key)
-      assert.strictEqual(op, OP.COLLECT)
-      if (worker.blocked) return
-      worker.registry.getMetricsAsJSON().then((metrics) => service.report(key, { seq: data.seq, metrics }))
-    }
-  })
+  const service = new MetricsService({ timeoutMs: (options && options.timeoutMs) || 200 })
+  const reporters = []
   const cluster = {
     service,
-    workers,
+    workers: [],
     add (slot) {
-      const worker = makeWorker('w' + slot + ':' + Math.random(), slot)
-      workers.set(worker.key, worker)
+      const worker = makeWorker(slot)
+      const deliver = (fn) => { if (worker.blocked) worker.held.push(fn); else fn() }
+      worker.reporter = startMetricsReporter({
+        registries: [worker.registry],
+        pushIntervalMs: 60000,
+        client: {
+          notify: (op, data) => {
+            assert.strictEqual(op, OP.REPORT)
+            // A report is the plain data the IPC channel would carry.
+            service.report(JSON.parse(JSON.stringify(data)), worker.caller)
+            return true
+          },
+          request: (op, data) => {
+            assert.strictEqual(op, OP.NEXT)
+            return Promise.resolve(service.next(data, worker.caller)).then((answer) => new Promise((resolve) => deliver(() => resolve(answer))))
+          }
+        }
+      })
+      reporters.push(worker.reporter)
+      cluster.workers.push(worker)
       return worker
     },
-    /** The interval push a worker makes. */
-    async push (worker) {
-      service.report(worker.key, { seq: 0, metrics: await worker.registry.getMetricsAsJSON() })
+    /** The interval push a worker makes (and the one it makes before it reports ready). */
+    push (worker) {
+      return worker.reporter.push()
     },
     gone (worker) {
-      workers.delete(worker.key)
-      service.workerGone(worker.key)
+      worker.reporter.stop()
+      cluster.workers.splice(cluster.workers.indexOf(worker), 1)
+      service.workerExit(worker.caller)
     },
     async scrape () {
       return parse(await renderAggregate(await service.collect()))
+    },
+    close () {
+      for (const reporter of reporters) reporter.stop()
+      service.close()
     }
   }
   for (let slot = 1; slot <= count; slot++) cluster.add(slot)
@@ -77,9 +97,10 @@ function parse (text) {
   return series
 }
 
-test('counters and histograms are summed, gauges follow their aggregator, in one scrape', async () => {
+test('counters and histograms are summed, gauges follow their aggregator, in one scrape', async (t) => {
   const cluster = makeCluster(2)
-  const [a, b] = cluster.workers.values()
+  t.after(() => cluster.close())
+  const [a, b] = cluster.workers
   for (const worker of [a, b]) await cluster.push(worker)
   a.requests.inc({ route: '/x' }, 3)
   b.requests.inc({ route: '/x' }, 4)
@@ -103,24 +124,27 @@ test('counters and histograms are summed, gauges follow their aggregator, in one
   assert.ok(![...series.keys()].some((key) => key.startsWith('clusterize_app_metrics_missing{')))
 })
 
-test('a scrape reads values counted after the last push: it asks every worker that reported', async () => {
+test('a scrape reads values counted after the last push: every worker that reported is asked', async (t) => {
   const cluster = makeCluster(2)
-  for (const worker of cluster.workers.values()) await cluster.push(worker)
-  for (const worker of cluster.workers.values()) worker.requests.inc({ route: '/' }, 5)
+  t.after(() => cluster.close())
+  for (const worker of cluster.workers) await cluster.push(worker)
+  for (const worker of cluster.workers) worker.requests.inc({ route: '/' }, 5)
   assert.strictEqual((await cluster.scrape()).get('app_requests_total{route="/"}'), 10)
+  for (const worker of cluster.workers) worker.requests.inc({ route: '/' }, 1)
+  assert.strictEqual((await cluster.scrape()).get('app_requests_total{route="/"}'), 12)
 })
 
-test('a gone worker\'s counters and histograms stay in the totals; its gauges leave', async () => {
+test('a gone worker\'s counters and histograms stay in the totals; its gauges leave', async (t) => {
   const cluster = makeCluster(2)
-  const [a, b] = cluster.workers.values()
+  t.after(() => cluster.close())
+  const [a, b] = cluster.workers
   a.requests.inc({ route: '/' }, 10)
   b.requests.inc({ route: '/' }, 5)
   a.latency.observe(0.5)
   a.inFlight.set(3)
   b.inFlight.set(1)
   for (const worker of [a, b]) await cluster.push(worker)
-  const before = await cluster.scrape()
-  assert.strictEqual(before.get('app_requests_total{route="/"}'), 15)
+  assert.strictEqual((await cluster.scrape()).get('app_requests_total{route="/"}'), 15)
 
   // Its replacement starts from zero, as after a crash, recycle or reload.
   cluster.gone(a)
@@ -140,21 +164,23 @@ test('a gone worker\'s counters and histograms stay in the totals; its gauges le
   assert.strictEqual(last.get('clusterize_app_metrics_retained_workers_total'), 2)
 })
 
-test('a report that arrives after its worker is gone is not counted twice', async () => {
+test('a report that arrives after its worker is gone is not counted twice', async (t) => {
   const cluster = makeCluster(1)
-  const [a] = cluster.workers.values()
+  t.after(() => cluster.close())
+  const [a] = cluster.workers
   a.requests.inc({ route: '/' }, 4)
   await cluster.push(a)
-  cluster.gone(a)
-  await cluster.push(a)
+  cluster.service.workerExit(a.caller)
+  cluster.service.report({ seq: 0, metrics: await a.registry.getMetricsAsJSON() }, a.caller)
   const b = cluster.add(2)
   await cluster.push(b)
   assert.strictEqual((await cluster.scrape()).get('app_requests_total{route="/"}'), 4)
 })
 
-test('a worker that does not answer in time: the scrape answers with its last values and names it', async () => {
+test('a worker that does not answer in time: the scrape answers with its last values and names it', async (t) => {
   const cluster = makeCluster(2, { timeoutMs: 100 })
-  const [a, b] = cluster.workers.values()
+  t.after(() => cluster.close())
+  const [a, b] = cluster.workers
   a.requests.inc({ route: '/' }, 1)
   b.requests.inc({ route: '/' }, 2)
   for (const worker of [a, b]) await cluster.push(worker)
@@ -165,40 +191,54 @@ test('a worker that does not answer in time: the scrape answers with its last va
   assert.strictEqual(series.get('app_requests_total{route="/"}'), 4)
   assert.strictEqual(series.get(`clusterize_app_metrics_missing{worker="${b.slot}",pid="${b.pid}"}`), 1)
   assert.strictEqual(series.get(`clusterize_app_metrics_missing{worker="${a.slot}",pid="${a.pid}"}`), undefined)
+
+  // Unblocked, it answers the question it was holding, and the next scrape is whole again.
+  b.blocked = false
+  for (const fn of b.held.splice(0)) fn()
+  const whole = await cluster.scrape()
+  assert.strictEqual(whole.get('app_requests_total{route="/"}'), 104)
+  assert.ok(![...whole.keys()].some((key) => key.startsWith('clusterize_app_metrics_missing{')))
 })
 
-test('concurrent scrapes share one round of questions to the workers', async () => {
+test('a scrape that starts while a worker is between questions still reaches it', async (t) => {
+  const cluster = makeCluster(1)
+  t.after(() => cluster.close())
+  const [a] = cluster.workers
+  await cluster.push(a)
+  // The worker's question is answered "ask again" and it has not asked yet.
+  cluster.service.release(a.pid, 0)
+  a.requests.inc({ route: '/' }, 3)
+  assert.strictEqual((await cluster.scrape()).get('app_requests_total{route="/"}'), 3)
+})
+
+test('concurrent scrapes share one round of questions to the workers', async (t) => {
   const cluster = makeCluster(2)
-  for (const worker of cluster.workers.values()) await cluster.push(worker)
-  let asked = 0
-  const send = cluster.service.send
-  cluster.service.send = function countingSend (...args) {
-    asked++
-    return send.apply(this, args)
-  }
+  t.after(() => cluster.close())
+  for (const worker of cluster.workers) await cluster.push(worker)
+  const before = cluster.service.seq
   const results = await Promise.all([cluster.service.collect(), cluster.service.collect(), cluster.service.collect()])
-  assert.strictEqual(asked, 2)
+  assert.strictEqual(cluster.service.seq, before + 1)
   for (const result of results) assert.strictEqual(result.workers.length, 2)
 })
 
-test('workers that never reported (no prom-client) are not asked and the scrape has no app lines', async () => {
+test('workers that never reported (no prom-client) are not asked and the scrape has no app lines', async (t) => {
   const cluster = makeCluster(2)
-  cluster.service.send = () => assert.fail('a worker without metrics was asked')
+  t.after(() => cluster.close())
   const collection = await cluster.service.collect()
   assert.deepStrictEqual(collection.workers, [])
+  assert.strictEqual(cluster.service.waiting.size, 0)
   assert.strictEqual(await renderAggregate(collection), '')
 })
 
-test('malformed reports are dropped, never passed to prom-client', async () => {
-  const cluster = makeCluster(1, { timeoutMs: 20 })
-  const [a] = cluster.workers.values()
-  // Its answer would replace the report below.
-  a.blocked = true
-  cluster.service.report(a.key, {
+test('malformed reports are dropped, never passed to prom-client', async (t) => {
+  const service = new MetricsService({ timeoutMs: 20 })
+  t.after(() => service.close())
+  const caller = { id: 1, pid: 77, generation: 1 }
+  service.report({
     seq: 0,
     metrics: [
       { name: 'ok_total', help: 'ok', type: 'counter', values: [{ value: 1, labels: {} }] },
-      { name: 'bad aggregator', type: 'gauge', aggregator: 'nope', values: [] },
+      { name: 'bad name', type: 'gauge', values: [] },
       { name: 'x', type: 'gauge', aggregator: 'nope', values: [] },
       { name: 'clusterize_requests_total', type: 'counter', values: [{ value: 9, labels: {} }] },
       { name: 'y', type: 'weird', values: [] },
@@ -206,18 +246,21 @@ test('malformed reports are dropped, never passed to prom-client', async () => {
       'text',
       { name: 'z', type: 'counter', values: [{ value: 'NaN' }, { value: 2, labels: { a: {} } }, { value: 3, labels: { a: 'b' } }] }
     ]
-  })
-  const series = parse(await renderAggregate(await cluster.service.collect()))
+  }, caller)
+  service.report({ seq: 0, metrics: 'not an array' }, { id: 2, pid: 78, generation: 1 })
+  service.report(null, caller)
+  service.report({ seq: 0, metrics: [] }, undefined)
+  // Nobody answers: the worker is named missing, its last (cleaned) report counts.
+  const series = parse(await renderAggregate(await service.collect()))
   assert.strictEqual(series.get('ok_total'), 1)
   assert.strictEqual(series.get('z{a="b"}'), 3)
   assert.strictEqual(series.get('clusterize_requests_total'), undefined)
   assert.strictEqual(series.get('x'), undefined)
-  cluster.service.report(a.key, { seq: 0, metrics: 'not an array' })
-  cluster.service.report(a.key, null)
+  assert.strictEqual(series.get('clusterize_app_metrics_missing{worker="1",pid="77"}'), 1)
   assert.deepStrictEqual(cleanSnapshot({}), [])
 })
 
-test('retained totals: label order does not split a series; a gauge-only worker adds no retained worker', () => {
+test('retained totals: label order does not split a series; gauges and non-sum counters are not kept', () => {
   const retained = new RetainedTotals()
   retained.fold([{ name: 'c_total', help: 'c', type: 'counter', aggregator: 'sum', values: [{ value: 1, labels: { a: '1', b: '2' } }] }])
   retained.fold([{ name: 'c_total', help: 'c', type: 'counter', aggregator: 'sum', values: [{ value: 2, labels: { b: '2', a: '1' } }] }])
@@ -229,9 +272,10 @@ test('retained totals: label order does not split a series; a gauge-only worker 
   assert.strictEqual(retained.workers, 2)
 })
 
-test('the per-worker view shows one worker\'s own values', async () => {
+test('the per-worker view shows one worker\'s own values', async (t) => {
   const cluster = makeCluster(2)
-  const [a, b] = cluster.workers.values()
+  t.after(() => cluster.close())
+  const [a, b] = cluster.workers
   a.requests.inc({ route: '/' }, 3)
   b.requests.inc({ route: '/' }, 4)
   for (const worker of [a, b]) await cluster.push(worker)
@@ -240,67 +284,70 @@ test('the per-worker view shows one worker\'s own values', async () => {
   assert.strictEqual(view.get('app_requests_total{route="/"}'), 4)
 })
 
-test('the reporter answers a scrape\'s question and pushes on its interval, from the registries it is given', async () => {
+test('the reporter pushes on its interval, from the registries it is given', async (t) => {
   const registry = new client.Registry()
-  const counter = new client.Counter({ name: 'r_total', help: 'r', registers: [registry] })
-  counter.inc(2)
+  new client.Counter({ name: 'r_total', help: 'r', registers: [registry] }).inc(2)
   const sent = []
-  const handlers = new Map()
   const reporter = startMetricsReporter({
-    client: { notify: (op, data) => sent.push({ op, data }), on: (op, fn) => handlers.set(op, fn) },
+    client: { notify: (op, data) => sent.push({ op, data }), request: () => new Promise(() => {}) },
     registries: () => [registry],
     pushIntervalMs: 20
   })
-  try {
-    handlers.get(OP.COLLECT)({ seq: 5 })
-    await waitUntil(() => sent.some((m) => m.data.seq === 5))
-    const answer = sent.find((m) => m.data.seq === 5)
-    assert.strictEqual(answer.op, OP.REPORT)
-    assert.strictEqual(answer.data.metrics[0].values[0].value, 2)
-    await waitUntil(() => sent.some((m) => m.data.seq === 0))
-  } finally {
-    reporter.stop()
-  }
+  t.after(() => reporter.stop())
+  await waitUntil(() => sent.length >= 2)
+  assert.strictEqual(sent[0].op, OP.REPORT)
+  assert.strictEqual(sent[0].data.seq, 0)
+  assert.strictEqual(sent[0].data.metrics[0].values[0].value, 2)
 })
 
-test('the reporter finds the default registry of the prom-client the app loaded, and answers empty without one', async () => {
+test('the reporter finds the default registry of the prom-client the app loaded; without one it sends nothing', async (t) => {
   assert.ok(findRegistries(undefined).includes(client.register))
   const sent = []
-  const handlers = new Map()
   const reporter = startMetricsReporter({
-    client: { notify: (op, data) => sent.push({ op, data }), on: (op, fn) => handlers.set(op, fn) },
+    client: { notify: (op, data) => sent.push({ op, data }), request: () => assert.fail('a worker without metrics waits for no scrape') },
     registries: () => [],
     pushIntervalMs: 60000
   })
-  try {
-    await reporter.push()
-    assert.deepStrictEqual(sent, [])
-    handlers.get(OP.COLLECT)({ seq: 3 })
-    await waitUntil(() => sent.length === 1)
-    assert.deepStrictEqual(sent[0].data, { seq: 3, metrics: [] })
-  } finally {
-    reporter.stop()
-  }
+  t.after(() => reporter.stop())
+  await reporter.push()
+  assert.deepStrictEqual(sent, [])
 })
 
-test('an app collect() that throws does not crash the reporter; a scrape still gets an answer', async () => {
+test('an app collect() that throws does not crash the reporter; a scrape still gets an answer', async (t) => {
   const registry = new client.Registry()
-  new client.Gauge({ name: 'boom', help: 'b', registers: [registry], collect () { throw new Error('app bug') } })
+  let broken = false
+  new client.Gauge({ name: 'boom', help: 'b', registers: [registry], collect () { if (broken) throw new Error('app bug') } })
   const sent = []
-  const handlers = new Map()
+  let ask
   const reporter = startMetricsReporter({
-    client: { notify: (op, data) => sent.push({ op, data }), on: (op, fn) => handlers.set(op, fn) },
+    client: { notify: (op, data) => sent.push({ op, data }), request: () => new Promise((resolve) => { ask = resolve }) },
     registries: [registry],
     pushIntervalMs: 60000
   })
-  try {
-    await reporter.push()
-    handlers.get(OP.COLLECT)({ seq: 9 })
-    await waitUntil(() => sent.length === 1)
-    assert.deepStrictEqual(sent[0].data, { seq: 9, metrics: [] })
-  } finally {
-    reporter.stop()
-  }
+  t.after(() => reporter.stop())
+  await reporter.push()
+  broken = true
+  await reporter.push()
+  assert.strictEqual(sent.length, 1)
+  ask({ seq: 9 })
+  await waitUntil(() => sent.length === 2)
+  assert.deepStrictEqual(sent[1].data, { seq: 9, metrics: [] })
+})
+
+test('the reporter keeps asking after a failed question, never in a tight loop', async (t) => {
+  const registry = new client.Registry()
+  new client.Counter({ name: 'q_total', help: 'q', registers: [registry] })
+  let questions = 0
+  const reporter = startMetricsReporter({
+    client: { notify: () => true, request: () => { questions++; return Promise.reject(new Error('no primary')) } },
+    registries: [registry],
+    pushIntervalMs: 60000
+  })
+  t.after(() => reporter.stop())
+  await reporter.push()
+  await new Promise((resolve) => setImmediate(resolve))
+  await new Promise((resolve) => setImmediate(resolve))
+  assert.strictEqual(questions, 1, 'a failed question waits pushIntervalMs before the next')
 })
 
 async function waitUntil (predicate) {

@@ -13,8 +13,10 @@ const STATES = ['starting', 'ready', 'draining', 'stopping']
 /**
  * @param {import('./supervisor').Supervisor} supervisor
  * @param {() => object} busStatus the bus status (queued bytes, drops)
+ * @param {ReturnType<import('../state/metrics').createAppMetrics>|null} [appMetrics] the app's
+ *   prom-client metrics aggregated across workers, served in the same scrape
  */
-function createMetrics (supervisor, busStatus) {
+function createMetrics (supervisor, busStatus, appMetrics) {
   const exitsByReason = new Map()
   const reloadsByOutcome = new Map()
   const lastServed = new WeakMap()
@@ -142,10 +144,18 @@ function createMetrics (supervisor, busStatus) {
   return {
     onExit (event) { tally(exitsByReason, event.reason) },
     onReload (result) { tally(reloadsByOutcome, result.ok ? 'ok' : result.rolledBack ? 'rolled_back' : 'failed') },
-    /** @returns {Promise<string>} Prometheus text exposition */
-    render () {
+    /**
+     * @param {{ worker?: number }} [query] `worker`: that worker's own app metrics only
+     * @returns {Promise<string>} Prometheus text exposition
+     */
+    render (query) {
       if (!exposition) exposition = build()
-      return exposition.metrics()
+      if (query && query.worker !== undefined) {
+        if (!appMetrics) return Promise.reject(Object.assign(new Error('app metrics are off (metrics: false)'), { status: 404 }))
+        return appMetrics.renderWorker(query.worker)
+      }
+      if (!appMetrics) return exposition.metrics()
+      return Promise.all([exposition.metrics(), appMetrics.render()]).then(([own, app]) => own + app)
     },
     get contentType () {
       if (!exposition) exposition = build()

@@ -4,14 +4,15 @@
  * A worker's half of app-metrics aggregation: reads the app's prom-client
  * registries and reports them to the primary's MetricsService, on an
  * interval (so a worker that crashes loses at most one interval of counts)
- * and whenever a scrape asks. clusterize never loads prom-client here: by
+ * and whenever a scrape asks (a question the primary holds until then, so
+ * a scrape reads values as fresh as the moment it came). clusterize never loads prom-client here: by
  * default it reads the default registry of each prom-client copy the app
  * itself loaded (found in require.cache), so a worker whose app has no
  * metrics does nothing but look once per interval.
  */
 
 const debug = require('debug')('clusterize:metrics')
-const { OP } = require('./ops')
+const { OP, HOLD_MS } = require('./ops')
 
 const PROM_CLIENT_ENTRY = /[\\/]node_modules[\\/]prom-client[\\/]index\.js$/
 
@@ -34,16 +35,20 @@ function findRegistries (option) {
 
 /**
  * @param {object} options
- * @param {{ notify: (op: string, data: object) => void, on: (op: string, handler: (data: object) => void) => void }} options.client
- *   the service client: notify() reaches the primary's MetricsService, on() receives its requests
+ * @param {{ request: (op: string, data?: *, options?: { timeoutMs?: number }) => Promise<*>, notify: (op: string, data: *) => boolean }} options.client
+ *   the metrics service's client (lib/services serviceClient)
  * @param {undefined|object[]|(() => object[])} [options.registries] metrics.registries
  * @param {number} options.pushIntervalMs
+ * @param {number} [options.holdMs] how long the primary may hold a question (its HOLD_MS)
  * @returns {{ push: () => Promise<void>, stop: () => void }}
  */
 function startMetricsReporter (options) {
   const { client } = options
+  const holdMs = options.holdMs || HOLD_MS
   let registries = []
   let stopped = false
+  let listening = false
+  let retryTimer = null
 
   /** Read the registries and report them with `seq` (0: an interval push). */
   async function report (seq) {
@@ -63,12 +68,29 @@ function startMetricsReporter (options) {
       debug('reading the registries failed: %s', err && err.message)
       if (seq === 0) return
     }
-    if (!stopped) client.notify(OP.REPORT, { seq, metrics })
+    if (stopped) return
+    client.notify(OP.REPORT, { seq, metrics })
+    // From the first report on, this worker has metrics: wait for the scrapes' questions.
+    if (!listening) {
+      listening = true
+      listen()
+    }
   }
 
-  client.on(OP.COLLECT, function onCollect (data) {
-    report(data && Number.isInteger(data.seq) ? data.seq : 0).catch(noteFailure)
-  })
+  /** One question at a time held by the primary; answered when a scrape wants fresh values. */
+  function listen () {
+    if (stopped) return
+    client.request(OP.NEXT, null, { timeoutMs: holdMs + 10000 }).then(function onQuestion (question) {
+      if (question && Number.isInteger(question.seq) && question.seq > 0) report(question.seq).catch(noteFailure)
+      listen()
+    }, function onFailure (err) {
+      // No primary (yet, or any more): ask again later, never in a tight loop.
+      debug('waiting for scrapes failed: %s', err && err.message)
+      retryTimer = setTimeout(listen, options.pushIntervalMs)
+      retryTimer.unref()
+    })
+  }
+
   const timer = setInterval(function pushMetrics () { report(0).catch(noteFailure) }, options.pushIntervalMs)
   timer.unref()
 
@@ -78,6 +100,7 @@ function startMetricsReporter (options) {
     stop () {
       stopped = true
       clearInterval(timer)
+      clearTimeout(retryTimer)
     }
   }
 }

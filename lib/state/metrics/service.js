@@ -1,39 +1,39 @@
 'use strict'
 
 /**
- * The primary's half of app-metrics aggregation, as plain data in and out
- * so it runs behind any transport: workers report their prom-client
- * registries (getMetricsAsJSON() arrays) on an interval and when asked;
- * a scrape asks every live worker for fresh values and waits at most
- * `timeoutMs`; a worker that does not answer in time counts with its last
- * report and is named as missing. A gone worker's last counters and
- * histograms move into RetainedTotals so the sums never go down.
+ * The primary's half of app-metrics aggregation, plain data in and out, so
+ * it runs behind the service layer (lib/services) or in a test:
+ * - workers report their prom-client registries (getMetricsAsJSON()
+ *   arrays) on an interval and when asked (notification OP.REPORT, ./ops.js);
+ * - each worker keeps one OP.NEXT request waiting here; a scrape answers
+ *   them all ("report now", with the scrape's number) and waits at most
+ *   `timeoutMs` for the reports. A worker that does not answer in time
+ *   counts with its last report and is named as missing;
+ * - a gone worker's last counters and histograms move into RetainedTotals,
+ *   so the sums never go down.
+ * Workers are told apart by pid (`caller.pid`), unique while they live.
  */
 
 const debug = require('debug')('clusterize:metrics')
+const { HOLD_MS } = require('./ops')
 const { cleanSnapshot } = require('./snapshot')
 const { RetainedTotals } = require('./retained')
 
-const { OP } = require('./ops')
-
-/** Reports that arrive after their worker is gone are ignored; this many gone keys are remembered. */
+/** Reports that arrive after their worker is gone are ignored; this many gone pids are remembered. */
 const GONE_MEMORY = 1024
 
 class MetricsService {
   /**
-   * @param {object} options
-   * @param {number} options.timeoutMs how long a scrape waits for a worker's fresh report
-   * @param {() => Array<{ key: *, slot: number, pid: number, generation: number }>} options.live the live workers (those that reported are asked)
-   * @param {(key: *, op: string, data: object) => void} options.send a message to one worker
-   * @param {() => number} [options.now]
+   * @param {{ timeoutMs: number, holdMs?: number, now?: () => number }} options
    */
   constructor (options) {
     this.timeoutMs = options.timeoutMs
-    this.live = options.live
-    this.send = options.send
+    this.holdMs = options.holdMs || HOLD_MS
     this.now = options.now || Date.now
-    /** @type {Map<*, { metrics: object[], at: number, seq: number }>} */
+    /** @type {Map<number, { worker: object, metrics: object[], at: number, seq: number, asked: number }>} by pid */
     this.reports = new Map()
+    /** @type {Map<number, { resolve: Function, timer: * }>} the waiting OP.NEXT of each pid */
+    this.waiting = new Map()
     this.retained = new RetainedTotals()
     this.gone = new Set()
     this.seq = 0
@@ -42,41 +42,84 @@ class MetricsService {
   }
 
   /**
-   * Handler for OP.REPORT.
-   * @param {*} key the reporting worker
+   * Handler for the notification OP.REPORT.
    * @param {{ seq?: number, metrics: object[] }} data
+   * @param {{ id: number, pid: number, generation: number }} caller
    */
-  report (key, data) {
-    if (this.gone.has(key) || !data || typeof data !== 'object') return
+  report (data, caller) {
+    if (!caller || this.gone.has(caller.pid) || !data || typeof data !== 'object') return
     const seq = Number.isInteger(data.seq) ? data.seq : 0
-    const held = this.reports.get(key)
-    // An interval push computed before a scrape's answer may arrive after it.
+    const held = this.reports.get(caller.pid)
+    // An interval push read before a scrape's answer may arrive after it.
     if (held && seq !== 0 && seq < held.seq) return
-    this.reports.set(key, { metrics: cleanSnapshot(data.metrics), at: this.now(), seq: Math.max(seq, held ? held.seq : 0) })
-    if (this.round && seq >= this.round.seq) this.round.answered(key)
+    this.reports.set(caller.pid, {
+      worker: { slot: caller.id, pid: caller.pid, generation: caller.generation },
+      metrics: cleanSnapshot(data.metrics),
+      at: this.now(),
+      seq: Math.max(seq, held ? held.seq : 0),
+      asked: held ? held.asked : 0
+    })
+    if (this.round && seq >= this.round.seq) this.round.answered(caller.pid)
+  }
+
+  /**
+   * Handler for the request OP.NEXT: resolves with `{ seq }` when a scrape
+   * wants fresh values (seq 0: nothing wanted, ask again).
+   * @param {*} _data
+   * @param {{ pid: number }} caller
+   * @returns {{ seq: number }|Promise<{ seq: number }>}
+   */
+  next (_data, caller) {
+    const pid = caller.pid
+    const held = this.reports.get(pid)
+    // A scrape started while this worker was busy with the previous question.
+    if (this.round && held && held.asked < this.round.seq && this.round.waiting.has(pid)) return this.ask(pid, held)
+    this.release(pid, 0)
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => this.release(pid, 0), this.holdMs)
+      if (timer.unref) timer.unref()
+      this.waiting.set(pid, { resolve, timer })
+    })
+  }
+
+  /** Answer pid's waiting OP.NEXT, if any, with `seq`. */
+  release (pid, seq) {
+    const entry = this.waiting.get(pid)
+    if (entry === undefined) return false
+    this.waiting.delete(pid)
+    clearTimeout(entry.timer)
+    entry.resolve({ seq })
+    return true
+  }
+
+  ask (pid, held) {
+    held.asked = this.round.seq
+    return { seq: this.round.seq }
   }
 
   /**
    * The worker exited: its last report joins the retained totals.
-   * @param {*} key
+   * @param {{ pid: number }} caller
    */
-  workerGone (key) {
-    if (this.gone.has(key)) return
-    this.gone.add(key)
+  workerExit (caller) {
+    const pid = caller.pid
+    if (this.gone.has(pid)) return
+    this.gone.add(pid)
     if (this.gone.size > GONE_MEMORY) this.gone.delete(this.gone.values().next().value)
-    const held = this.reports.get(key)
-    this.reports.delete(key)
+    this.release(pid, 0)
+    const held = this.reports.get(pid)
+    this.reports.delete(pid)
     if (held) {
-      debug('worker %s gone: its counters and histograms stay in the totals', key)
+      debug('worker pid %d gone: its counters and histograms stay in the totals', pid)
       this.retained.fold(held.metrics)
     }
-    if (this.round) this.round.answered(key)
+    if (this.round) this.round.answered(pid)
   }
 
   /**
-   * Ask every live worker for fresh values; resolve when all answered or
-   * `timeoutMs` passed, whichever is first. Never rejects.
-   * @returns {Promise<{ workers: Array<{ key: *, slot: number, pid: number, generation: number, metrics: object[], ageMs: number, answered: boolean, reported: boolean }>, retained: object[], retainedWorkers: number }>}
+   * Ask every worker that has app metrics for fresh values; resolve when all
+   * answered or `timeoutMs` passed, whichever is first. Never rejects.
+   * @returns {Promise<{ workers: Array<{ slot: number, pid: number, generation: number, metrics: object[], ageMs: number, answered: boolean }>, retained: object[], retainedWorkers: number }>}
    */
   collect () {
     let round = this.round
@@ -89,40 +132,39 @@ class MetricsService {
 
   startRound () {
     const seq = ++this.seq
-    // Only workers that ever reported have app metrics: a worker without
+    // Only workers that reported have app metrics: a worker without
     // prom-client is never asked, so an app without metrics scrapes as before.
-    const asked = this.live().filter((worker) => this.reports.has(worker.key))
-    const waiting = new Set(asked.map((worker) => worker.key))
+    const asked = Array.from(this.reports.keys())
+    const waiting = new Set(asked)
     let finish
     const promise = new Promise((resolve) => { finish = resolve })
-    const timer = setTimeout(function roundTimeout () {
-      debug('scrape %d: %d worker(s) did not answer in time', seq, waiting.size)
-      finish()
-    }, this.timeoutMs)
+    const timer = waiting.size === 0
+      ? null
+      : setTimeout(function roundTimeout () {
+        debug('scrape %d: %d worker(s) did not answer in time', seq, waiting.size)
+        finish()
+      }, this.timeoutMs)
     const round = {
       seq,
       asked,
       waiting,
       promise,
-      answered (key) {
-        waiting.delete(key)
-        if (waiting.size === 0) {
-          clearTimeout(timer)
-          finish()
-        }
+      answered (pid) {
+        if (!waiting.delete(pid) || waiting.size > 0) return
+        clearTimeout(timer)
+        finish()
       }
     }
-    if (waiting.size === 0) {
-      clearTimeout(timer)
+    if (timer === null) {
       finish()
       return round
     }
-    for (const worker of asked) {
-      try {
-        this.send(worker.key, OP.COLLECT, { seq })
-      } catch (err) {
-        debug('could not ask worker %s: %s', worker.key, err.message)
-      }
+    this.round = round
+    for (const pid of asked) {
+      const held = this.reports.get(pid)
+      held.asked = seq
+      // A worker with no question waiting is answered when it asks next (next()).
+      if (!this.release(pid, seq)) held.asked = 0
     }
     return round
   }
@@ -130,22 +172,18 @@ class MetricsService {
   result (round) {
     const now = this.now()
     const workers = []
-    for (const worker of round.asked) {
-      if (this.gone.has(worker.key)) continue
-      const held = this.reports.get(worker.key)
-      workers.push({
-        key: worker.key,
-        slot: worker.slot,
-        pid: worker.pid,
-        generation: worker.generation,
-        metrics: held ? held.metrics : [],
-        ageMs: held ? now - held.at : 0,
-        answered: Boolean(held) && held.seq >= round.seq,
-        reported: Boolean(held)
-      })
+    for (const pid of round.asked) {
+      const held = this.reports.get(pid)
+      if (held === undefined) continue
+      workers.push(Object.assign({}, held.worker, { metrics: held.metrics, ageMs: now - held.at, answered: held.seq >= round.seq }))
     }
     return { workers, retained: this.retained.snapshot(), retainedWorkers: this.retained.workers }
   }
+
+  /** Shutdown: answer every waiting question. */
+  close () {
+    for (const pid of Array.from(this.waiting.keys())) this.release(pid, 0)
+  }
 }
 
-module.exports = { MetricsService, OP }
+module.exports = { MetricsService }
