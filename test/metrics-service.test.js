@@ -14,7 +14,7 @@ const client = require('prom-client')
 const { MetricsService } = require('../lib/state/metrics/service')
 const { OP } = require('../lib/state/metrics/ops')
 const { RetainedTotals } = require('../lib/state/metrics/retained')
-const { cleanSnapshot } = require('../lib/state/metrics/snapshot')
+const { aggregateLists, formatExposition } = require('../lib/state/metrics/exposition')
 const { renderAggregate, renderWorker } = require('../lib/state/metrics/render')
 const { startMetricsReporter, findRegistries } = require('../lib/state/metrics/reporter')
 
@@ -257,7 +257,35 @@ test('malformed reports are dropped, never passed to prom-client', async (t) => 
   assert.strictEqual(series.get('clusterize_requests_total'), undefined)
   assert.strictEqual(series.get('x'), undefined)
   assert.strictEqual(series.get('clusterize_app_metrics_missing{worker="1",pid="77"}'), 1)
-  assert.deepStrictEqual(cleanSnapshot({}), [])
+})
+
+test('the aggregated text is what prom-client\'s AggregatorRegistry.aggregate() writes, for every aggregator and awkward labels', async () => {
+  const lists = []
+  for (let worker = 0; worker < 3; worker++) {
+    const registry = new client.Registry()
+    const counter = new client.Counter({ name: 'c_total', help: 'a "counter"\nwith \\ a second line', labelNames: ['path', 'code'], registers: [registry] })
+    counter.inc({ path: '/a"b\\c\nd', code: 200 }, worker + 1)
+    counter.inc({ code: 500, path: '/x' }, 2)
+    if (worker === 1) counter.inc({ path: '/only-one', code: 404 })
+    const histogram = new client.Histogram({ name: 'h_seconds', help: 'h', labelNames: ['m'], buckets: [0.01, 0.1, 1, 10], registers: [registry] })
+    histogram.observe({ m: 'GET' }, worker / 10)
+    histogram.observe({ m: 'POST' }, 5 + worker)
+    const summary = new client.Summary({ name: 's', help: 's', percentiles: [0.5, 0.9], registers: [registry] })
+    summary.observe(worker)
+    for (const aggregator of ['sum', 'first', 'min', 'max', 'average', 'omit']) {
+      new client.Gauge({ name: `g_${aggregator}`, help: aggregator, aggregator, registers: [registry] }).set(worker * 3 + 1)
+    }
+    new client.Gauge({ name: 'g_inf', help: 'inf', registers: [registry] }).set(worker === 2 ? Infinity : 1)
+    new client.Gauge({ name: 'g_unset', help: 'no value yet', labelNames: ['x'], registers: [registry] })
+    // Through JSON, as the IPC channel carries it.
+    lists.push(JSON.parse(JSON.stringify(await registry.getMetricsAsJSON())))
+  }
+  // JSON turns Infinity into null: restore it to compare prom-client's formatting of it too.
+  for (const list of lists) for (const metric of list) for (const value of metric.values) if (value.value === null) value.value = Infinity
+  const ours = formatExposition(aggregateLists(lists))
+  const theirs = await client.AggregatorRegistry.aggregate(lists).metrics()
+  assert.strictEqual(ours, theirs)
+  assert.strictEqual(formatExposition(aggregateLists([])), '')
 })
 
 test('retained totals: label order does not split a series; gauges and non-sum counters are not kept', () => {

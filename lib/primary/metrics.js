@@ -13,10 +13,10 @@ const STATES = ['starting', 'ready', 'draining', 'stopping']
 /**
  * @param {import('./supervisor').Supervisor} supervisor
  * @param {() => object} busStatus the bus status (queued bytes, drops)
- * @param {ReturnType<import('../state/metrics').createAppMetrics>|null} [appMetrics] the app's
- *   prom-client metrics aggregated across workers, served in the same scrape
+ * @param {() => (ReturnType<import('../state/metrics').createAppMetrics>|undefined)} [appMetricsOf] the app's
+ *   prom-client metrics aggregated across workers (the metrics service's api), served in the same scrape
  */
-function createMetrics (supervisor, busStatus, appMetrics) {
+function createMetrics (supervisor, busStatus, appMetricsOf) {
   const exitsByReason = new Map()
   const reloadsByOutcome = new Map()
   const lastServed = new WeakMap()
@@ -150,6 +150,7 @@ function createMetrics (supervisor, busStatus, appMetrics) {
      */
     render (query) {
       if (!exposition) exposition = build()
+      const appMetrics = appMetricsOf ? appMetricsOf() : undefined
       if (query && query.worker !== undefined) {
         if (!appMetrics) return Promise.reject(Object.assign(new Error('app metrics are off (metrics: false)'), { status: 404 }))
         return appMetrics.renderWorker(query.worker)

@@ -2,36 +2,33 @@
 
 /**
  * Turns a MetricsService collection into Prometheus text: the app's
- * metrics summed across workers by prom-client's own rules
- * (AggregatorRegistry.aggregate: counters and histograms summed, gauges by
- * their `aggregator`), the retained totals of gone workers added in, and a
- * few lines saying whose values are not fresh. prom-client is loaded here,
- * on the first scrape that has app metrics.
+ * metrics summed across workers by prom-client's rules (./exposition.js),
+ * the retained totals of gone workers added in, and a few lines saying
+ * whose values are not fresh.
  */
+
+const { aggregateLists, formatExposition } = require('./exposition')
 
 /**
  * @param {ReturnType<import('./service').MetricsService['result']>} collection
- * @returns {Promise<string>} '' when no worker has app metrics
+ * @returns {string} '' when no worker has app metrics
  */
-async function renderAggregate (collection) {
+function renderAggregate (collection) {
   const lists = collection.workers.map((worker) => worker.metrics)
-  // Last: prom-client takes a metric's help and aggregator from the first list that has it, a live worker's.
+  // Last: a metric takes its help and aggregator from the first list that has it, a live worker's.
   if (collection.retained.length > 0) lists.push(collection.retained)
   if (lists.length === 0) return ''
-  const { AggregatorRegistry } = require('prom-client')
-  const text = await AggregatorRegistry.aggregate(lists).metrics()
-  return text + statusLines(collection)
+  return formatExposition(aggregateLists(lists)) + statusLines(collection)
 }
 
 /**
  * One worker's own values, labels as the app set them, for debugging.
  * @param {object} worker an entry of collection.workers
- * @returns {Promise<string>}
+ * @returns {string}
  */
-async function renderWorker (worker) {
-  const { AggregatorRegistry } = require('prom-client')
-  const text = await AggregatorRegistry.aggregate([worker.metrics]).metrics()
-  return `# clusterize worker ${worker.slot} pid ${worker.pid} generation ${worker.generation}: ${worker.answered ? 'fresh' : `not answered in time, values ${seconds(worker.ageMs)} s old`}\n` + text
+function renderWorker (worker) {
+  return `# clusterize worker ${worker.slot} pid ${worker.pid} generation ${worker.generation}: ${worker.answered ? 'fresh' : `did not answer in time, values ${seconds(worker.ageMs)} s old`}\n` +
+    formatExposition(aggregateLists([worker.metrics]))
 }
 
 function statusLines (collection) {

@@ -10,7 +10,7 @@
  * aggregator is 'sum'. A gauge is a current value: a gone worker has none.
  */
 
-const { seriesKey } = require('./snapshot')
+const { isMetric, aggregatorOf, seriesKey } = require('./snapshot')
 
 const MONOTONIC = new Set(['counter', 'histogram'])
 
@@ -23,31 +23,37 @@ class RetainedTotals {
 
   /**
    * Add a gone worker's last snapshot to the totals.
-   * @param {object[]} snapshot cleaned metrics (./snapshot.js)
+   * @param {object[]} snapshot its getMetricsAsJSON() array (malformed parts are skipped)
    */
   fold (snapshot) {
     let kept = false
     for (const metric of snapshot) {
-      if (!MONOTONIC.has(metric.type) || metric.aggregator !== 'sum') continue
+      if (!isMetric(metric) || !MONOTONIC.has(metric.type) || aggregatorOf(metric) !== 'sum') continue
       let held = this.metrics.get(metric.name)
       // A reload may bring code where the name is another kind of metric: the newest kind wins.
       if (held && held.type !== metric.type) held = null
       if (!held) {
-        held = { name: metric.name, help: metric.help, type: metric.type, aggregator: 'sum', values: new Map() }
+        held = { name: metric.name, help: typeof metric.help === 'string' ? metric.help : metric.name, type: metric.type, aggregator: 'sum', values: new Map() }
         this.metrics.set(metric.name, held)
       }
       for (const value of metric.values) {
         const key = seriesKey(value)
+        if (key === null) continue
         const sum = held.values.get(key)
-        if (sum) sum.value += value.value
-        else held.values.set(key, Object.assign({}, value, { labels: Object.assign({}, value.labels) }))
+        if (sum) {
+          sum.value += value.value
+        } else {
+          const entry = { value: value.value, labels: Object.assign({}, value.labels) }
+          if (value.metricName !== undefined) entry.metricName = value.metricName
+          held.values.set(key, entry)
+        }
       }
       kept = true
     }
     if (kept) this.workers++
   }
 
-  /** @returns {object[]} the totals in getMetricsAsJSON() shape, ready for AggregatorRegistry.aggregate() */
+  /** @returns {object[]} the totals in getMetricsAsJSON() shape, one more list to aggregate */
   snapshot () {
     const list = []
     for (const held of this.metrics.values()) {

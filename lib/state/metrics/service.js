@@ -16,7 +16,6 @@
 
 const debug = require('debug')('clusterize:metrics')
 const { HOLD_MS } = require('./ops')
-const { cleanSnapshot } = require('./snapshot')
 const { RetainedTotals } = require('./retained')
 
 /** Reports that arrive after their worker is gone are ignored; this many gone pids are remembered. */
@@ -54,7 +53,8 @@ class MetricsService {
     if (held && seq !== 0 && seq < held.seq) return
     this.reports.set(caller.pid, {
       worker: { slot: caller.id, pid: caller.pid, generation: caller.generation },
-      metrics: cleanSnapshot(data.metrics),
+      // Checked piece by piece where it is used (./snapshot.js): a report is never copied.
+      metrics: Array.isArray(data.metrics) ? data.metrics : [],
       at: this.now(),
       seq: Math.max(seq, held ? held.seq : 0),
       asked: held ? held.asked : 0

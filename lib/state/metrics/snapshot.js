@@ -1,79 +1,78 @@
 'use strict'
 
 /**
- * What a worker reports is data from another process: the primary keeps
- * only well-formed metrics (prom-client's getMetricsAsJSON() shape), so a
- * malformed report cannot make prom-client's aggregation throw and fail
- * every scrape.
+ * What a worker reports is data from another process: every metric and
+ * value is checked where it is used (aggregation, retained totals), so a
+ * malformed report is skipped piece by piece instead of failing the scrape,
+ * and a well-formed one is never copied.
  */
 
-const debug = require('debug')('clusterize:metrics')
-
-/** prom-client's own aggregators (AggregatorRegistry.aggregate throws on any other name). */
+/** prom-client's aggregators (AggregatorRegistry.aggregate knows no other). */
 const AGGREGATORS = new Set(['sum', 'first', 'omit', 'average', 'min', 'max'])
 const TYPES = new Set(['counter', 'gauge', 'histogram', 'summary'])
 /** clusterize's own metrics share the scrape; an app metric under that prefix would clash with them. */
 const RESERVED_PREFIX = 'clusterize_'
 const NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/
+const LABEL_NAME = /^[a-zA-Z_][a-zA-Z0-9_]*$/
 
 /**
- * @param {*} metrics a worker's report: an array of metric objects
- * @returns {object[]} the well-formed metrics, as fresh plain objects
+ * Names already found valid: the same few names come in every value of
+ * every report, and a regular expression per value is most of a scrape's
+ * checking. Bounded, so a report full of distinct names cannot grow it.
  */
-function cleanSnapshot (metrics) {
-  if (!Array.isArray(metrics)) return []
-  const clean = []
-  for (const metric of metrics) {
-    const kept = cleanMetric(metric)
-    if (kept) clean.push(kept)
-    else debug('dropped a malformed metric %o', metric && metric.name)
-  }
-  return clean
-}
+const KNOWN_MAX = 10000
+const knownSeriesNames = new Set()
+const knownLabelNames = new Set()
 
-function cleanMetric (metric) {
-  if (!metric || typeof metric !== 'object') return null
-  const { name, type } = metric
-  if (typeof name !== 'string' || !NAME.test(name) || name.startsWith(RESERVED_PREFIX)) return null
-  if (!TYPES.has(type) || !Array.isArray(metric.values)) return null
-  const aggregator = metric.aggregator === undefined ? 'sum' : metric.aggregator
-  if (!AGGREGATORS.has(aggregator)) return null
-  const values = []
-  for (const value of metric.values) {
-    if (!value || typeof value !== 'object' || typeof value.value !== 'number') continue
-    const labels = cleanLabels(value.labels)
-    if (!labels) continue
-    const entry = { value: value.value, labels }
-    if (typeof value.metricName === 'string' && NAME.test(value.metricName)) entry.metricName = value.metricName
-    values.push(entry)
-  }
-  return { name, help: typeof metric.help === 'string' ? metric.help : name, type, aggregator, values }
-}
-
-function cleanLabels (labels) {
-  if (labels === undefined || labels === null) return {}
-  if (typeof labels !== 'object' || Array.isArray(labels)) return null
-  const clean = {}
-  for (const key of Object.keys(labels)) {
-    const value = labels[key]
-    if (typeof value === 'string' || typeof value === 'number' || typeof value === 'boolean') clean[key] = value
-    else return null
-  }
-  return clean
+function known (set, pattern, name) {
+  if (set.has(name)) return true
+  if (!pattern.test(name)) return false
+  if (set.size < KNOWN_MAX) set.add(name)
+  return true
 }
 
 /**
- * The key prom-client aggregates a value under: its series name (a
- * histogram's _bucket, _sum, _count) and its label set, whatever the order
- * of the labels.
- * @param {{ metricName?: string, labels: object }} value
- * @returns {string}
+ * A metric of getMetricsAsJSON()'s shape that may be aggregated.
+ * @param {*} metric
+ * @returns {boolean}
+ */
+function isMetric (metric) {
+  return metric !== null && typeof metric === 'object' &&
+    typeof metric.name === 'string' && NAME.test(metric.name) && !metric.name.startsWith(RESERVED_PREFIX) &&
+    TYPES.has(metric.type) && Array.isArray(metric.values) &&
+    (metric.aggregator === undefined || AGGREGATORS.has(metric.aggregator))
+}
+
+/** @returns {string} the metric's aggregator, prom-client's default 'sum' when it names none */
+function aggregatorOf (metric) {
+  return metric.aggregator === undefined ? 'sum' : metric.aggregator
+}
+
+/**
+ * The key prom-client aggregates a value under, its series name (a
+ * histogram's _bucket, _sum, _count) and its label set whatever the order
+ * of the labels; null for a malformed value, which is skipped.
+ * @param {*} value
+ * @returns {string|null}
  */
 function seriesKey (value) {
-  const names = Object.keys(value.labels).sort()
-  let key = value.metricName || ''
-  for (const name of names) key += '\u0000' + name + '\u0001' + value.labels[name]
+  if (value === null || typeof value !== 'object' || typeof value.value !== 'number') return null
+  let key
+  if (value.metricName === undefined) key = ''
+  else if (typeof value.metricName === 'string' && known(knownSeriesNames, NAME, value.metricName)) key = value.metricName
+  else return null
+  const labels = value.labels
+  if (labels === undefined || labels === null) return key
+  if (typeof labels !== 'object' || Array.isArray(labels)) return null
+  const names = Object.keys(labels)
+  if (names.length > 1) names.sort()
+  for (const name of names) {
+    const label = labels[name]
+    const kind = typeof label
+    if ((kind !== 'string' && kind !== 'number' && kind !== 'boolean') || !known(knownLabelNames, LABEL_NAME, name)) return null
+    key += '\u0000' + name + '\u0001' + label
+  }
   return key
 }
 
-module.exports = { cleanSnapshot, seriesKey, AGGREGATORS, RESERVED_PREFIX }
+module.exports = { isMetric, aggregatorOf, seriesKey, AGGREGATORS, RESERVED_PREFIX }
