@@ -200,6 +200,22 @@ test('a worker that does not answer in time: the scrape answers with its last va
   assert.ok(![...whole.keys()].some((key) => key.startsWith('clusterize_app_metrics_missing{')))
 })
 
+test('a worker that exits while a scrape waits for it: the scrape ends at once, its last values retained', async (t) => {
+  // A bound no test would wait out: the scrape must end because the worker is gone, not by timing out.
+  const cluster = makeCluster(2, { timeoutMs: 600000 })
+  t.after(() => cluster.close())
+  const [a, b] = cluster.workers
+  a.requests.inc({ route: '/' }, 2)
+  b.requests.inc({ route: '/' }, 3)
+  for (const worker of [a, b]) await cluster.push(worker)
+  b.blocked = true
+  const scraping = cluster.scrape()
+  cluster.gone(b)
+  const series = await scraping
+  assert.strictEqual(series.get('app_requests_total{route="/"}'), 5)
+  assert.ok(![...series.keys()].some((key) => key.startsWith('clusterize_app_metrics_missing{')))
+})
+
 test('a scrape that starts while a worker is between questions still reaches it', async (t) => {
   const cluster = makeCluster(1)
   t.after(() => cluster.close())
