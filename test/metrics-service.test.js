@@ -398,3 +398,17 @@ async function waitUntil (predicate) {
   for (let i = 0; i < 500 && !predicate(); i++) await new Promise((resolve) => setTimeout(resolve, 10))
   assert.ok(predicate(), 'condition not met')
 }
+
+test('concurrent scrapes of /metrics share one rendering', async (t) => {
+  const { createAppMetrics } = require('../lib/state/metrics')
+  const app = createAppMetrics({ timeoutMs: 50 })
+  t.after(() => app.service.close())
+  app.service.report({ seq: 0, metrics: [{ name: 'x_total', help: 'x', type: 'counter', values: [{ value: 1, labels: {} }] }] }, { id: 1, pid: 1, generation: 1 })
+  const [a, b] = [app.render(), app.render()]
+  assert.strictEqual(a, b)
+  assert.match(await a, /^x_total 1$/m)
+  // Once answered, the next scrape asks again.
+  const before = app.service.seq
+  await app.render()
+  assert.strictEqual(app.service.seq, before + 1)
+})

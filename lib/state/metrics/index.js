@@ -36,11 +36,18 @@ const metricsService = {
  */
 function createAppMetrics (options) {
   const service = new MetricsService({ timeoutMs: options.timeoutMs })
+  // Scrapes that come while one is being answered share its round and its text: a flood of
+  // scrapes costs one question per worker and one rendering at a time.
+  let rendering = null
   return {
     service,
     /** The app's metrics summed across workers, '' when no worker has any. */
     render () {
-      return service.collect().then(renderAggregate)
+      if (rendering === null) {
+        rendering = service.collect().then(renderAggregate)
+        rendering.then(function rendered () { rendering = null })
+      }
+      return rendering
     },
     /** One worker's own values (slot id), for debugging; rejects with status 404 for a slot without app metrics. */
     renderWorker (slot) {
