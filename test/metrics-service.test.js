@@ -357,7 +357,7 @@ test('the reporter finds the default registry of the prom-client the app loaded;
   assert.deepStrictEqual(sent, [])
 })
 
-test('an app collect() that throws does not crash the reporter; a scrape still gets an answer', async (t) => {
+test('an app collect() that throws does not crash the reporter; a scrape still gets an answer (null: keep my last values)', async (t) => {
   const registry = new client.Registry()
   let broken = false
   new client.Gauge({ name: 'boom', help: 'b', registers: [registry], collect () { if (broken) throw new Error('app bug') } })
@@ -375,7 +375,7 @@ test('an app collect() that throws does not crash the reporter; a scrape still g
   assert.strictEqual(sent.length, 1)
   ask({ seq: 9 })
   await waitUntil(() => sent.length === 2)
-  assert.deepStrictEqual(sent[1].data, { seq: 9, metrics: [] })
+  assert.deepStrictEqual(sent[1].data, { seq: 9, metrics: null })
 })
 
 test('the reporter keeps asking after a failed question, never in a tight loop', async (t) => {
@@ -411,4 +411,46 @@ test('concurrent scrapes of /metrics share one rendering', async (t) => {
   const before = app.service.seq
   await app.render()
   assert.strictEqual(app.service.seq, before + 1)
+})
+
+test('a worker that cannot read its registries when asked: its last values stand, it is named, the scrape does not wait', async (t) => {
+  // A bound no test would wait out: the scrape ends because the worker answered.
+  const service = new MetricsService({ timeoutMs: 600000 })
+  t.after(() => service.close())
+  const caller = { id: 1, pid: 5, generation: 1 }
+  service.report({ seq: 0, metrics: [{ name: 'x_total', help: 'x', type: 'counter', values: [{ value: 7, labels: {} }] }] }, caller)
+  const asking = service.next(null, caller)
+  const scraping = service.collect()
+  const { seq } = await asking
+  service.report({ seq, metrics: null }, caller)
+  const series = parse(renderAggregate(await scraping))
+  assert.strictEqual(series.get('x_total'), 7)
+  assert.strictEqual(series.get('clusterize_app_metrics_missing{worker="1",pid="5"}'), 1)
+})
+
+test('a gone pid\'s late reports are ignored for a while; later the pid may be a new worker\'s', async (t) => {
+  let now = 1000
+  const service = new MetricsService({ timeoutMs: 20, now: () => now })
+  t.after(() => service.close())
+  const caller = { id: 1, pid: 9, generation: 1 }
+  const report = (value) => service.report({ seq: 0, metrics: [{ name: 'x_total', help: 'x', type: 'counter', values: [{ value, labels: {} }] }] }, caller)
+  report(3)
+  service.workerExit(caller)
+  report(3)
+  assert.deepStrictEqual(await service.next(null, caller), { seq: 0 })
+  assert.strictEqual(parse(renderAggregate(await service.collect())).get('x_total'), 3)
+  now += 3600000
+  report(4)
+  assert.strictEqual(parse(renderAggregate(await service.collect())).get('x_total'), 7)
+})
+
+test('the per-worker view of a slot shows its newest worker (during a reload both report)', async (t) => {
+  const { createAppMetrics } = require('../lib/state/metrics')
+  const app = createAppMetrics({ timeoutMs: 20 })
+  t.after(() => app.service.close())
+  const metric = (value) => [{ name: 'x_total', help: 'x', type: 'counter', values: [{ value, labels: {} }] }]
+  app.service.report({ seq: 0, metrics: metric(5) }, { id: 0, pid: 100, generation: 1 })
+  app.service.report({ seq: 0, metrics: metric(1) }, { id: 0, pid: 200, generation: 2 })
+  assert.match(await app.renderWorker(0), /generation 2[\s\S]*^x_total 1$/m)
+  await assert.rejects(app.renderWorker(3), (err) => err.status === 404 && /try one of 0/.test(err.message))
 })

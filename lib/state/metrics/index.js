@@ -52,7 +52,8 @@ function createAppMetrics (options) {
     /** One worker's own values (slot id), for debugging; rejects with status 404 for a slot without app metrics. */
     renderWorker (slot) {
       return service.collect().then(function pickWorker (collection) {
-        const worker = collection.workers.find((entry) => entry.slot === slot)
+        // During a reload a slot's old and new worker both report: the newest is the one serving.
+        const worker = collection.workers.filter((entry) => entry.slot === slot).pop()
         if (!worker) {
           const err = new Error(`no worker ${slot} with app metrics: try one of ${collection.workers.map((entry) => entry.slot).join(', ') || '(none)'}`)
           err.status = 404

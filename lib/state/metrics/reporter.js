@@ -59,14 +59,16 @@ function startMetricsReporter (options) {
       if (seq !== 0) client.notify(OP.REPORT, { seq, metrics: [] })
       return
     }
-    let metrics = []
+    let metrics
     try {
       const lists = await Promise.all(registries.map((registry) => registry.getMetricsAsJSON()))
       metrics = [].concat(...lists)
     } catch (err) {
-      // An app collect() callback that throws: report nothing new rather than crash the worker.
+      // An app collect() callback that throws: null tells the primary to keep this worker's last
+      // values (an empty report would make its counters go down).
       debug('reading the registries failed: %s', err && err.message)
       if (seq === 0) return
+      metrics = null
     }
     if (stopped) return
     client.notify(OP.REPORT, { seq, metrics })

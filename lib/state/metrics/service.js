@@ -18,7 +18,12 @@ const debug = require('debug')('clusterize:metrics')
 const { HOLD_MS } = require('./ops')
 const { RetainedTotals } = require('./retained')
 
-/** Reports that arrive after their worker is gone are ignored; this many gone pids are remembered. */
+/**
+ * A report still in flight when its worker's exit is handled must not count
+ * twice: a gone pid's reports are ignored for GONE_MS (a pid is not reused
+ * that fast), at most GONE_MEMORY pids remembered.
+ */
+const GONE_MS = 60000
 const GONE_MEMORY = 1024
 
 class MetricsService {
@@ -34,7 +39,8 @@ class MetricsService {
     /** @type {Map<number, { resolve: Function, timer: * }>} the waiting OP.NEXT of each pid */
     this.waiting = new Map()
     this.retained = new RetainedTotals()
-    this.gone = new Set()
+    /** @type {Map<number, number>} pid -> when it exited */
+    this.gone = new Map()
     this.seq = 0
     /** The collection in flight: concurrent scrapes share it. */
     this.round = null
@@ -46,11 +52,17 @@ class MetricsService {
    * @param {{ id: number, pid: number, generation: number }} caller
    */
   report (data, caller) {
-    if (!caller || this.gone.has(caller.pid) || !data || typeof data !== 'object') return
+    if (!caller || this.isGone(caller.pid) || !data || typeof data !== 'object') return
     const seq = Number.isInteger(data.seq) ? data.seq : 0
     const held = this.reports.get(caller.pid)
     // An interval push read before a scrape's answer may arrive after it.
     if (held && seq !== 0 && seq < held.seq) return
+    if (data.metrics === null) {
+      // The worker could not read its registries (an app collect() threw): its last values
+      // stand, it is named missing, and the scrape does not wait for it.
+      if (held && this.round && seq >= this.round.seq) this.round.answered(caller.pid)
+      return
+    }
     this.reports.set(caller.pid, {
       worker: { slot: caller.id, pid: caller.pid, generation: caller.generation },
       // Checked piece by piece where it is used (./snapshot.js): a report is never copied.
@@ -71,6 +83,7 @@ class MetricsService {
    */
   next (_data, caller) {
     const pid = caller.pid
+    if (this.isGone(pid)) return { seq: 0 }
     const held = this.reports.get(pid)
     // A scrape started while this worker was busy with the previous question.
     if (this.round && held && held.asked < this.round.seq && this.round.waiting.has(pid)) return this.ask(pid, held)
@@ -103,9 +116,13 @@ class MetricsService {
    */
   workerExit (caller) {
     const pid = caller.pid
-    if (this.gone.has(pid)) return
-    this.gone.add(pid)
-    if (this.gone.size > GONE_MEMORY) this.gone.delete(this.gone.values().next().value)
+    if (this.isGone(pid)) return
+    const now = this.now()
+    for (const [gonePid, at] of this.gone) {
+      if (now - at < GONE_MS && this.gone.size < GONE_MEMORY) break
+      this.gone.delete(gonePid)
+    }
+    this.gone.set(pid, now)
     this.release(pid, 0)
     const held = this.reports.get(pid)
     this.reports.delete(pid)
@@ -114,6 +131,15 @@ class MetricsService {
       this.retained.fold(held.metrics)
     }
     if (this.round) this.round.answered(pid)
+  }
+
+  /** Did this pid exit lately? (After GONE_MS the pid may be a new worker's.) */
+  isGone (pid) {
+    const at = this.gone.get(pid)
+    if (at === undefined) return false
+    if (this.now() - at < GONE_MS) return true
+    this.gone.delete(pid)
+    return false
   }
 
   /**
