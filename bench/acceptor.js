@@ -3,8 +3,8 @@
 /**
  * bench/acceptor.js: a new connection per request (`wrk -H 'Connection:
  * close'`), so every request passes through the primary's acceptor:
- * clusterize 'rr' against raw node:cluster's round robin, side by side,
- * rounds alternating. Also reads the primary's CPU time from /proc to give
+ * clusterize 'rr' and 'balanced' against raw node:cluster's round robin,
+ * side by side, order rotated every round. Also reads the primary's CPU time from /proc to give
  * its cost per handed-off connection and the connection rate at which the
  * primary would saturate one core (the ceiling of any primary-accepts
  * design on a big machine).
@@ -15,12 +15,12 @@
  * process it started by PID.
  */
 
-const { execFile } = require('child_process')
 const { numberArg: arg } = require('./lib/args')
 const { startLocal } = require('./lib/contenders')
 const { median, ratio, fmt, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { installCleanup, cpuMs, sleep } = require('./lib/proc')
+const { wrkClose } = require('./lib/wrk')
 
 const ROUNDS = arg('--rounds', 5)
 const SECONDS = arg('--seconds', 5)
@@ -28,28 +28,12 @@ const CONNECTIONS = arg('--connections', 32)
 
 const CONTENDERS = [
   { label: 'raw node:cluster (Node round robin)', kind: 'cluster' },
-  { label: "clusterize 'rr'", kind: 'clusterize', options: { scheduling: 'rr' } }
+  { label: "clusterize 'rr'", kind: 'clusterize', options: { scheduling: 'rr' } },
+  { label: "clusterize 'balanced'", kind: 'clusterize', options: { scheduling: 'balanced' } }
 ]
 
-/** Run wrk; parse requests/s, p99 latency (ms) and socket errors. */
 function wrk (port) {
-  return new Promise((resolve, reject) => {
-    execFile('wrk', ['-t1', `-c${CONNECTIONS}`, `-d${SECONDS}s`, '--latency', '-H', 'Connection: close', `http://127.0.0.1:${port}/`], { timeout: (SECONDS + 30) * 1000 }, (err, stdout) => {
-      if (err) return reject(err)
-      const rps = Number((/Requests\/sec:\s+([\d.]+)/.exec(stdout) || [])[1])
-      const total = Number((/(\d+) requests in/.exec(stdout) || [])[1])
-      const p99 = toMs(/99%\s+([\d.]+)(us|ms|s)/.exec(stdout))
-      const errors = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(stdout)
-      const non2xx = Number((/Non-2xx or 3xx responses: (\d+)/.exec(stdout) || [0, 0])[1])
-      resolve({ rps, total, p99, failed: non2xx + (errors ? errors.slice(1).reduce((a, b) => a + Number(b), 0) : 0) })
-    })
-  })
-}
-
-function toMs (match) {
-  if (!match) return NaN
-  const value = Number(match[1])
-  return match[2] === 'us' ? value / 1000 : match[2] === 's' ? value * 1000 : value
+  return wrkClose({ port, connections: CONNECTIONS, seconds: SECONDS })
 }
 
 async function round (spec) {
@@ -69,8 +53,11 @@ async function main () {
   installCleanup()
   const results = CONTENDERS.map(() => [])
   for (let r = 0; r < ROUNDS; r++) {
-    const order = r % 2 === 0 ? [0, 1] : [1, 0]
-    for (const i of order) results[i].push(await round(CONTENDERS[i]))
+    // Rotated: each contender leads in turn.
+    for (let k = 0; k < CONTENDERS.length; k++) {
+      const i = (k + r) % CONTENDERS.length
+      results[i].push(await round(CONTENDERS[i]))
+    }
   }
   const summary = results.map((runs, i) => ({
     label: CONTENDERS[i].label,
@@ -80,14 +67,14 @@ async function main () {
     failed: runs.reduce((a, x) => a + x.failed, 0)
   }))
   const raw = summary[0]
-  console.log(`## New connection per request: the primary's acceptor ('rr' vs Node's round robin)\n`)
+  console.log(`## New connection per request: the primary's acceptor ('rr' and 'balanced' vs Node's round robin)\n`)
   console.log(machineLine())
   console.log(`\nwrk -t1 -c${CONNECTIONS} -d${SECONDS}s -H 'Connection: close' against GET / on the hello app (2 workers), ${ROUNDS} rounds alternating order, medians. ` +
     "Primary CPU from /proc (10 ms ticks) over the run, divided by requests: its cost per handed-off connection; 'ceiling' = 1 s / that cost, the new-connection rate at which the primary would use one whole core. " +
     'wrk and the servers share 2 cores.\n')
   console.log(markdownTable(
     ['contender', 'req/s', 'vs raw', 'p99 ms', 'p99 vs raw', 'primary CPU per connection (us)', 'vs raw', 'primary ceiling (conn/s)', 'failed'],
-    summary.map((s) => [s.label, fmt(s.rps), ratio(s.rps, raw.rps), fmt(s.p99, 1), ratio(s.p99, raw.p99), fmt(s.us, 1), ratio(s.us, raw.us), fmt(1e6 / s.us), s.failed])))
+    summary.map((s) => [s.label, fmt(s.rps), ratio(s.rps, raw.rps), fmt(s.p99, 1), ratio(s.p99, raw.p99), fmt(s.us, 1), ratio(s.us, raw.us), s.us > 0 ? fmt(1e6 / s.us) : 'none (no per-connection work)', s.failed])))
 }
 
 main().catch((err) => {

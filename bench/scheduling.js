@@ -1,20 +1,26 @@
 'use strict'
 
 /**
- * bench/scheduling.js: clusterize's scheduling modes side by side.
+ * bench/scheduling.js: clusterize's scheduling modes side by side, against
+ * raw node:cluster (the anchor).
  *
- * 1. GET / on the hello app with 'rr', 'none' and (on Node >= 22.12)
- *    'reuseport', on keep-alive connections and with a new connection every
- *    2nd request (where the acceptor is on the path). Servers run on this Node and,
- *    when installed, on Node 24 (reuseport needs it); each row names its Node.
- * 2. A mixed workload, a new connection per request, 1 request in 20 hitting
+ * 1. GET / on the hello app with raw node:cluster, 'rr', 'none', 'balanced'
+ *    and (on Node >= 22.12) 'reuseport': keep-alive req/s (autocannon), and
+ *    new-connection req/s with a new connection per request (wrk
+ *    `Connection: close`; without wrk, autocannon reconnecting every 2nd
+ *    request), with the primary's CPU per new connection read from /proc.
+ *    Servers run on this Node and, when installed, on Node 24 (reuseport
+ *    needs it); each row names its Node.
+ * 2. Balance: 100 keep-alive connections opened at once against 4 workers;
+ *    how many each worker got, per round, and max/min.
+ * 3. A mixed workload, a new connection per request, 1 request in 20 hitting
  *    GET /cpu (blocks ~50 ms): p99 of the light requests for raw node:cluster
  *    (the anchor), 'rr' with its defaults, 'rr' with an aggressive
- *    maxEventLoopDelayMs 20, 'none', and 'reuseport'.
+ *    maxEventLoopDelayMs 20, 'none', 'balanced' and 'reuseport'.
  *
- *   node bench/scheduling.js [--rounds 3] [--seconds 2.5] [--mixed-seconds 6] [--mixed-rounds 2]
+ *   node bench/scheduling.js [--rounds 3] [--seconds 2.5] [--mixed-seconds 6] [--mixed-rounds 2] [--balance-rounds 5]
  *
- * Loopback only, ~3 min, stops every process it started by PID. Measures only.
+ * Loopback only, ~5 min, stops every process it started by PID. Measures only.
  */
 
 const { numberArg: arg } = require('./lib/args')
@@ -22,8 +28,10 @@ const { startLocal } = require('./lib/contenders')
 const { runAutocannon, runClientLoop, percentile } = require('./lib/load')
 const { median, ratio, fmt, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
-const { installCleanup, node24, sleep } = require('./lib/proc')
+const http = require('http')
+const { installCleanup, node24, sleep, cpuMs } = require('./lib/proc')
 const { BLOCK_MS } = require('./lib/apps')
+const { hasWrk, wrkClose } = require('./lib/wrk')
 
 const ROUNDS = arg('--rounds', 3)
 const SECONDS = arg('--seconds', 2.5)
@@ -32,6 +40,9 @@ const MIXED_ROUNDS = arg('--mixed-rounds', 2)
 const CONNECTIONS = 50
 const MIXED_CONCURRENCY = 16
 const HEAVY_EVERY = 20
+const BALANCE_ROUNDS = arg('--balance-rounds', 5)
+const BALANCE_WORKERS = 4
+const BALANCE_CONNECTIONS = 100
 
 /** The Node binaries to run servers with: this one, plus Node 24 if present. */
 function nodes () {
@@ -62,11 +73,26 @@ async function interleave (contenders, rounds, fn) {
   return results
 }
 
+/** New-connection req/s and the primary's CPU per new connection. */
+async function newConnections (c) {
+  const before = cpuMs(c.proc.pid)
+  const result = hasWrk()
+    ? await wrkClose({ port: c.port, connections: CONNECTIONS, seconds: SECONDS })
+    : await runAutocannon({ port: c.port, connections: CONNECTIONS, durationSec: SECONDS, reconnectRate: 2 })
+  const primaryMs = cpuMs(c.proc.pid) - before
+  const connections = hasWrk() ? result.total : result.rps * SECONDS / 2
+  return { rps: result.rps, p99: result.p99, failed: hasWrk() ? result.failed : result.errors + result.non2xx, usPerConnection: primaryMs * 1000 / connections }
+}
+
 async function throughputPart () {
   const contenders = []
   try {
     for (const node of nodes()) {
-      const modes = supportsReusePort(node.version) ? ['rr', 'none', 'reuseport'] : ['rr', 'none']
+      const raw = await startLocal('cluster', { node: node.bin, label: `raw node:cluster (Node ${node.version})` })
+      raw.node = node.version
+      raw.mode = 'raw'
+      contenders.push(raw)
+      const modes = supportsReusePort(node.version) ? ['rr', 'none', 'balanced', 'reuseport'] : ['rr', 'none', 'balanced']
       for (const mode of modes) {
         const c = await startLocal('clusterize', { node: node.bin, label: `'${mode}' (Node ${node.version})`, options: { scheduling: mode } })
         c.node = node.version
@@ -76,20 +102,67 @@ async function throughputPart () {
     }
     for (const c of contenders) await runAutocannon({ port: c.port, durationSec: 1 })
     const keepAlive = await interleave(contenders, ROUNDS, (c) => runAutocannon({ port: c.port, connections: CONNECTIONS, durationSec: SECONDS }))
-    const perRequest = await interleave(contenders, ROUNDS, (c) => runAutocannon({ port: c.port, connections: CONNECTIONS, durationSec: SECONDS, reconnectRate: 2 }))
+    const perConnection = await interleave(contenders, ROUNDS, newConnections)
     const rows = contenders.map((c) => {
-      const base = contenders.find((b) => b.node === c.node && b.mode === 'rr')
+      const base = contenders.find((b) => b.node === c.node && b.mode === 'raw')
       const m = (map, label, key) => median(map.get(label).map((r) => r[key]))
-      const failed = keepAlive.get(c.label).concat(perRequest.get(c.label)).reduce((n, r) => n + r.errors + r.non2xx, 0)
+      const failed = keepAlive.get(c.label).reduce((n, r) => n + r.errors + r.non2xx, 0) + perConnection.get(c.label).reduce((n, r) => n + r.failed, 0)
       return [c.label,
         fmt(m(keepAlive, c.label, 'rps')), ratio(m(keepAlive, c.label, 'rps'), m(keepAlive, base.label, 'rps')), fmt(m(keepAlive, c.label, 'p99')),
-        fmt(m(perRequest, c.label, 'rps')), ratio(m(perRequest, c.label, 'rps'), m(perRequest, base.label, 'rps')), fmt(m(perRequest, c.label, 'p99')),
+        fmt(m(perConnection, c.label, 'rps')), ratio(m(perConnection, c.label, 'rps'), m(perConnection, base.label, 'rps')), fmt(m(perConnection, c.label, 'p99'), 1),
+        fmt(m(perConnection, c.label, 'usPerConnection'), 1),
         failed]
     })
-    return markdownTable(['scheduling (server Node)', 'keep-alive req/s', 'vs rr', 'keep-alive p99 ms', 'new conn / 2 req: req/s', 'vs rr', 'new conn / 2 req: p99 ms', 'failed'], rows)
+    return markdownTable(['scheduling (server Node)', 'keep-alive req/s', 'vs raw', 'keep-alive p99 ms', 'new conn req/s', 'vs raw', 'new conn p99 ms', 'primary CPU per new conn (us)', 'failed'], rows)
   } finally {
     for (const c of contenders) await c.stop()
   }
+}
+
+/** Open `n` keep-alive connections at once (n requests in parallel on one agent); how many each worker got. */
+async function openAtOnce (c, n) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: n })
+  try {
+    const pids = await Promise.all(Array.from({ length: n }, () => new Promise((resolve, reject) => {
+      http.get({ host: '127.0.0.1', port: c.port, path: '/', agent }, (res) => {
+        let body = ''
+        res.setEncoding('utf8')
+        res.on('data', (chunk) => { body += chunk })
+        res.on('end', () => resolve(JSON.parse(body).pid))
+      }).on('error', reject)
+    })))
+    const counts = new Map(c.workerPids().map((pid) => [pid, 0]))
+    for (const pid of pids) counts.set(pid, (counts.get(pid) || 0) + 1)
+    return [...counts.values()].sort((a, b) => b - a)
+  } finally {
+    agent.destroy()
+  }
+}
+
+async function balancePart () {
+  const specs = [
+    { kind: 'cluster', label: 'raw node:cluster (Node round robin)', env: { BENCH_WORKERS: String(BALANCE_WORKERS) } },
+    { label: "'rr'", options: { scheduling: 'rr', workers: BALANCE_WORKERS } },
+    { label: "'none'", options: { scheduling: 'none', workers: BALANCE_WORKERS } },
+    { label: "'balanced'", options: { scheduling: 'balanced', workers: BALANCE_WORKERS } }
+  ]
+  const contenders = []
+  try {
+    for (const spec of specs) contenders.push(await startLocal(spec.kind || 'clusterize', { label: spec.label, options: spec.options, env: spec.env }))
+    const results = await interleave(contenders, BALANCE_ROUNDS, (c) => openAtOnce(c, BALANCE_CONNECTIONS))
+    return markdownTable(['scheduling', `connections per worker, each round (${BALANCE_ROUNDS} rounds)`, 'max/min, median', 'max/min, worst'],
+      contenders.map((c) => {
+        const rounds = results.get(c.label)
+        const ratios = rounds.map((counts) => counts[counts.length - 1] > 0 ? counts[0] / counts[counts.length - 1] : Infinity)
+        return [c.label, rounds.map((counts) => counts.join('/')).join(', '), fmtRatio(median(ratios)), fmtRatio(Math.max(...ratios))]
+      }))
+  } finally {
+    for (const c of contenders) await c.stop()
+  }
+}
+
+function fmtRatio (value) {
+  return Number.isFinite(value) ? value.toFixed(2) : 'inf (a worker got none)'
 }
 
 function pickMixedPath (n) {
@@ -104,7 +177,8 @@ async function mixedPart () {
     { kind: 'cluster', label: 'raw node:cluster (Node round robin)' },
     { label: "'rr' (default: hand-off acks, maxEventLoopDelayMs 500)", options: { scheduling: 'rr', health } },
     { label: "'rr' with maxEventLoopDelayMs 20", options: { scheduling: 'rr', health: Object.assign({ maxEventLoopDelayMs: 20 }, health) } },
-    { label: "'none'", options: { scheduling: 'none', health } }
+    { label: "'none'", options: { scheduling: 'none', health } },
+    { label: "'balanced'", options: { scheduling: 'balanced', health } }
   ]
   const newer = nodes().find((n) => supportsReusePort(n.version))
   if (newer) specs.push({ label: "'reuseport'", node: newer, options: { scheduling: 'reuseport', health } })
@@ -144,13 +218,19 @@ async function mixedPart () {
 async function main () {
   installCleanup()
   const throughput = await throughputPart()
+  const balance = await balancePart()
   const mixed = await mixedPart()
   console.log('## Scheduling modes (clusterize, 2 workers)\n')
   console.log(machineLine(`servers also on ${nodes().map((n) => n.version).join(' and ')}`))
-  console.log(`\nGET / on the hello app, autocannon ${CONNECTIONS} connections, ${ROUNDS} rounds x ${SECONDS} s, order rotated, medians; ` +
-    '"new conn / 2 req" reconnects after every 2nd request (autocannon reconnectRate 2; 1 is broken in autocannon 8), so the acceptor is on the path. ' +
-    'Ratios are against \'rr\' on the same Node. The load generator shares the cores with the servers.\n')
+  console.log(`1-minute load average at the end: ${require('os').loadavg()[0].toFixed(1)} on ${require('os').availableParallelism()} cores.`)
+  console.log(`\nGET / on the hello app, ${CONNECTIONS} connections, ${ROUNDS} rounds x ${SECONDS} s, order rotated, medians. Keep-alive: autocannon. ` +
+    (hasWrk() ? "New conn: wrk -t1 -H 'Connection: close' (a new connection per request). " : 'New conn: autocannon reconnecting after every 2nd request (wrk is not installed). ') +
+    'Primary CPU per new connection: the primary\'s utime+stime from /proc (10 ms ticks) over the new-connection runs, divided by connections. ' +
+    'Ratios are against raw node:cluster on the same Node. The load generator shares the cores with the servers.\n')
   console.log(throughput)
+  console.log(`\n### Balance: ${BALANCE_CONNECTIONS} keep-alive connections opened at once, ${BALANCE_WORKERS} workers\n`)
+  console.log(`One request on each of ${BALANCE_CONNECTIONS} connections opened together by one client (Node http agent); the answering pid counted per connection, most first.\n`)
+  console.log(balance)
   console.log(`\n### Mixed workload: 1 request in ${HEAVY_EVERY} is GET /cpu (blocks ~${BLOCK_MS} ms)\n`)
   console.log(`${MIXED_CONCURRENCY} client loops, a new connection per request (keep-alive pins a client to one worker, so scheduling only acts on new connections), ` +
     `${MIXED_ROUNDS} rounds x ${MIXED_SECONDS} s, medians. health.heartbeatMs 100 for all rows.\n`)

@@ -30,7 +30,7 @@ async function main (argv, io) {
     await require('../lib/cli/start').start(parsed, io)
     return undefined
   }
-  if (parsed.command === 'top') return require('../lib/dashboard/top').top(parsed.flags, io)
+  if (parsed.command === 'top') return require('../lib/cli/top').top(parsed.flags, io)
   return require('../lib/cli/control')[parsed.command](parsed.flags, io)
 }
 

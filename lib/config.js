@@ -10,12 +10,11 @@ const net = require('net')
 const os = require('os')
 const { ClusterizeOptionError, MAX_TIMER_MS } = require('./errors')
 const { createChecks } = require('./check-options')
-const { DEFAULT_MAX_QUEUED_BYTES } = require('./bus/codec')
 const { availableCpus } = require('./cpus')
 const { RELOAD_SIGNALS } = require('./signals')
 const { defaultMaxIdleConnections } = require('./fd-limit')
 
-const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky']
+const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky', 'balanced']
 const SERIALIZATION = ['json', 'advanced']
 
 const DEFAULTS = {
@@ -61,7 +60,8 @@ const DEFAULTS = {
     shardedPubSub: 'auto',
     serialization: 'json',
     maxMessageBytes: 1024 * 1024,
-    maxQueuedBytes: DEFAULT_MAX_QUEUED_BYTES,
+    /** What one process may hold queued towards one peer. */
+    maxQueuedBytes: 16 * 1024 * 1024,
     stallTimeoutMs: 5000,
     outageBufferBytes: 8 * 1024 * 1024
   },
@@ -69,6 +69,17 @@ const DEFAULTS = {
     registries: undefined,
     timeoutMs: 1000,
     pushIntervalMs: 1000
+  },
+  /** The bounds the primary enforces on the cluster session store (lib/session/cluster-backend.js). */
+  clusterStore: {
+    maxSessions: 100000,
+    maxTotalBytes: 128 * 1024 * 1024
+  },
+  /** The bounds of socket.io connection-state recovery's state in the primary, per namespace (lib/realtime). */
+  recovery: {
+    maxPackets: 10000,
+    maxSessions: 100000,
+    liveWaitMs: 5000
   },
   logger: undefined,
   banner: true,
@@ -295,6 +306,16 @@ function resolveConfig (options, env) {
   config.bus = bus
 
   config.metrics = resolveMetrics(options.metrics)
+  const clusterStore = group('clusterStore', options.clusterStore, DEFAULTS.clusterStore)
+  checkInteger('clusterStore.maxSessions', clusterStore.maxSessions, 1)
+  checkInteger('clusterStore.maxTotalBytes', clusterStore.maxTotalBytes, 1)
+  config.clusterStore = clusterStore
+  const recovery = group('recovery', options.recovery, DEFAULTS.recovery)
+  checkInteger('recovery.maxPackets', recovery.maxPackets, 1)
+  checkInteger('recovery.maxSessions', recovery.maxSessions, 1)
+  checkInteger('recovery.liveWaitMs', recovery.liveWaitMs, 0, MAX_TIMER_MS)
+  config.recovery = recovery
+
   config.logger = checkLogger(options.logger)
   config.banner = pick('banner')
   if (typeof config.banner !== 'boolean') throw fail('banner', 'true or false', config.banner)

@@ -46,7 +46,7 @@ function clusterize (createApp, options) {
 
 module.exports = {
   clusterize,
-  onDrain: require('./worker/drain-hooks').onDrain,
+  onDrain: require('./lifecycle').onDrain,
   // Loaded on first use: a primary never needs express-session or worker_threads.
   offload: lazyValue('offload', () => require('../middleware/offload')),
   session: lazyValue('session', () => require('../middleware/session')),

@@ -5,8 +5,9 @@
  * a builder for each, so senders and the routing tables agree on one name.
  * The envelope itself (`{ $cz: 1, kind, ...fields }`, batching) is lib/ipc.js.
  *
- *   worker -> primary: READY, HEARTBEAT, BOOT_ERROR, DRAINED, BUS
- *   primary -> worker: CONN (with a socket handle), DRAIN, PROMOTE, BUS
+ *   worker -> primary: READY, HEARTBEAT, BOOT_ERROR, DRAINED, BUS, SERVICE, LISTEN_ASK, LOAD
+ *   primary -> worker: CONN (with a socket handle), DRAIN, PROMOTE, BUS, SERVICE,
+ *                      LISTEN (with the listening handle), SHARE
  */
 
 const { envelope, MARK } = require('./ipc')
@@ -27,7 +28,32 @@ const KIND = Object.freeze({
   /** A warm spare takes a slot: start serving as that worker. `{ slot }` */
   PROMOTE: 'promote',
   /** Bus traffic (lib/bus/*), its own ops inside. */
-  BUS: 'bus'
+  BUS: 'bus',
+  /** 'balanced': send me a copy of the listening socket. */
+  LISTEN_ASK: 'listen-ask',
+  /** 'balanced': a copy of the listening socket, as the message's handle. */
+  LISTEN: 'listen',
+  /** 'balanced': the worker's open connections and whether it stopped accepting. `{ c, p }` */
+  LOAD: 'load',
+  /** 'balanced': how many open connections the worker may hold, and whether its event loop is late. `{ l, late }` */
+  SHARE: 'share',
+  /** The library's services (lib/services/*): calls, notifications and replies, ops in SERVICE_OP. */
+  SERVICE: 'svc'
+})
+
+/**
+ * The ops inside kind SERVICE (lib/services/*). Data travels as it is: the
+ * IPC channel encodes it once.
+ *   worker -> primary: CALL, NOTIFY
+ *   primary -> worker: REPLY
+ */
+const SERVICE_OP = Object.freeze({
+  /** Call a service's request handler. `{ id, s: service, m: method, d: data, x? }` (x: 1 = d is the bus codec's encoding of app data) */
+  CALL: 'c',
+  /** Call a service's notification handler; no answer. `{ s, m, d, x? }` */
+  NOTIFY: 'n',
+  /** The answer to CALL. `{ id, ok, d }` or `{ id, ok: false, e: { message, code?, name?, status? } }` */
+  REPLY: 'r'
 })
 
 /**
@@ -43,7 +69,7 @@ const BUS_OP = Object.freeze({
   BROADCASTS: 'B',
   /** To one worker slot or the primary. `{ to, t, d, n }` */
   SEND: 's',
-  /** Ask the primary's handler. `{ id, t, d, r? }` (r: 1 = raw library data, no codec) */
+  /** Ask the primary's handler. `{ id, t, d }` */
   REQUEST: 'rq',
   /** Ask every worker's handler through the primary. `{ id, t, d, ms }` */
   GATHER: 'gq',
@@ -53,7 +79,7 @@ const BUS_OP = Object.freeze({
   RELAYS: 'M',
   /** One relayed or sent message. `{ t, d, f, g, h? }` */
   RELAY: 'm',
-  /** The primary's answer to REQUEST. `{ id, ok, d, e, r? }` */
+  /** The primary's answer to REQUEST. `{ id, ok, d, e }` */
   RESPONSE: 'rs',
   /** The answers to GATHER. `{ id, r: answers, m: missing }` */
   GATHER_RESULT: 'gs',
@@ -72,20 +98,28 @@ const BUS_OP = Object.freeze({
 const bus = {
   broadcasts: (m, n) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.BROADCASTS, m, n }),
   send: (to, t, d, n) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.SEND, to, t, d, n }),
-  request: (id, t, d, raw) => raw
-    ? { [MARK]: 1, kind: KIND.BUS, op: BUS_OP.REQUEST, id, t, d, r: 1 }
-    : { [MARK]: 1, kind: KIND.BUS, op: BUS_OP.REQUEST, id, t, d },
+  request: (id, t, d) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.REQUEST, id, t, d }),
   gather: (id, t, d, ms) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.GATHER, id, t, d, ms }),
   handlerReply: (id, ok, d, e) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.HANDLER_REPLY, id, ok, d, e }),
   relays: (m) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.RELAYS, m }),
   relay: (t, d, f, g, h) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.RELAY, t, d, f, g, h }),
-  response: (id, ok, d, e, raw) => raw
-    ? { [MARK]: 1, kind: KIND.BUS, op: BUS_OP.RESPONSE, id, ok, d, e, r: 1 }
-    : { [MARK]: 1, kind: KIND.BUS, op: BUS_OP.RESPONSE, id, ok, d, e },
+  response: (id, ok, d, e) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.RESPONSE, id, ok, d, e }),
   gatherResult: (id, r, m) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.GATHER_RESULT, id, r, m }),
   handlerAsk: (id, t, d, f, g) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.HANDLER_ASK, id, t, d, f, g }),
   credit: (n) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.CREDIT, n }),
   dropped: (w, n, t) => ({ [MARK]: 1, kind: KIND.BUS, op: BUS_OP.DROPPED, w, n, t })
+}
+
+/** Builders for the service envelopes (hot path: one literal each). */
+const service = {
+  call: (id, s, m, d, x) => x
+    ? { [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.CALL, id, s, m, d, x: 1 }
+    : { [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.CALL, id, s, m, d },
+  notify: (s, m, d, x) => x
+    ? { [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.NOTIFY, s, m, d, x: 1 }
+    : { [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.NOTIFY, s, m, d },
+  reply: (id, d) => ({ [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.REPLY, id, ok: true, d }),
+  failure: (id, e) => ({ [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.REPLY, id, ok: false, e })
 }
 
 /** Envelopes without fields are built once. */
@@ -110,7 +144,9 @@ function createRouter (routes, onUnknown) {
 module.exports = {
   KIND,
   BUS_OP,
+  SERVICE_OP,
   bus,
+  service,
   createRouter,
   ready: (address) => envelope(KIND.READY, { address }),
   heartbeat: (figures, session) => envelope(KIND.HEARTBEAT, { figures, session }),
@@ -123,6 +159,10 @@ module.exports = {
   drain: (timeoutMs, reason) => envelope(KIND.DRAIN, { timeoutMs, reason }),
   promote: (slot) => envelope(KIND.PROMOTE, { slot }),
   conn: () => CONN_MESSAGE,
+  listenAsk: () => envelope(KIND.LISTEN_ASK),
+  listen: () => envelope(KIND.LISTEN),
+  load: (c, p) => envelope(KIND.LOAD, { c, p }),
+  share: (l, late) => envelope(KIND.SHARE, { l, late }),
   /** A handed connection whose first bytes the primary already read ('sticky' with sid routing). */
   connWithHead: (head) => envelope(KIND.CONN, { head: head.toString('latin1') })
 }

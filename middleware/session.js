@@ -50,7 +50,7 @@ function session (options) {
     let passedOn = false
     const held = holdResponse(req, res, function storeFailed (err, headersWereSent, end) {
       reportNotStored(req, res, err, headersWereSent, end)
-    }, ownStore)
+    }, ownStore ? made.store.outcome : null)
     inner(req, res, function afterSession (err) {
       // After the app ended the response, an error is express-session's save/touch/destroy failing.
       if (err && passedOn && held.fail(err.status === 413 ? err : toUnavailable(err, made.kind))) return

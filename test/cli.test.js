@@ -18,7 +18,7 @@ const path = require('path')
 const BIN = path.join(__dirname, '..', 'bin', 'clusterize.js')
 const APP = path.join(__dirname, '..', 'examples', 'hello', 'app.js')
 const { FLAGS } = require('../lib/cli/args')
-const { formatBanner } = require('../lib/primary/banner')
+const { formatBanner } = require('../lib/cli/banner')
 const { createJsonLogger } = require('../lib/cli/json-logger')
 const { version } = require('../package.json')
 const { freePort } = require('./helpers/net')
@@ -204,7 +204,7 @@ describe('usage errors exit with code 2 before anything forks', () => {
     { args: [APP, '--port', 'http'], message: /--port must be a port number from 0 to 65535, got "http"/ },
     { args: [APP, '--port', '70000'], message: /--port must be a port number/ },
     { args: [APP, '--workers', 'many'], message: /--workers must be a number from 0 to 1024 or "auto"/ },
-    { args: [APP, '--scheduling', 'random'], message: /--scheduling must be one of rr, none, reuseport, sticky, got "random"/ },
+    { args: [APP, '--scheduling', 'random'], message: /--scheduling must be one of rr, none, reuseport, sticky, balanced, got "random"/ },
     { args: [APP, '--probes-port', 'x'], message: /--probes-port must be a port number/ },
     { args: [APP, '--json=yes'], message: /--json takes no value/ },
     { args: [APP, '--host', ''], message: /--host needs a non-empty value/ },

@@ -11,7 +11,7 @@ test('bad options fail fast with a message naming the option and what it accepts
     [{ workers: -1 }, /option "workers" must be .*'auto'.*got -1/],
     [{ port: 'x' }, /option "port" must be an integer from 0 to 65535, got "x"/],
     [{ colour: 'red' }, /unknown option "colour" \(accepted: port, host, workers/],
-    [{ scheduling: 'random' }, /option "scheduling" must be one of 'rr', 'none', 'reuseport', 'sticky', got "random"/],
+    [{ scheduling: 'random' }, /option "scheduling" must be one of 'rr', 'none', 'reuseport', 'sticky', 'balanced', got "random"/],
     [{ health: { heartbeatMs: 0 } }, /option "health.heartbeatMs"/],
     [{ health: { hearbeatMs: 10 } }, /unknown option "health.hearbeatMs"/],
     [{ restart: { maxCrashes: 0 } }, /option "restart.maxCrashes"/],
@@ -43,6 +43,8 @@ test('environment fallbacks: PORT and WORKERS; defaults for keep-alive', () => {
   assert.strictEqual(config.headersTimeout, 66000)
   assert.ok(resolveConfig({}, {}).workers >= 1, "'auto' gives at least one worker")
   assert.strictEqual(resolveConfig({ port: 9000 }, { PORT: '8080' }).port, 9000, 'options win over env')
+  assert.strictEqual(resolveConfig({}, {}).scheduling, 'rr', "'rr' stays the default")
+  assert.strictEqual(resolveConfig({ scheduling: 'balanced' }, {}).scheduling, 'balanced')
 })
 
 test('every time option is bounded by what a timer can hold (2^31-1 ms): 3e9 fails at startup naming the option', () => {

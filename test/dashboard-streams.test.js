@@ -168,3 +168,45 @@ test('probes.maxStreams reaches the dashboard of a real cluster', async () => {
   first.req.destroy()
   await cluster.stop()
 })
+
+/** GET a dashboard path from one peer; resolves with the status, Retry-After and body. */
+function getPath (port, urlPath) {
+  return new Promise((resolve, reject) => {
+    http.get({ host: '127.0.0.1', port, path: urlPath, agent: false }, (res) => {
+      let body = ''
+      res.on('data', (chunk) => { body += chunk })
+      res.on('end', () => resolve({ status: res.statusCode, retryAfter: res.headers['retry-after'], body }))
+    }).on('error', reject)
+  })
+}
+
+test('history requests from one peer beyond probes.streamsPerMinute get 429 and are counted', async () => {
+  const { dashboard, port } = await startDashboard({ streamsPerMinute: 3 })
+  for (let i = 0; i < 3; i++) assert.strictEqual((await getPath(port, '/dashboard/history')).status, 200, `history ${i + 1}`)
+  const refused = await getPath(port, '/dashboard/history')
+  assert.strictEqual(refused.status, 429)
+  assert.ok(Number(refused.retryAfter) >= 1 && Number(refused.retryAfter) <= 60, refused.retryAfter)
+  assert.match(refused.body, /too many dashboard history requests from 127\.0\.0\.1 \(probes\.streamsPerMinute is 3\)/)
+  // Its own budget: the streams of that peer are not used up by history requests.
+  const stream = await openStream(port)
+  assert.strictEqual(stream.status, 200)
+  stream.req.destroy()
+  assert.strictEqual(dashboard.streams.historyRefused, 1)
+})
+
+test("a real cluster's /stats and /metrics carry the dashboard's stream counters", async () => {
+  const cluster = await startCluster(fixture, { env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 1, probes: { port: 0, maxStreams: 1, streamsPerMinute: 2 } }) } })
+  const first = await openStream(cluster.probesPort)
+  assert.strictEqual(first.status, 200)
+  assert.strictEqual((await openStream(cluster.probesPort)).status, 503)
+  for (let i = 0; i < 3; i++) await getPath(cluster.probesPort, '/dashboard/history')
+  const stats = await cluster.stats()
+  assert.deepStrictEqual(stats.dashboard, { open: 1, evicted: 0, refused: 1, historyRefused: 1 })
+  const metrics = (await cluster.probe('/metrics')).body
+  assert.match(metrics, /^clusterize_dashboard_streams 1$/m)
+  assert.match(metrics, /^clusterize_dashboard_streams_evicted_total 0$/m)
+  assert.match(metrics, /^clusterize_dashboard_refused_total\{request="stream"\} 1$/m)
+  assert.match(metrics, /^clusterize_dashboard_refused_total\{request="history"\} 1$/m)
+  first.req.destroy()
+  await cluster.stop()
+})

@@ -4,8 +4,11 @@
  * The dashboard on the probes server: token rules over plain HTTP, then the
  * page itself in headless Chromium (Debian's `chromium`, driven by
  * playwright-core): one row per worker, charts with data, a reload and a
- * killed worker in the timeline, data that keeps flowing. A screenshot is
- * written to a temp dir (DASHBOARD_SCREENSHOT=path writes it there too).
+ * killed worker in the timeline, data that keeps flowing; then the page as a
+ * person sees it at 1100 px, at 390 px and in a dark colour scheme (every
+ * column readable, axes and a legend on each chart). Screenshots of the
+ * three go to a temp dir; UPDATE_SCREENSHOTS=1 writes them to docs/images/
+ * (the README shows them).
  */
 
 const { test, after } = require('node:test')
@@ -22,6 +25,9 @@ const env = (options) => ({ CZ_TEST_OPTIONS: JSON.stringify(options) })
 const CONTROL = 'control-token-0123456789abcdef'
 const VIEW = 'view-token-0123456789abcdef'
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium'
+const DOCS_IMAGES = path.join(__dirname, '..', 'docs', 'images')
+/** Each screenshot in docs/images stays small enough to ship and to load fast. */
+const SCREENSHOT_BUDGET = 150 * 1024
 
 after(stopAll)
 
@@ -121,19 +127,155 @@ test('the page in headless Chromium: a row per worker, charts drawn, a reload an
     return rows.length === 2 && rows.every((tr) => tr.dataset.pid !== String(pid)) && rows.some((tr) => tr.children[5].textContent === '1')
   }, victim.pid, { timeout: 15000 })
 
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-dashboard-'))
-  const shot = path.join(dir, 'dashboard.png')
-  await page.screenshot({ path: shot, fullPage: true })
-  assert.ok(fs.statSync(shot).size > 10000, 'the screenshot has content')
-  if (process.env.DASHBOARD_SCREENSHOT) fs.copyFileSync(shot, process.env.DASHBOARD_SCREENSHOT)
-  fs.rmSync(dir, { recursive: true, force: true })
+  // The screenshots show every slot running again, and (when they are for the docs) a minute of steady traffic.
+  const load = process.env.UPDATE_SCREENSHOTS ? traffic(cluster, page) : null
+  if (load) {
+    t.after(load.stop)
+    await load.spanned(60000)
+  }
+  await page.waitForFunction(() => Array.from(document.querySelectorAll('#workers tr')).every((tr) => tr.children[3].textContent === 'ready' && tr.children[6].textContent !== '-'), null, { timeout: 15000 })
 
-  await page.setViewportSize({ width: 390, height: 800 })
-  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth)
-  assert.ok(overflow <= 1, `phone width: the page does not scroll sideways (${overflow}px); the table scrolls inside its box`)
+  const dir = process.env.UPDATE_SCREENSHOTS ? DOCS_IMAGES : fs.mkdtempSync(path.join(os.tmpdir(), 'cz-dashboard-'))
+  if (!process.env.UPDATE_SCREENSHOTS) t.after(() => fs.rmSync(dir, { recursive: true, force: true }))
+  const shoot = async (name, options) => {
+    const file = path.join(dir, name)
+    await page.screenshot(Object.assign({ path: file }, options))
+    const size = fs.statSync(file).size
+    assert.ok(size > 10000, `${name} has content (${size} bytes)`)
+    assert.ok(size <= SCREENSHOT_BUDGET, `${name} is ${size} bytes, over the ${SCREENSHOT_BUDGET} budget`)
+  }
+
+  // 1100 px, a laptop: every column header is whole and inside the table's box, no sideways scroll.
+  let view = await layout(page)
+  assert.ok(view.pageOverflow <= 1, `1100 px: the page does not scroll sideways (${view.pageOverflow}px)`)
+  assert.deepStrictEqual(view.cutHeaders, [], '1100 px: every column header is fully visible')
+  assert.ok(view.box.scrollWidth <= view.box.clientWidth + 1, `1100 px: all columns fit (${view.box.scrollWidth} > ${view.box.clientWidth})`)
+  assertCharts(view, ['worker 0', 'worker 1'], '1100 px')
+  await shoot('dashboard.png', { fullPage: true })
+
+  await page.emulateMedia({ colorScheme: 'dark' })
+  view = await layout(page)
+  assert.ok(view.colors.background < 0.1, `dark: a dark background (luminance ${view.colors.background})`)
+  assert.ok(view.colors.text > 0.6, `dark: light text (luminance ${view.colors.text})`)
+  assert.ok(view.colors.header > 0.3, `dark: readable column headers (luminance ${view.colors.header})`)
+  assert.ok(view.colors.lines.every((l) => l > 0.15), `dark: every chart line stands out from the background (${view.colors.lines})`)
+  assertCharts(view, ['worker 0', 'worker 1'], 'dark')
+  await shoot('dashboard-dark.png', { fullPage: true })
+  await page.emulateMedia({ colorScheme: 'light' })
+  view = await layout(page)
+  assert.ok(view.colors.background > 0.9 && view.colors.text < 0.1, 'light again')
+
+  // 390 px, a phone: the page keeps its width; the table scrolls inside its own box, to its last column.
+  await page.setViewportSize({ width: 390, height: 844 })
+  view = await layout(page)
+  assert.ok(view.pageOverflow <= 1, `390 px: the page does not scroll sideways (${view.pageOverflow}px); the table scrolls inside its box`)
+  assert.ok(['auto', 'scroll'].includes(view.box.overflowX), `390 px: the table's box scrolls (overflow-x ${view.box.overflowX})`)
+  assert.ok(view.box.right <= 390, `390 px: the table's box ends inside the screen (${view.box.right})`)
+  assert.ok(view.figures.every((f) => f.right <= 390), '390 px: every chart fits the screen')
+  assertCharts(view, ['worker 0', 'worker 1'], '390 px')
+  await shoot('dashboard-phone.png')
+  await page.evaluate(() => { const box = document.querySelector('table').parentElement; box.scrollLeft = box.scrollWidth })
+  view = await layout(page)
+  assert.deepStrictEqual(view.cutHeaders.filter((h) => h.index > 0 && h.index >= view.headerCount - 3), [], '390 px: scrolled to its end, the last columns are whole')
+  if (load) await load.stop()
   assert.deepStrictEqual(errors, [])
   await cluster.stop()
 })
+
+/**
+ * Requests at a modest pace, for the docs' screenshots only, until stop();
+ * `spanned(ms)` resolves once the page's charts cover that much time.
+ */
+function traffic (cluster, page) {
+  let running = true
+  const done = (async () => {
+    for (let i = 0; running && i < 100000; i++) {
+      await Promise.all([cluster.get('/'), cluster.get('/'), cluster.get('/')]).catch(() => {})
+      await new Promise((resolve) => setTimeout(resolve, 20 + 30 * Math.abs(Math.sin(i / 40))))
+    }
+  })()
+  return {
+    spanned: (ms) => page.waitForFunction((label) => Array.from(document.querySelectorAll('#chart-rps .x-axis text'), (el) => el.textContent).includes(label),
+      '-' + ms / 60000 + ' min', { timeout: ms + 60000 }),
+    stop: () => { running = false; return done }
+  }
+}
+
+/**
+ * What a person sees: sideways overflow of the page, the table's box, the
+ * column headers not fully visible inside it (cut by the box or by their own
+ * width), each chart's axis labels and legend, and the colours in use as
+ * relative luminance (0 black, 1 white).
+ */
+async function layout (page) {
+  // Charts are drawn at their width: look after the next snapshot has redrawn everything.
+  const before = await page.textContent('#status')
+  await page.waitForFunction((text) => document.getElementById('status').textContent !== text, before, { timeout: 10000 })
+  return page.evaluate(() => {
+    const luminance = (color) => {
+      const [r, g, b] = color.match(/[\d.]+/g).slice(0, 3).map((c) => {
+        const v = Number(c) / 255
+        return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4)
+      })
+      return 0.2126 * r + 0.7152 * g + 0.0722 * b
+    }
+    const boxEl = document.querySelector('table').parentElement
+    const box = boxEl.getBoundingClientRect()
+    const headers = Array.from(document.querySelectorAll('thead th'))
+    const cutHeaders = headers.map((th, index) => {
+      const r = th.getBoundingClientRect()
+      return { index, text: th.textContent, left: r.left, right: r.right, overflows: th.scrollWidth > th.clientWidth }
+    }).filter((h) => h.left < box.left - 0.5 || h.right > box.right + 0.5 || h.overflows)
+    const figures = Array.from(document.querySelectorAll('.charts figure')).map((figure) => {
+      const svg = figure.querySelector('svg')
+      const inside = (el) => {
+        const r = el.getBoundingClientRect()
+        const f = figure.getBoundingClientRect()
+        return r.left >= f.left - 0.5 && r.right <= f.right + 0.5 && r.top >= f.top - 0.5 && r.bottom <= f.bottom + 0.5
+      }
+      const labels = Array.from(svg.querySelectorAll('text'))
+      return {
+        id: svg.id,
+        right: figure.getBoundingClientRect().right,
+        yLabels: Array.from(svg.querySelectorAll('.y-axis text'), (el) => el.textContent),
+        xLabels: Array.from(svg.querySelectorAll('.x-axis text'), (el) => el.textContent),
+        labelsInside: labels.every(inside),
+        legend: Array.from(figure.querySelectorAll('.legend li'), (li) => ({ series: li.dataset.series, text: li.textContent, visible: inside(li) && li.getBoundingClientRect().width > 0 })),
+        lines: Array.from(svg.querySelectorAll('polyline'), (line) => ({ series: line.querySelector('title').textContent, stroke: getComputedStyle(line).stroke }))
+      }
+    })
+    const background = luminance(getComputedStyle(document.body).backgroundColor)
+    return {
+      pageOverflow: document.documentElement.scrollWidth - document.documentElement.clientWidth,
+      box: { overflowX: getComputedStyle(boxEl).overflowX, scrollWidth: boxEl.scrollWidth, clientWidth: boxEl.clientWidth, right: box.right },
+      headerCount: headers.length,
+      cutHeaders,
+      figures,
+      colors: {
+        background,
+        text: luminance(getComputedStyle(document.body).color),
+        header: luminance(getComputedStyle(headers[0]).color),
+        // Contrast of each chart line against the page, as a difference of luminance.
+        lines: figures.flatMap((f) => f.lines.map((l) => Math.abs(luminance(l.stroke) - background)))
+      }
+    }
+  })
+}
+
+/** Each chart has a y axis from 0, time labels ending at "now", and a legend entry per worker line. */
+function assertCharts (view, workers, where) {
+  assert.strictEqual(view.figures.length, 3, where)
+  for (const figure of view.figures) {
+    assert.ok(figure.yLabels.length >= 2 && figure.yLabels[0] === '0', `${where}: ${figure.id} has a y scale from 0 (${figure.yLabels})`)
+    assert.ok(figure.xLabels.length >= 2 && figure.xLabels.includes('now'), `${where}: ${figure.id} has time labels (${figure.xLabels})`)
+    assert.ok(figure.labelsInside, `${where}: ${figure.id}'s axis labels are inside its box`)
+    const expected = figure.id === 'chart-rps' ? workers.concat('total') : workers
+    assert.deepStrictEqual(figure.legend.map((l) => l.series), expected, `${where}: ${figure.id} has a legend entry per line`)
+    assert.ok(figure.legend.every((l) => l.visible && l.text.startsWith(l.series)), `${where}: ${figure.id}'s legend is visible and named`)
+    assert.deepStrictEqual(figure.lines.map((l) => l.series).sort(), expected.slice().sort(), `${where}: ${figure.id} draws the lines its legend names`)
+    assert.strictEqual(new Set(figure.lines.map((l) => l.stroke)).size, figure.lines.length, `${where}: ${figure.id}'s lines have distinct colours`)
+  }
+}
 
 test('examples/observability/grafana-dashboard.json only uses metrics that /metrics exports', async () => {
   const dashboard = JSON.parse(fs.readFileSync(path.join(__dirname, '..', 'examples/observability/grafana-dashboard.json'), 'utf8'))

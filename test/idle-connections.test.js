@@ -48,6 +48,7 @@ const MODES = [
   ['sticky', { scheduling: 'sticky' }],
   ['sticky.sid', { scheduling: 'sticky', sticky: { sid: true } }],
   ['none', { scheduling: 'none' }],
+  ['balanced', { scheduling: 'balanced' }],
   ['reuseport', { scheduling: 'reuseport' }],
   ['workers: 0', { workers: 0 }]
 ]

@@ -31,10 +31,19 @@ const { BusCore } = require('../lib/bus/core')
 const { createCodec } = require('../lib/bus/codec')
 const { createWorkerTransport } = require('../lib/bus/worker')
 const { createPrimaryTransport } = require('../lib/bus/primary')
+const { WorkerRecord } = require('../lib/primary/worker-record')
+const { createRemote } = require('../lib/services/remote')
+const { createServiceHost } = require('../lib/services/host')
 
 function instrumentedPeer () {
   const writes = []
   return { writes, connected: true, send (message, callback) { writes.push(message); process.nextTick(callback, null); return true } }
+}
+/** A ready worker record (as the primary's bus gets them) whose worker is an instrumented peer. */
+function readyRecord (id) {
+  const record = new WorkerRecord(id, Object.assign(instrumentedPeer(), { process: { pid: 100 + id } }), 1, 0)
+  record.markReady(null)
+  return record
 }
 const newCore = () => Object.assign(new BusCore(), { codec: createCodec({}) })
 const overTheWire = (message) => JSON.parse(JSON.stringify(message))
@@ -103,21 +112,25 @@ test('protocol: every kind has one name, builders make envelopes, the router has
   assert.deepStrictEqual(unknown, ['constructor', 'toString'])
 })
 
-test('a raw library request crosses the channel as plain data: the session string is not wrapped in a second JSON encoding', async () => {
+test('a library request (a service call) crosses the channel as plain data: the session string is not wrapped in a second JSON encoding', async () => {
   const { child, raw } = startChild()
+  const channel = new ipc.Channel(child)
+  const remote = createRemote({ channel, maxQueuedBytes: 1024 * 1024 })
   const core = new BusCore()
   core.codec = createCodec({})
-  const transport = createWorkerTransport(core, { channel: new ipc.Channel(child), id: 0 })
+  const transport = createWorkerTransport(core, { channel, id: 0 })
   const sess = JSON.stringify({ cookie: { expires: null }, user: 'ada' })
-  transport.request('$cz:session', { op: 'set', sid: 's1', sess }, 1000, true, sess.length).catch(() => {})
+  remote.request('session', 'set', { op: 'set', sid: 's1', sess }, 1000, sess.length).catch(() => {})
   transport.request('app:topic', core.codec.encode('app:topic', { sess }), 1000).catch(() => {})
   const items = await eventually(() => {
     const all = raw.flatMap((m) => m.raw.kind === 'batch' ? m.raw.items : [m.raw])
     return all.length >= 2 && all
   })
-  assert.strictEqual(items[0].r, 1)
-  assert.deepStrictEqual(items[0].d, { op: 'set', sid: 's1', sess }, 'plain data, encoded only by the channel')
-  assert.strictEqual(typeof items[1].d, 'string', 'ordinary requests are encoded by the codec')
+  const call = items.find((m) => m.kind === protocol.KIND.SERVICE)
+  const request = items.find((m) => m.kind === protocol.KIND.BUS)
+  assert.deepStrictEqual(call.d, { op: 'set', sid: 's1', sess }, 'plain data, encoded only by the channel')
+  assert.strictEqual(typeof request.d, 'string', 'ordinary requests are encoded by the codec')
+  remote.failAll('test over')
   transport.close()
 })
 
@@ -142,7 +155,7 @@ test('a lone broadcast is written in the same tick at every hop: the sender to t
   assert.strictEqual(toPrimary.writes.length, 1, 'the sender wrote it before broadcast() returned')
 
   const primary = createPrimaryTransport(newCore())
-  const records = [0, 1, 2].map((id) => ({ id, pid: 100 + id, generation: 1, state: 'ready', channel: new ipc.Channel(instrumentedPeer()) }))
+  const records = [0, 1, 2].map(readyRecord)
   for (const record of records) primary.addWorker(record)
   primary.onWorkerMessage(records[0], overTheWire(toPrimary.writes[0]))
   assert.strictEqual(records[0].channel.peer.writes.length, 0, 'not relayed back to its sender')
@@ -165,28 +178,27 @@ test("library requests (the cluster session store's) made in one loop turn share
 
   const workerCore = newCore()
   const toPrimary = instrumentedPeer()
-  const worker = createWorkerTransport(workerCore, { channel: new ipc.Channel(toPrimary), id: 0, generation: 1 })
+  const channel = new ipc.Channel(toPrimary)
+  const worker = createWorkerTransport(workerCore, { channel, id: 0, generation: 1 })
+  const remote = createRemote({ channel, maxQueuedBytes: 1024 * 1024 })
   const answers = []
-  for (let i = 0; i < 5; i++) answers.push(worker.request('$cz:test-store', { op: 'get', i }, 5000, true, 32))
+  for (let i = 0; i < 5; i++) answers.push(remote.request('test-store', 'get', { op: 'get', i }, 5000, 32))
   assert.strictEqual(toPrimary.writes.length, 0, 'library requests wait for the end of the loop turn')
   await turn()
   assert.strictEqual(toPrimary.writes.length, 1, 'five library requests, one write')
   const requests = unpack(toPrimary.writes[0])
   assert.strictEqual(requests.length, 5)
 
-  const primaryCore = newCore()
-  primaryCore.setHandler('$cz:test-store', (data) => ({ got: data.i }))
-  const primary = createPrimaryTransport(primaryCore)
-  const record = { id: 0, pid: 100, generation: 1, state: 'ready', channel: new ipc.Channel(instrumentedPeer()) }
-  primary.addWorker(record)
-  for (const request of requests) primary.onWorkerMessage(record, overTheWire(request))
+  const host = createServiceHost([{ name: 'test-store', start: () => ({ requests: { get: (data) => ({ got: data.i }) } }) }], {})
+  const record = readyRecord(0)
+  host.addWorker(record)
+  for (const request of requests) host.onWorkerMessage(record, overTheWire(request))
   await eventually(() => record.channel.peer.writes.length > 0)
   await turn()
   assert.strictEqual(record.channel.peer.writes.length, 1, 'five answers, one write')
-  for (const response of unpack(record.channel.peer.writes[0])) worker.onPrimaryMessage(overTheWire(response))
+  for (const response of unpack(record.channel.peer.writes[0])) remote.onPrimaryMessage(overTheWire(response))
   assert.deepStrictEqual((await Promise.all(answers)).map((a) => a.got), [0, 1, 2, 3, 4])
 
   worker.request('user-topic', workerCore.codec.encode('user-topic', { n: 1 }), 5000).catch(() => {})
   assert.strictEqual(toPrimary.writes.length, 2, "a user's lone request is written before request() returns")
 })
-

@@ -144,10 +144,13 @@ describe('failure isolation', () => {
   })
 
   it('the timeout counts from dispatch, not from enqueue', async () => {
-    const p = pool({ threads: 1, taskTimeoutMs: 150 })
-    // each task runs ~100 ms; the second waits ~100 ms in the queue first
-    const [a, b] = await Promise.all([p.run(ops('sleep'), 100), p.run(ops('sleep'), 100)])
-    assert.deepEqual([a, b], [100, 100])
+    // Each task sleeps 2 s; the second waits at least 2 s in the queue, so it
+    // ends at least 4 s after it was queued: past the 3.8 s timeout if that
+    // counted from enqueue. Counted from dispatch, a task fails only if a
+    // loaded box stretches its 2 s sleep by 90% (a sleep never shortens).
+    const p = pool({ threads: 1, taskTimeoutMs: 3800 })
+    const [a, b] = await Promise.all([p.run(ops('sleep'), 2000), p.run(ops('sleep'), 2000)])
+    assert.deepEqual([a, b], [2000, 2000])
     assert.equal(p.stats().timedOut, 0)
   })
 

@@ -81,6 +81,22 @@ test('a worker stuck in a busy loop is detected by missing heartbeats and replac
   await cluster.stop()
 })
 
+test('a primary held up longer than health.heartbeatTimeoutMs does not take its workers\' unread heartbeats for a hang', async () => {
+  const cluster = await startCluster(fixture, {
+    env: env({ workers: 2, health: { heartbeatMs: 200, heartbeatTimeoutMs: 1500 } })
+  })
+  const before = new Set(cluster.workerPids)
+  // 4 s without reading a heartbeat: the workers beat on, their messages wait in the pipes.
+  await cluster.command({ type: 'cz-test:block', ms: 4000 }, 'cz-test:blocked')
+  // Past two more check rounds after the block: a wrong verdict would be out by now.
+  await new Promise((resolve) => setTimeout(resolve, 2500))
+  const stats = await cluster.stats()
+  assert.deepStrictEqual(cluster.events.filter((e) => e.event === 'worker:exit'), [], 'no worker was killed')
+  assert.doesNotMatch(cluster.output, /sent no heartbeat/)
+  assert.deepStrictEqual(new Set(stats.workers.map((w) => w.pid)), before)
+  await cluster.stop()
+})
+
 test('a worker whose memory grows past maxMemoryMB is recycled with zero failed requests', async () => {
   const cluster = await startCluster(fixture, {
     env: env({ workers: 2, health: { heartbeatMs: 200, maxMemoryMB: 200 } })

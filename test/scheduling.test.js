@@ -60,9 +60,12 @@ test("load-aware 'rr': new connections avoid a worker whose event loop is overlo
     env: env({ workers: 2, health: { heartbeatMs: 100, heartbeatTimeoutMs: 10000, maxEventLoopDelayMs: 100 } })
   })
   let busy = null
-  for (let i = 0; i < 4 && !busy; i++) busy = (await cluster.get('/hog?ms=4000&chunk=250')).json.pid
+  // The hog answers at once and then blocks its loop in 250 ms chunks for
+  // 12 s: long enough on a loaded box for heartbeats to report it and for the
+  // ten requests below to be placed while it is still overloaded.
+  for (let i = 0; i < 4 && !busy; i++) busy = (await cluster.get('/hog?ms=12000&chunk=250')).json.pid
   let overloaded = false
-  for (let i = 0; i < 40 && !overloaded; i++) {
+  for (let i = 0; i < 160 && !overloaded; i++) {
     const stats = await cluster.stats()
     overloaded = stats.workers.some((w) => w.pid === busy && w.overloaded)
     if (!overloaded) await sleep(50)

@@ -7,7 +7,7 @@
 
 const { test } = require('node:test')
 const assert = require('node:assert')
-const { extractBinaries, restoreBinaries } = require('../lib/realtime/binary')
+const { extractBinaries, restoreBinaries, binariesUnder } = require('../lib/realtime/binary')
 
 /** What the other side gets: the message through JSON, binaries put back. */
 function roundTrip (message) {
@@ -45,4 +45,50 @@ test('hostile or broken attachments: a __proto__ key stays an own property, bad 
   const target = { a: { b: null } }
   restoreBinaries(target, [[['missing', 'b'], 'AA=='], 'junk', [[], 'AA=='], [['a', 'b'], 42]])
   assert.deepStrictEqual(target, { a: { b: null } })
+})
+
+test('restoreBinaries copies what it changes: a shared message (the primary\'s recovery log in one process) keeps its nulls', () => {
+  const { message: stripped, binaries } = extractBinaries({ data: { packet: { data: ['ev', Buffer.from('a'), { x: [Buffer.from('b'), 1] }] } }, keep: { same: true } })
+  const got = restoreBinaries(stripped, binaries)
+  assert.deepStrictEqual(stripped.data.packet.data, ['ev', null, { x: [null, 1] }], 'the given message is unchanged')
+  assert.deepStrictEqual(got.data.packet.data.map((v) => Buffer.isBuffer(v) ? v.toString() : v)[1], 'a')
+  assert.strictEqual(got.data.packet.data[2].x[0].toString(), 'b')
+  assert.strictEqual(got.keep, stripped.keep, 'what holds no binary is shared, not copied')
+  assert.strictEqual(restoreBinaries(stripped, undefined), stripped)
+})
+
+test('binariesUnder gives the binaries of a part of the message, with paths relative to it (what a recovery log replays)', () => {
+  const { message: stripped, binaries } = extractBinaries({ uid: 'u', data: { packet: { data: ['ev', Buffer.from('a'), [Buffer.from('b')]] }, opts: { x: Buffer.from('c') } } })
+  const under = binariesUnder(binaries, ['data', 'packet', 'data'])
+  assert.deepStrictEqual(under.map(([p]) => p), [[1], [2, 0]])
+  const args = restoreBinaries(stripped.data.packet.data, under)
+  assert.deepStrictEqual([args[0], args[1].toString(), args[2][0].toString()], ['ev', 'a', 'b'])
+  assert.strictEqual(binariesUnder(binaries, ['data', 'other']), undefined)
+  assert.strictEqual(binariesUnder(undefined, ['data']), undefined)
+  assert.strictEqual(binariesUnder(['junk', [[], 'AA==']], []), undefined, 'malformed entries are left out')
+})
+
+test('the primary\'s recovery log (one host) delivers a broadcast\'s binaries with it and replays them with its arguments', () => {
+  const { RecoveryService } = require('../lib/realtime/recovery-service')
+  const sent = []
+  // What it sends its workers (not what it forwards to other hosts).
+  const service = new RecoveryService({ broadcast: (topic, data, options) => options.scope === 'host' && sent.push(data) })
+  const cluster = { uid: 'u', nsp: '/', type: 3, data: { packet: { type: 2, nsp: '/', data: ['msg', { bin: Buffer.from([1, 2]) }] }, opts: { rooms: [], except: [], flags: {} } } }
+  const wire = JSON.parse(JSON.stringify({ op: 'pub', n: '/', i: 1, ...extractBinaries(cluster) }))
+  service.onQueueMessage({ op: wire.op, n: wire.n, i: wire.i, m: wire.message, b: wire.binaries }, {})
+  assert.strictEqual(sent.length, 1)
+  const delivered = restoreBinaries(sent[0].m, sent[0].b)
+  assert.deepStrictEqual([...delivered.data.packet.data[1].bin], [1, 2], 'delivered with its binaries')
+  service.onQueueMessage({ op: 'pub', n: '/', i: 2, m: Object.assign({}, cluster, { data: Object.assign({}, cluster.data, { packet: { type: 2, nsp: '/', data: ['plain'] } }) }) }, {})
+  assert.strictEqual(sent[1].b, undefined, 'a message without binaries carries none')
+
+  service.onStateRequest({ op: 'persist', n: '/', session: { sid: 's', pid: 'p', rooms: ['s'], data: {} } })
+  const state = service.namespace('/')
+  const { missed } = service.onStateRequest({ op: 'restore', n: '/', s: 'p', o: state.offsetOf(0) })
+  assert.strictEqual(missed.length, 2)
+  const [, args, binaries] = missed[0]
+  assert.deepStrictEqual(args, ['msg', { bin: null }], 'the log keeps the arguments without their binaries')
+  assert.deepStrictEqual([...restoreBinaries(args, binaries)[1].bin], [1, 2], 'and replays the binaries beside them')
+  assert.strictEqual(missed[1].length, 2, 'a packet without binaries replays as [offset, arguments]')
+  service.close()
 })

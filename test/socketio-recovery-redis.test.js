@@ -12,7 +12,6 @@
 
 const { test, after } = require('node:test')
 const assert = require('node:assert')
-const net = require('net')
 const path = require('path')
 const Redis = require('ioredis')
 const { io: connectClient } = require('socket.io-client')
@@ -20,6 +19,7 @@ const { RecoveryService } = require('../lib/realtime/recovery-service')
 const { startCluster, stopAll } = require('./helpers/cluster')
 const { eventually } = require('./helpers/wait')
 const { freePort } = require('./helpers/net')
+const { createTcpProxy } = require('./helpers/tcp-proxy')
 const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix, privateRedis, redisServerSuite } = require('./helpers/redis')
 
 const fixture = path.join(__dirname, 'fixtures/socketio-recovery.js')
@@ -142,63 +142,9 @@ test('in process: the sockets of a worker that died without persisting them are 
   assert.deepStrictEqual(restored.missed.map(([, data]) => data[1]), ['missed'])
 })
 
-/**
- * A TCP proxy on loopback in front of one cluster: cut() closes every
- * connection through it and holds new ones; release(port) sends them, and
- * every later one, to the cluster on `port`. What a load balancer does when a
- * host goes away.
- */
+/** A TCP proxy in front of cluster `port` (test/helpers/tcp-proxy.js), closed after the tests. */
 async function createProxy (port) {
-  const pairs = new Set()
-  const proxy = { target: port, held: null }
-  const server = net.createServer((client) => {
-    client.on('error', () => {})
-    if (proxy.held !== null) {
-      client.pause()
-      proxy.held.push(client)
-    } else {
-      forward(client)
-    }
-  })
-  function forward (client) {
-    if (client.destroyed) return
-    const upstream = net.connect(proxy.target, '127.0.0.1')
-    upstream.on('error', () => {})
-    const pair = [client, upstream]
-    pairs.add(pair)
-    const close = () => {
-      pairs.delete(pair)
-      client.destroy()
-      upstream.destroy()
-    }
-    client.once('close', close)
-    upstream.once('close', close)
-    client.pipe(upstream)
-    upstream.pipe(client)
-    client.resume()
-  }
-  proxy.cut = () => {
-    proxy.held = []
-    for (const [client, upstream] of pairs) {
-      client.destroy()
-      upstream.destroy()
-    }
-  }
-  proxy.release = (port) => {
-    proxy.target = port
-    const held = proxy.held || []
-    proxy.held = null
-    for (const client of held) forward(client)
-  }
-  proxy.close = () => new Promise((resolve) => {
-    for (const [client, upstream] of pairs) {
-      client.destroy()
-      upstream.destroy()
-    }
-    server.close(() => resolve())
-  })
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
-  proxy.port = server.address().port
+  const proxy = await createTcpProxy(port)
   cleanups.push(proxy.close)
   return proxy
 }

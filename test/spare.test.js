@@ -29,7 +29,7 @@ async function spareOf (cluster) {
   return spare
 }
 
-for (const scheduling of ['rr', 'none']) {
+for (const scheduling of ['rr', 'none', 'balanced']) {
   test(`'${scheduling}': the spare takes no traffic, takes a killed worker's slot, and a new spare is forked`, async () => {
     const cluster = await startCluster(fixture, { env: env({ workers: 2, spare: 1, scheduling, restart: { backoffInitialMs: 5000 } }) })
     const spare = await spareOf(cluster)

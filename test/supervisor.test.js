@@ -11,10 +11,9 @@ const assert = require('node:assert')
 const cluster = require('cluster')
 const http = require('http')
 const path = require('path')
-const protocol = require('../lib/protocol')
-const { resolveConfig } = require('../lib/config')
-const { Supervisor } = require('../lib/primary/supervisor')
-const { createReloader } = require('../lib/primary/reload')
+const { createSupervisor } = require('./helpers/supervisor')
+const { waitReady, survives } = require('../lib/primary/readiness')
+const { createReloader, holdPredecessors } = require('../lib/primary/reload')
 const { createDispatcher } = require('../lib/primary/dispatcher')
 const { eventually } = require('./helpers/wait')
 
@@ -31,25 +30,10 @@ afterEach(async () => {
   for (const key of Object.keys(process.env)) if (key.startsWith('CZ_BEHAVIOUR')) delete process.env[key]
 })
 
-function collectingLog () {
-  const lines = []
-  const write = (level) => (msg) => lines.push(`${level} ${msg}`)
-  return { lines, debug () {}, info: write('info'), warn: write('warn'), error: write('error') }
-}
-
 function startSupervisor (options) {
-  const config = resolveConfig(Object.assign({ port: 0, banner: false, logger: false }, options))
-  const log = collectingLog()
-  const runtime = { listenMode: 'handoff', port: 0, route: null }
-  const supervisor = new Supervisor(config, log, runtime)
-  runtime.route = protocol.createRouter({
-    [protocol.KIND.READY]: (record, message) => supervisor.onReady(record, message),
-    [protocol.KIND.HEARTBEAT]: (record, message) => supervisor.onHeartbeat(record, message),
-    [protocol.KIND.BOOT_ERROR]: (record, message) => supervisor.onBootError(record, message),
-    [protocol.KIND.DRAINED]: (record, message) => supervisor.onDrained(record, message)
-  }, () => {})
-  current = supervisor
-  return { supervisor, config, log }
+  const started = createSupervisor(options, (env) => cluster.fork(env))
+  current = started.supervisor
+  return started
 }
 
 const allReady = (supervisor, n) => eventually(() => supervisor.readyRecords().length === n && supervisor.readyRecords().every((r) => r.heartbeatAt > 0))
@@ -78,7 +62,7 @@ test('the breaker counts per generation and fires once', async () => {
   process.env.CZ_BEHAVIOUR_2 = 'boot-fail'
   for (let i = 0; i < 3; i++) {
     const canary = supervisor.spawn(0, 2)
-    await assert.rejects(supervisor.waitReady(canary, 5000), /boot-fail in generation 2/)
+    await assert.rejects(waitReady(supervisor, canary, 5000), /boot-fail in generation 2/)
   }
   assert.strictEqual(loops.length, 1, 'three failures, one event')
   assert.strictEqual(loops[0].generation, 2)
@@ -87,16 +71,17 @@ test('the breaker counts per generation and fires once', async () => {
 })
 
 test('a held predecessor serves again when its successor fails; nothing is respawned', async () => {
-  const { supervisor } = startSupervisor({ workers: 1, restart: { backoffInitialMs: 10 } })
+  const { supervisor, log } = startSupervisor({ workers: 1, restart: { backoffInitialMs: 10 } })
+  const holds = holdPredecessors(supervisor, log)
   supervisor.start()
   await allReady(supervisor, 1)
   const predecessor = supervisor.slots[0]
   process.env.CZ_BEHAVIOUR_2 = 'crash-after:300'
   const successor = supervisor.spawn(0, 2)
-  await supervisor.waitReady(successor, 5000)
-  supervisor.promote(successor, true)
+  await waitReady(supervisor, successor, 5000)
+  holds.promote(successor, true)
   assert.strictEqual(supervisor.slots[0], successor)
-  const failure = await supervisor.survives(successor, 10000)
+  const failure = await survives(supervisor, successor, 10000)
   assert.match(failure, /worker 0 \(generation 2\) exited with code 1 \d+ ms after it was ready/)
   assert.strictEqual(supervisor.slots[0], predecessor)
   assert.strictEqual(supervisor.respawnTimers.size, 0)

@@ -46,7 +46,13 @@ export type AppLike =
 /** A factory (sync or async) returning an app, or a module path whose export is one. */
 export type CreateApp = (() => AppLike | Promise<AppLike>) | string
 
-export type Scheduling = 'rr' | 'none' | 'reuseport' | 'sticky'
+/**
+ * How new connections reach workers. 'balanced': workers accept from the shared socket themselves
+ * (no hand-off through the primary) and each stops accepting while it holds more than its share of
+ * the open connections or its event loop is late; falls back to 'none' where Node cannot bind a
+ * socket without listening on it.
+ */
+export type Scheduling = 'rr' | 'none' | 'reuseport' | 'sticky' | 'balanced'
 
 export type SignalName = NodeJS.Signals
 
@@ -185,6 +191,10 @@ export interface ClusterizeOptions {
   bus?: BusOptions
   /** The app's prom-client metrics on /metrics, summed across workers and kept across worker exits. false: clusterize's own metrics only. */
   metrics?: MetricsOptions | false
+  /** The bounds the primary enforces on the cluster session store (validated at startup). */
+  clusterStore?: ClusterStoreOptions
+  /** The bounds of socket.io connection-state recovery's state in the primary (validated at startup). */
+  recovery?: import('./socket.io').ClusterizeRecoveryOptions
   /** Default: one readable line per lifecycle event on stderr. false = silent. */
   logger?: Logger | false
   /**
@@ -314,6 +324,11 @@ export interface WorkerStats {
   overloaded?: boolean
   /** Connections the primary handed to this worker ('rr' and 'sticky'). */
   connectionsHanded?: number
+  /**
+   * With scheduling 'balanced': the worker's open connections as it last reported them, whether it
+   * accepts new ones, and the most it may hold (the limit last sent to it; -1 before the first).
+   */
+  balance?: { open: number, accepting: boolean, limit: number }
   heartbeatAgeMs?: number | null
   heartbeat: Heartbeat | null
   session?: unknown
@@ -333,6 +348,32 @@ export interface ClusterStats {
   bus?: unknown
   /** What the cluster session store in the primary holds (null in single-process mode before any use). */
   sessions?: ClusterSessionStats | null
+  /** Connections the primary holds itself ('rr' and 'sticky' only). */
+  connections?: PrimaryConnectionStats
+  /** The dashboard's event streams (when `probes.dashboard` is on). */
+  dashboard?: DashboardStreamStats
+}
+
+export interface PrimaryConnectionStats {
+  /** Waiting for a ready worker (boot, the only worker restarting). */
+  pending: number
+  /** Refused since the start because `maxIdleConnections` (at most 1024) already waited for a ready worker. */
+  pendingShed: number
+  /** With `sticky: { sid: true }`: still sending their request line. */
+  awaiting: number
+  /** With `sticky: { sid: true }`: the oldest silent ones closed beyond `maxIdleConnections`, since the start. */
+  awaitingShed: number
+}
+
+export interface DashboardStreamStats {
+  /** Open event streams. */
+  open: number
+  /** Streams closed because their client stopped reading (`probes.streamBufferBytes`). */
+  evicted: number
+  /** New streams refused: past `probes.maxStreams`, or `probes.streamsPerMinute` from one peer. */
+  refused: number
+  /** `/dashboard/history` requests refused: past `probes.streamsPerMinute` from one peer. */
+  historyRefused: number
 }
 
 export interface ClusterSessionStats {
@@ -537,6 +578,16 @@ export interface Bus {
   onDropped(handler: (info: BusDropInfo) => void): () => void
   /** 'none' before clusterize() starts, then 'primary' | 'worker' | 'local'. */
   readonly role: 'none' | 'primary' | 'worker' | 'local'
+}
+
+export interface ClusterStoreOptions {
+  /** Sessions the primary holds at most; the oldest-expiring is evicted first. Default 100000. */
+  maxSessions?: number
+  /**
+   * Bytes of session JSON the primary holds at most, evicting like maxSessions; a single session over
+   * it is refused with 413. Default 134217728 (128 MiB).
+   */
+  maxTotalBytes?: number
 }
 
 export interface BusOptions {
@@ -826,11 +877,17 @@ export interface ClusterizeSessionOptions extends Omit<SessionOptions, 'store' |
   ttl?: number
   /** Per-operation deadline in ms before the request gets 503. Default 2000. */
   timeoutMs?: number
-  /** Cluster store: most sessions the primary holds; the closest to expiry is evicted first. Default 100000. */
+  /**
+   * Cluster store: most sessions the primary holds; the closest to expiry is evicted first. Default 100000.
+   * @deprecated set clusterize({ clusterStore: { maxSessions } }), validated at startup; given here, it is
+   * still sent to the primary when the store starts.
+   */
   maxSessions?: number
   /**
    * Cluster store: most bytes of session JSON the primary holds in total; the sessions closest to
    * expiry are evicted first, like maxSessions. Default 134217728 (128 MiB).
+   * @deprecated as the primary's bound: set clusterize({ clusterStore: { maxTotalBytes } }); given here,
+   * it is still sent to the primary, and checked in the worker before a session is sent.
    */
   maxTotalBytes?: number
   /** Cluster store: a session bigger than this as JSON is not stored and the request gets 413. Default 524288 (512 KiB). */

@@ -19,6 +19,8 @@ export interface ClusterizeAdapterOptions {
    * Bounds of socket.io's connectionStateRecovery state, kept in the primary, or in Redis with
    * `bus.redis` (used only when the Server has `connectionStateRecovery`). Packets are also dropped
    * after maxDisconnectionDuration.
+   * @deprecated set them with clusterize()'s `recovery` option, validated at startup; given here,
+   * they still reach the primary when the adapter starts.
    */
   recovery?: ClusterizeRecoveryOptions
 }

@@ -10,6 +10,7 @@
  *   node bench/lib/servers.js pm2-app                   (run by PM2: listens on $PORT)
  *
  * BENCH_CLUSTERIZE_MODULE=<dir> runs clusterize from another copy (A/B of a fix).
+ * BENCH_WORKERS=<n>: the textbook cluster's worker count (default: one per core).
  * BENCH_CRASH_FILE=<file>: while that file exists, every app built crashes the
  * number of milliseconds it holds after boot (a broken deploy, bench/reload.js);
  * BENCH_HANG_FILE: it blocks its event loop for good that long after boot;
@@ -57,7 +58,8 @@ function runTextbookCluster () {
     buildApp().listen(port, '127.0.0.1')
     return
   }
-  const n = os.availableParallelism()
+  // BENCH_WORKERS: as many workers as a clusterize contender given `workers`.
+  const n = Number(process.env.BENCH_WORKERS) || os.availableParallelism()
   let reloading = false
   let listening = 0
   for (let i = 0; i < n; i++) cluster.fork()

@@ -13,8 +13,8 @@ const { EventEmitter } = require('events')
 const { ClusterizeBusError } = require('./errors')
 
 const MAX_TOPIC_LENGTH = 256
-/** What one process may hold queued towards one peer (bus.maxQueuedBytes). */
-const DEFAULT_MAX_QUEUED_BYTES = 16 * 1024 * 1024
+/** The bus's limits when none are given: bus.maxMessageBytes and bus.maxQueuedBytes, with every other option's defaults. */
+const { maxMessageBytes: DEFAULT_MAX_MESSAGE_BYTES, maxQueuedBytes: DEFAULT_MAX_QUEUED_BYTES } = require('../config').DEFAULTS.bus
 /** Bytes counted per message on top of its payload (topic, envelope). */
 const MESSAGE_OVERHEAD_BYTES = 64
 
@@ -32,18 +32,22 @@ function checkTopic (topic, method) {
   }
 }
 
-const RESERVED_PREFIX = '$cz:'
+/**
+ * On the wire, the library channel's topics (./library.js) start with this
+ * character, which no app topic may start with: the two sets of topics never
+ * meet, while sharing the relay, flow control and the Redis bridge.
+ */
+const LIBRARY_MARK = '\u0000'
 
 /**
- * checkTopic(), and refuse the `$cz:` prefix reserved for clusterize's own traffic.
+ * checkTopic(), for the app's topics: the library channel's wire mark is not one.
  * @param {*} topic
  * @param {string} method
  */
-function checkPublicTopic (topic, method) {
+function checkAppTopic (topic, method) {
   checkTopic(topic, method)
-  if (topic.startsWith(RESERVED_PREFIX)) {
-    throw new ClusterizeBusError(
-      `${method}: topics starting with "${RESERVED_PREFIX}" are reserved for clusterize's own traffic (sessions, adapters), got "${topic}"; use another prefix`,
+  if (topic.charCodeAt(0) === 0) {
+    throw new ClusterizeBusError(`${method}: a topic may not start with a NUL character (\\u0000), got ${JSON.stringify(topic)}`,
       'ERR_CLUSTERIZE_BUS_TOPIC', { topic })
   }
 }
@@ -101,7 +105,7 @@ function firstLine (message) {
  */
 function createCodec (options) {
   const name = (options && options.serialization) || 'json'
-  const maxMessageBytes = (options && options.maxMessageBytes) || 1024 * 1024
+  const maxMessageBytes = (options && options.maxMessageBytes) || DEFAULT_MAX_MESSAGE_BYTES
   const maxQueuedBytes = (options && options.maxQueuedBytes) || DEFAULT_MAX_QUEUED_BYTES
   const advanced = name === 'advanced'
 
@@ -215,4 +219,4 @@ function queuedSize (topic, payload) {
   return payloadSize(payload) + topic.length + MESSAGE_OVERHEAD_BYTES
 }
 
-module.exports = { createCodec, checkTopic, checkPublicTopic, toBuffer, queuedSize, MAX_TOPIC_LENGTH, RESERVED_PREFIX, DEFAULT_MAX_QUEUED_BYTES }
+module.exports = { createCodec, checkTopic, checkAppTopic, toBuffer, queuedSize, MAX_TOPIC_LENGTH, LIBRARY_MARK }

@@ -199,10 +199,9 @@ class BusCore {
    * @param {*} payload encoded request data
    * @param {object} meta
    * @param {string} where 'the primary' or 'worker N', for the no-handler message
-   * @param {boolean} [raw] library traffic: the data and the answer travel as they are (no codec)
    * @returns {Promise<{ ok: boolean, d?: *, e?: object }>}
    */
-  invoke (topic, payload, meta, where, raw) {
+  invoke (topic, payload, meta, where) {
     const fn = this.handlers.get(topic)
     if (fn === undefined) {
       return Promise.resolve({
@@ -212,9 +211,8 @@ class BusCore {
     }
     const codec = this.codec
     return new Promise(function runHandler (resolve) {
-      resolve(fn(raw ? payload : codec.decode(payload), meta))
+      resolve(fn(codec.decode(payload), meta))
     }).then(function encodeAnswer (result) {
-      if (raw) return { ok: true, d: result }
       try {
         return { ok: true, d: codec.encode(topic, result, 'reply') }
       } catch (err) {
@@ -229,13 +227,13 @@ class BusCore {
    * Invoke the local handler with a timeout and decode its answer: request()
    * in the primary and in single-process mode.
    */
-  invokeLocally (topic, payload, meta, where, timeoutMs, method, raw) {
+  invokeLocally (topic, payload, meta, where, timeoutMs, method) {
     const codec = this.codec
-    return withTimeout(this.invoke(topic, payload, meta, where, raw), timeoutMs,
+    return withTimeout(this.invoke(topic, payload, meta, where), timeoutMs,
       () => new ClusterizeTimeoutError(`${method}("${topic}"): the handler in ${where} did not answer within ${timeoutMs} ms (options.timeoutMs)`))
       .then(function settle (answer) {
         if (!answer.ok) throw errorFromWire(answer.e, `the handler for "${topic}" failed`)
-        return raw ? answer.d : codec.decode(answer.d)
+        return codec.decode(answer.d)
       })
   }
 

@@ -3,13 +3,13 @@
 /**
  * The public bus: one `bus` object with the same API in the primary, in
  * workers and in single-process mode, a facade over this process's bus
- * runtime (./runtime.js), which the clusterize runtime wires up.
- * `internalBus` is the same API for library code, which may use the
- * reserved `$cz:` topics.
+ * runtime (./runtime.js), which the clusterize runtime wires up. It carries
+ * only the app's messages: the library's own pub/sub is ./library.js, its
+ * requests are lib/services.
  */
 
 const { timeoutOf } = require('./core')
-const { checkTopic, checkPublicTopic } = require('./codec')
+const { checkAppTopic } = require('./codec')
 const { ClusterizeBusError } = require('./errors')
 const { busRuntime } = require('./runtime')
 
@@ -31,13 +31,9 @@ function transportFor (method) {
 
 /**
  * The bus API. Methods do not depend on `this`, so they can be destructured.
- * Topics starting with `$cz:` are reserved for clusterize's own traffic
- * (the cluster session store, adapters): the public `bus` refuses them,
- * `internalBus` (library code only) accepts them.
- * @param {boolean} reservedAllowed
  */
-function createBusApi (reservedAllowed) {
-  const check = reservedAllowed ? checkTopic : checkPublicTopic
+function createBusApi () {
+  const check = checkAppTopic
   const api = {
     /**
      * Call `handler(data, meta)` for every message on `topic`.
@@ -91,9 +87,7 @@ function createBusApi (reservedAllowed) {
     broadcast: function broadcast (topic, data, options) {
       check(topic, 'bus.broadcast')
       const transport = transportFor('bus.broadcast')
-      // Library traffic from the primary may stay on this host ('host') or go to the other hosts only ('remote').
-      const scope = reservedAllowed && options ? checkScope(options.scope, transport) : undefined
-      transport.broadcast(topic, core.codec.encode(topic, data), Boolean(options && options.self), scope)
+      transport.broadcast(topic, core.codec.encode(topic, data), Boolean(options && options.self))
     },
 
     /**
@@ -139,8 +133,6 @@ function createBusApi (reservedAllowed) {
       check(topic, 'bus.request')
       const timeoutMs = timeoutOf(options, 'bus.request')
       const transport = transportFor('bus.request')
-      // Library traffic (the session store) may skip the codec: the IPC channel encodes it once.
-      if (reservedAllowed && options && options.raw === true) return transport.request(topic, data, timeoutMs, true, options.bytes || 0)
       return transport.request(topic, core.codec.encode(topic, data), timeoutMs)
     },
 
@@ -199,26 +191,12 @@ function createBusApi (reservedAllowed) {
   return api
 }
 
-/**
- * internalBus.broadcast()'s `scope`: undefined (every host), 'host' (this
- * host's workers and listeners, not over Redis) or 'remote' (over Redis to the
- * other hosts only). Only the primary and the single process choose.
- */
-function checkScope (scope, transport) {
-  if (scope === undefined) return undefined
-  if (scope !== 'host' && scope !== 'remote') throw new TypeError(`internalBus.broadcast: scope must be 'host' or 'remote', got ${String(scope)}`)
-  if (transport.role === 'worker') throw new TypeError('internalBus.broadcast: scope is for the primary (a worker\'s broadcast goes through it)')
-  return scope
-}
-
 /** The public bus. */
-const bus = createBusApi(false)
-/** For library code: accepts the reserved `$cz:` topics. */
-const internalBus = createBusApi(true)
+const bus = createBusApi()
 
 Object.defineProperty(bus, 'role', {
   enumerable: false,
   get () { return core.transport === null ? 'none' : core.transport.role }
 })
 
-module.exports = { bus, internalBus, busRuntime, ClusterizeBusError }
+module.exports = { bus, busRuntime, transportFor, ClusterizeBusError }

@@ -42,8 +42,8 @@ function createLocalTransport (core) {
       return true
     },
 
-    request (topic, payload, timeoutMs, raw) {
-      return core.invokeLocally(topic, payload, meta(topic), 'this process', timeoutMs, 'bus.request', raw)
+    request (topic, payload, timeoutMs) {
+      return core.invokeLocally(topic, payload, meta(topic), 'this process', timeoutMs, 'bus.request')
     },
 
     gather (topic, payload, timeoutMs) {

@@ -16,45 +16,33 @@
 const debug = require('debug')('clusterize:bus')
 const { BUS_OP, bus: busMessage } = require('../protocol')
 const { isTopic, deliverLater } = require('./core')
-const { queuedSize, RESERVED_PREFIX } = require('./codec')
+const { queuedSize } = require('./codec')
 const { MAX_TIMER_MS } = require('../errors')
 const { createFlow } = require('./flow')
+const { createGathers } = require('./gather')
+const { createNotices } = require('./notices')
 
 
 /** Envelopes a worker may send; anything else is ignored. */
 const FROM_WORKER = new Set([BUS_OP.BROADCAST, BUS_OP.BROADCASTS, BUS_OP.SEND, BUS_OP.REQUEST, BUS_OP.GATHER, BUS_OP.HANDLER_REPLY])
 
-function isLive (record) {
-  return record.state !== 'stopping' && record.state !== 'exited'
-}
-
-function isGatherTarget (record) {
-  return record.state === undefined || record.state === 'ready'
-}
-
 /**
  * @param {import('./core').BusCore} core
  */
 function createPrimaryTransport (core) {
-  /** @type {Set<object>} worker records, as given by busAddWorker */
+  /** @type {Set<import('../primary/worker-record').WorkerRecord>} as given by busAddWorker */
   const records = new Set()
-  /** @type {Map<number, object>} gathers in flight, by primary-side id */
-  const gathers = new Map()
-  let nextGatherId = 1
   /** @type {Map<object, object>} per worker: the 'M' envelope still queued in its channel */
   const openRelays = new Map()
   /** Messages not relayed to a worker because it was stuck or too much was already queued for it. */
   let droppedTotal = 0
   /** Workers currently losing messages (logged once per episode). */
   const dropping = new WeakSet()
-  /** @type {Map<object, object>} per sender: the CREDIT envelope still queued in its channel */
-  const openCredits = new Map()
-  /** @type {Map<object, object>} per sender: the DROPPED envelope still queued in its channel */
-  const openDrops = new Map()
+  const notices = createNotices({ records, post: (record, message) => post(record, message) })
 
   const flow = createFlow({
     stallTimeoutMs: () => core.stallTimeoutMs,
-    onCredit: credit,
+    onCredit: notices.credit,
     onStuck: function stuck (record, heldBytes) {
       dropping.add(record)
       core.log.warn(`bus: worker ${record.id} is stuck: it has read none of the ${heldBytes} bytes queued for it for ${core.stallTimeoutMs} ms (bus.stallTimeoutMs); ` +
@@ -67,36 +55,19 @@ function createPrimaryTransport (core) {
     }
   })
 
-  /** Give `origin` (a sender's record) `bytes` back: every receiver took its messages. */
-  function credit (origin, bytes) {
-    if (!records.has(origin)) return
-    const open = openCredits.get(origin)
-    if (open !== undefined && origin.channel.lastQueued() === open) {
-      open.n += bytes
-      return
-    }
-    const message = busMessage.credit(bytes)
-    openCredits.set(origin, message)
-    post(origin, message)
-  }
-
-  /** Tell the sender of `batch` that a message to `record` was dropped. */
-  function reportDrop (batch, record, topic) {
-    const origin = batch.origin
-    if (!records.has(origin)) return
-    const open = openDrops.get(origin)
-    if (open !== undefined && open.w === record.id && origin.channel.lastQueued() === open) {
-      open.n++
-      return
-    }
-    const message = busMessage.dropped(record.id, 1, topic)
-    openDrops.set(origin, message)
-    post(origin, message)
-  }
+  const gathers = createGathers({
+    core,
+    records,
+    isTarget: (record) => record.isReady(),
+    isStuck: (record) => flow.isStuck(record),
+    post: (record, message) => post(record, message),
+    onSkipped: () => { droppedTotal++ }
+  })
 
   function drop (record, batch, topic, why) {
     droppedTotal++
-    if (batch !== null) reportDrop(batch, record, topic)
+    // Its sender is told (a message of the primary's own or the bridge's has none).
+    if (batch !== null) notices.dropped(batch.origin, record, topic)
     if (!dropping.has(record)) {
       dropping.add(record)
       core.log.warn(`bus: dropping messages to worker ${record.id}: ${why}`, { pid: record.pid })
@@ -155,13 +126,13 @@ function createPrimaryTransport (core) {
   function recordForSlot (workerId) {
     let best = null
     for (const record of records) {
-      if (record.id !== workerId || !isLive(record)) continue
+      if (record.id !== workerId || !record.isLive()) continue
       if (best === null) {
         best = record
         continue
       }
-      const bestReady = isGatherTarget(best)
-      const ready = isGatherTarget(record)
+      const bestReady = best.isReady()
+      const ready = record.isReady()
       if ((ready && !bestReady) || (ready === bestReady && (record.generation || 0) > (best.generation || 0))) best = record
     }
     return best
@@ -201,73 +172,6 @@ function createPrimaryTransport (core) {
     return meta
   }
 
-  // ---- gathers -----------------------------------------------------------
-
-  /**
-   * Ask every ready worker's handler; settle with `(answers, missing)` when
-   * all have answered, exited, or the timeout passes.
-   */
-  function startGather (topic, payload, timeoutMs, from, generation, settle) {
-    const id = nextGatherId++
-    const state = { id, topic, pending: new Set(), answers: [], timer: null, settle }
-    for (const record of records) {
-      if (isGatherTarget(record)) state.pending.add(record)
-    }
-    if (state.pending.size === 0) {
-      settle([], [])
-      return
-    }
-    gathers.set(id, state)
-    const message = busMessage.handlerAsk(id, topic, payload, from, generation)
-    for (const record of Array.from(state.pending)) {
-      if (!flow.isStuck(record)) {
-        record.channel.reserve(queuedSize(topic, payload))
-        post(record, message)
-        continue
-      }
-      // Not asked (it reads nothing): an error entry now, not a silent wait until the timeout.
-      droppedTotal++
-      state.pending.delete(record)
-      state.answers.push({
-        w: record.id,
-        p: record.pid,
-        ok: false,
-        e: { message: `worker ${record.id} (pid ${record.pid}) was not asked "${topic}": it is stuck (it read none of its bus messages for bus.stallTimeoutMs)`, code: 'ERR_CLUSTERIZE_BUS_BACKPRESSURE' }
-      })
-    }
-    if (state.pending.size === 0) {
-      finishGather(state)
-      return
-    }
-    state.timer = setTimeout(finishGather, timeoutMs, state)
-  }
-
-  function finishGather (state) {
-    if (!gathers.has(state.id)) return
-    gathers.delete(state.id)
-    clearTimeout(state.timer)
-    const missing = []
-    for (const record of state.pending) missing.push(record.id)
-    state.settle(state.answers, missing)
-  }
-
-  function gatherAnswer (record, message) {
-    const state = gathers.get(message.id)
-    if (state === undefined || !state.pending.has(record)) return
-    state.pending.delete(record)
-    const answer = { w: record.id, p: record.pid, ok: message.ok === true }
-    if (answer.ok && core.acceptsPayload(message.d)) {
-      answer.d = message.d
-    } else if (answer.ok) {
-      answer.ok = false
-      answer.e = { message: `worker ${record.id} sent a malformed answer`, code: 'ERR_CLUSTERIZE_BUS_DECODE' }
-    } else {
-      answer.e = message.e && typeof message.e === 'object' ? message.e : { message: 'unknown error' }
-    }
-    state.answers.push(answer)
-    if (state.pending.size === 0) finishGather(state)
-  }
-
   // ---- messages from workers ------------------------------------------------
 
   function fromWorkerBroadcast (record, topic, payload, batch) {
@@ -287,7 +191,7 @@ function createPrimaryTransport (core) {
       return
     }
     if (message.op === BUS_OP.HANDLER_REPLY) {
-      gatherAnswer(record, message)
+      gathers.answer(record, message)
       return
     }
     if (message.op === BUS_OP.BROADCASTS) {
@@ -307,18 +211,16 @@ function createPrimaryTransport (core) {
     }
     const topic = message.t
     const payload = message.d
-    // A raw request carries plain data for a library handler on a reserved topic; the codec does not apply.
-    const rawRequest = message.op === BUS_OP.REQUEST && message.r === 1 && typeof topic === 'string' && topic.startsWith(RESERVED_PREFIX)
     const relayed = message.op === BUS_OP.BROADCAST || message.op === BUS_OP.SEND
     const batch = relayed ? flow.openBatch(record, message.n) : null
     try {
-      if (!isTopic(topic) || (!rawRequest && !core.acceptsPayload(payload))) {
+      if (!isTopic(topic) || !core.acceptsPayload(payload)) {
         debug('ignoring malformed bus envelope (op %s) from worker %s', message.op, record.id)
         return
       }
       if (message.op === BUS_OP.BROADCAST) fromWorkerBroadcast(record, topic, payload, batch)
       else if (message.op === BUS_OP.SEND) fromWorkerSend(record, message.to, topic, payload, batch)
-      else fromWorkerAsk(record, message, topic, payload, rawRequest)
+      else fromWorkerAsk(record, message, topic, payload)
     } finally {
       if (batch !== null) flow.closeBatch(batch)
     }
@@ -340,17 +242,15 @@ function createPrimaryTransport (core) {
   }
 
   /** REQUEST and GATHER from a worker. */
-  function fromWorkerAsk (record, message, topic, payload, rawRequest) {
+  function fromWorkerAsk (record, message, topic, payload) {
     switch (message.op) {
       case BUS_OP.REQUEST: {
         const id = message.id
         if (typeof id !== 'number') return
-        const raw = rawRequest
-        core.invoke(topic, payload, localMeta(topic, record.id, record.generation), 'the primary', raw).then(function reply (answer) {
+        core.invoke(topic, payload, localMeta(topic, record.id, record.generation), 'the primary').then(function reply (answer) {
           // A worker that exited meanwhile gets nothing: its request died with it.
           if (!records.has(record)) return
-          // Answers to library requests share one write per loop turn, as the requests do.
-          post(record, busMessage.response(id, answer.ok, answer.d, answer.e, raw), raw)
+          post(record, busMessage.response(id, answer.ok, answer.d, answer.e))
         })
         return
       }
@@ -358,7 +258,7 @@ function createPrimaryTransport (core) {
         const id = message.id
         const timeoutMs = message.ms
         if (typeof id !== 'number' || typeof timeoutMs !== 'number' || !(timeoutMs > 0)) return
-        startGather(topic, payload, Math.min(timeoutMs, MAX_TIMER_MS), record.id, record.generation, function replyGather (answers, missing) {
+        gathers.start(topic, payload, Math.min(timeoutMs, MAX_TIMER_MS), record.id, record.generation, function replyGather (answers, missing) {
           if (!records.has(record)) return
           post(record, busMessage.gatherResult(id, answers, missing))
         })
@@ -373,26 +273,18 @@ function createPrimaryTransport (core) {
       if (!record || !record.channel || typeof record.channel.post !== 'function') {
         throw new TypeError('busAddWorker(record): record.channel must be an ipc.Channel')
       }
+      if (typeof record.isReady !== 'function' || typeof record.isLive !== 'function') {
+        throw new TypeError('busAddWorker(record): record must be a WorkerRecord')
+      }
       records.add(record)
     },
 
     removeWorker (record) {
       if (!records.delete(record)) return
       openRelays.delete(record)
-      openCredits.delete(record)
-      openDrops.delete(record)
+      notices.forget(record)
       flow.forget(record)
-      for (const state of Array.from(gathers.values())) {
-        if (!state.pending.has(record)) continue
-        state.pending.delete(record)
-        state.answers.push({
-          w: record.id,
-          p: record.pid,
-          ok: false,
-          e: { message: `worker ${record.id} (pid ${record.pid}) exited before answering "${state.topic}"`, code: 'ERR_CLUSTERIZE_WORKER_EXIT' }
-        })
-        if (state.pending.size === 0) finishGather(state)
-      }
+      gathers.workerExited(record)
     },
 
     onWorkerMessage,
@@ -415,13 +307,13 @@ function createPrimaryTransport (core) {
       return true
     },
 
-    request (topic, payload, timeoutMs, raw) {
-      return core.invokeLocally(topic, payload, localMeta(topic, 'primary'), 'the primary', timeoutMs, 'bus.request', raw)
+    request (topic, payload, timeoutMs) {
+      return core.invokeLocally(topic, payload, localMeta(topic, 'primary'), 'the primary', timeoutMs, 'bus.request')
     },
 
     gather (topic, payload, timeoutMs) {
       return new Promise(function gatherFromPrimary (resolve) {
-        startGather(topic, payload, timeoutMs, 'primary', undefined, function settle (answers, missing) {
+        gathers.start(topic, payload, timeoutMs, 'primary', undefined, function settle (answers, missing) {
           resolve(core.gatherResult(topic, answers, missing))
         })
       })
@@ -435,12 +327,12 @@ function createPrimaryTransport (core) {
 
     close () {
       flow.close()
-      for (const state of Array.from(gathers.values())) finishGather(state)
+      gathers.close()
     },
 
     status () {
       let ready = 0
-      for (const record of records) if (isGatherTarget(record)) ready++
+      for (const record of records) if (record.isReady()) ready++
       let queuedBytes = 0
       for (const record of records) queuedBytes += record.channel.queuedBytes
       return { workers: records.size, readyWorkers: ready, pendingGathers: gathers.size, queuedBytes, dropped: droppedTotal, stuckWorkers: flow.stuckCount(), maxQueuedBytes: core.codec.maxQueuedBytes }

@@ -25,6 +25,7 @@ const { createCodec } = require('./codec')
 const { parseRedisTarget, describeRedisTarget, topologyOf } = require('../redis/target')
 const { createPubSub } = require('../redis/pubsub')
 const { explainRedisError } = require('../redis/explain')
+const { RedisAvailability } = require('../redis/availability')
 
 const NEWLINE = 10
 const FRAME_VERSION = 1
@@ -33,8 +34,8 @@ const SUBSCRIBERS_WAIT_MS = 5000
 const SUBSCRIBERS_POLL_MS = 50
 /** How often the subscriber count is refreshed while Redis is healthy (on publish, never on a timer). */
 const SUBSCRIBERS_REFRESH_MS = 2000
-/** Default bus.outageBufferBytes when the caller gives none. */
-const DEFAULT_OUTAGE_BUFFER_BYTES = 8 * 1024 * 1024
+/** bus.outageBufferBytes when the caller gives none: lib/config.js's default. */
+const DEFAULT_OUTAGE_BUFFER_BYTES = require('../config').DEFAULTS.bus.outageBufferBytes
 
 /**
  * @param {object} options
@@ -77,10 +78,8 @@ function createRedisBridge (options) {
    * the bridge bounds them by bus.maxQueuedBytes like any other peer.
    */
   let queuedBytes = 0
-  let lastError = null
-  let lastErrorAt = null
-  let healthy = false
-  let loggedOnce = false
+  /** Both connections up, or not (lib/redis/availability.js): one log line per outage, one when it ends. */
+  const availability = new RedisAvailability()
   let closed = false
 
   const target = parseRedisTarget(options.redis, 'bus.redis')
@@ -88,30 +87,26 @@ function createRedisBridge (options) {
 
   function onError (which, err) {
     const cause = explainRedisError(err)
-    lastError = `${which}: ${cause}`
-    lastErrorAt = new Date().toISOString()
-    if (healthy || !loggedOnce) {
+    const wasUp = availability.isUp
+    if (availability.markDown(`${which}: ${cause}`)) {
       // One line per outage; the reconnect attempts that follow are traced with debug.
-      const what = loggedOnce ? `lost its ${which} connection` : `cannot connect its ${which}`
-      loggedOnce = true
+      const what = wasUp ? `lost its ${which} connection` : `cannot connect its ${which}`
       // Not the error object: ioredis attaches the failed command, which may be AUTH with the password.
       log.warn(`bus: Redis bridge (${where}) ${what}: ${cause}; reconnecting`, { channel })
-      if (options.onStateChange) options.onStateChange({ connected: false, lastError })
+      if (options.onStateChange) options.onStateChange({ connected: false, lastError: availability.lastError })
     } else {
       debug('redis %s error: %s', which, cause)
     }
-    healthy = false
   }
 
   /** Both connections work again (a ready event, or a message that went through on a cluster). */
   function onReady () {
     if (closed || !pubsub.ready) return
     // Also when no error marked the outage (a quick reconnect): what waits goes out now.
-    if (healthy) {
+    if (!availability.markUp()) {
       if (buffer.length > 0 && !flushing) flush()
       return
     }
-    healthy = true
     log.info(`bus: Redis bridge connected on channel "${channel}" (${where}, ${pubsub.mode} pub/sub)`, { channel, host })
     if (options.onStateChange) options.onStateChange({ connected: true, channel })
     if (buffer.length > 0) flush()
@@ -205,8 +200,7 @@ function createRedisBridge (options) {
     }, function publishFailed (err) {
       queuedBytes -= size
       stats.published--
-      lastError = `publisher: ${err.message}`
-      lastErrorAt = new Date().toISOString()
+      availability.noteError(`publisher: ${err.message}`)
       debug('publish failed, kept for later: %s', err.message)
       // It may have reached Redis before the connection broke: a retry can deliver it twice, never zero times.
       if (!closed) hold(entry)
@@ -300,15 +294,15 @@ function createRedisBridge (options) {
     /** @returns {object} for /ready and /stats */
     status () {
       return {
-        connected: healthy && pubsub.ready,
+        connected: availability.isUp && pubsub.ready,
         publisher: pubsub.publisherStatus,
         subscriber: pubsub.subscriberStatus,
         topology: topologyOf(target),
         pubsub: pubsub.mode,
         channel,
         host,
-        lastError,
-        lastErrorAt,
+        lastError: availability.lastError,
+        lastErrorAt: availability.lastErrorAt,
         published: stats.published,
         received: stats.received,
         dropped: stats.dropped,

@@ -180,7 +180,6 @@ function createWorkerTransport (core, options) {
         const entry = settle(message.id, 'request')
         if (entry === undefined) return
         if (message.ok === true) {
-          if (message.r === 1) return entry.resolve(message.d)
           let value
           try {
             value = core.codec.decode(message.d)
@@ -252,18 +251,12 @@ function createWorkerTransport (core, options) {
       return true
     },
 
-    /**
-     * @param {boolean} [raw] library traffic: `payload` is plain data the IPC
-     *   channel serialises itself (no second encoding); `rawBytes` sizes it
-     */
-    request (topic, payload, timeoutMs, raw, rawBytes) {
-      reserve('bus.request', topic, raw ? undefined : payload, rawBytes)
+    request (topic, payload, timeoutMs) {
+      reserve('bus.request', topic, payload)
       const { id, promise } = track('request', topic, timeoutMs, function requestTimedOut (resolve, reject) {
         reject(new ClusterizeTimeoutError(`bus.request("${topic}"): the primary did not answer within ${timeoutMs} ms (options.timeoutMs)`))
       })
-      // Library requests (the cluster session store) come from request handlers, many per loop
-      // turn under load: they share one IPC write per turn instead of one each (bench/README.md).
-      post(busMessage.request(id, topic, payload, raw), raw)
+      post(busMessage.request(id, topic, payload))
       return promise
     },
 

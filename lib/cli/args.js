@@ -78,6 +78,8 @@ function parseArgs (argv) {
     seen.set(spec.key, name)
   }
 
+  // `clusterize start app.js`, as pm2 users type it; a lone `start` is still an app file.
+  if (positionals[0] === 'start' && positionals.length > 1) positionals.shift()
   let command = 'start'
   if (positionals.length > 0 && COMMANDS.includes(positionals[0])) command = positionals.shift()
   const app = command === 'start' && positionals.length > 0 ? positionals.shift() : null

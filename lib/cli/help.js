@@ -10,6 +10,7 @@ const HELP = `clusterize ${version}: run an Express app on every core, with zero
 
 Usage
   clusterize <app.js> [flags]          start app.js (an Express app, a factory or an http.Server)
+  clusterize [start] ecosystem.config.js [flags]   start the app a PM2 ecosystem file describes
   clusterize reload [--pid-file F]     replace every worker, one by one, without dropping requests
   clusterize stop   [--pid-file F]     graceful shutdown: drain requests, then exit
   clusterize status [--pid-file F | --probes-port P]   print the workers table
@@ -24,7 +25,7 @@ Start flags
                        0 runs everything in one process (development)
   --port P             port to listen on, 0 = any free port                   [env PORT, default 3000]
   --host H             address to bind, e.g. 127.0.0.1 or ::          [env HOST, default: all interfaces]
-  --scheduling MODE    how connections reach workers                           [default rr]
+  --scheduling MODE    how connections reach workers: rr|none|reuseport|sticky|balanced [default rr]
                          rr         round-robin in the primary, least busy first
                          none       the kernel picks (node:cluster SCHED_NONE)
                          reuseport  every worker binds the port (Linux, Node >= 22.12; else rr)

@@ -14,8 +14,9 @@ const debug = require('debug')('clusterize:cli')
 const { clusterize } = require('../index')
 const { resolveConfig } = require('../config')
 const { ClusterizeOptionError } = require('../errors')
-const { formatBanner } = require('../primary/banner')
+const { formatBanner } = require('./banner')
 const { buildOptions, CliUsageError } = require('./args')
+const { isEcosystemFile, applyEcosystem, mergeOptions } = require('./ecosystem')
 const { CliRuntimeError } = require('./errors')
 const { createJsonLogger } = require('./json-logger')
 const pidFile = require('./pid-file')
@@ -32,9 +33,12 @@ const { version } = require('./help')
  * @returns {Promise<void>}
  */
 async function start (parsed, io) {
+  const ecosystem = isEcosystemFile(parsed.app) ? applyEcosystem(parsed, io.env) : null
+  if (ecosystem) parsed = ecosystem.parsed
   const { flags } = parsed
   const appPath = path.resolve(parsed.app)
   const options = buildOptions(flags, io.env)
+  if (ecosystem) mergeOptions(options, ecosystem.options)
   // The app's session store reads REDIS_URL (session({ store: 'auto' })).
   if (options.bus && typeof options.bus.redis === 'string') io.env.REDIS_URL = options.bus.redis
   if (flags.json) options.logger = createJsonLogger(io.stdout, roleFields())
@@ -47,6 +51,9 @@ async function start (parsed, io) {
   }
 
   const config = validate(options, flags, io.env)
+  if (ecosystem && ecosystem.ignored.length > 0) {
+    io.stderr.write(`clusterize: ${ecosystem.file}: ignoring what clusterize has no use for: ${ecosystem.ignored.join(', ')} (see docs/coming-from-pm2.md)\n`)
+  }
   checkAppFile(appPath, parsed.app)
   const file = pidFilePath(flags, io.env)
   preparePidFileDir(file, !flags.pidFile)

@@ -14,7 +14,8 @@
  * A stream starts with a small hello (the latest snapshot and the last few
  * events); the page asks for the history separately, so a client that only
  * reconnects costs little. Streams are capped, rate-limited per peer and
- * closed when their client stops reading (./streams).
+ * closed when their client stops reading (./streams); history requests are
+ * rate-limited per peer too (./peer-rate).
  */
 
 const crypto = require('crypto')
@@ -22,6 +23,7 @@ const fs = require('fs')
 const path = require('path')
 const debug = require('debug')('clusterize:dashboard')
 const { createStreams } = require('./streams')
+const { createPeerRate } = require('./peer-rate')
 
 const MAX_EVENTS = 200
 const MAX_SNAPSHOTS = 300
@@ -43,7 +45,11 @@ const STREAM_DEFAULTS = { maxStreams: 64, streamBufferBytes: 1024 * 1024, stream
 function createDashboard (options) {
   const { probes, stats, handle } = options
   const intervalMs = Math.max(500, options.intervalMs)
-  const clients = createStreams(Object.assign({}, STREAM_DEFAULTS, pickDefined(probes, Object.keys(STREAM_DEFAULTS))))
+  const limits = Object.assign({}, STREAM_DEFAULTS, pickDefined(probes, Object.keys(STREAM_DEFAULTS)))
+  const clients = createStreams(limits)
+  // A page asks for the history once per load: the same per-peer budget as its streams.
+  const historyRate = createPeerRate(limits.streamsPerMinute)
+  let historyRefused = 0
   const events = []
   const snapshots = []
   let timer = null
@@ -161,7 +167,15 @@ function createDashboard (options) {
   }
 
   /** The rings, for a page that has just connected (one response, not a stream). */
-  function serveHistory (res) {
+  function serveHistory (req, res) {
+    const address = req.socket.remoteAddress || 'unknown'
+    const retryAfter = historyRate.take(address, Date.now())
+    if (retryAfter > 0) {
+      historyRefused++
+      debug('dashboard history refused to %s', address)
+      res.writeHead(429, { 'Content-Type': 'text/plain', 'Cache-Control': 'no-store', 'Retry-After': String(retryAfter) })
+      return res.end(`too many dashboard history requests from ${address} (probes.streamsPerMinute is ${limits.streamsPerMinute})\n`)
+    }
     res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-store' })
     if (historyJson === null) historyJson = JSON.stringify({ events, snapshots })
     res.end(historyJson)
@@ -218,14 +232,17 @@ function createDashboard (options) {
       if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'method not allowed\n') || true
       if (!mayView(req, url)) return send(res, 401, 'this dashboard needs its token (probes.token): ?token=... or Authorization: Bearer ...\n') || true
       if (pathname === '/dashboard') servePage(res)
-      else if (pathname === '/dashboard/history') serveHistory(res)
+      else if (pathname === '/dashboard/history') serveHistory(req, res)
       else serveEvents(req, res)
       return true
     },
     /** Open pages (for tests and the cost bench). */
     get clients () { return clients.size },
-    /** Streams closed for not reading, and new ones refused (cap or rate). */
-    get streams () { return { open: clients.size, evicted: clients.evicted, refused: clients.refused } },
+    /**
+     * Open streams, streams closed for not reading, new ones refused (cap or rate), and
+     * history requests refused (rate): in /stats and /metrics.
+     */
+    get streams () { return { open: clients.size, evicted: clients.evicted, refused: clients.refused, historyRefused } },
     close () {
       stopTicking()
       for (const [name, listener] of Object.entries(listeners)) handle.removeListener(name, listener)

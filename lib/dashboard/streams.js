@@ -9,17 +9,14 @@
  */
 
 const debug = require('debug')('clusterize:dashboard')
-
-const WINDOW_MS = 60000
-/** Distinct peers remembered for the rate limit; beyond it new peers wait for the window to pass. */
-const MAX_PEERS = 10000
+const { createPeerRate } = require('./peer-rate')
 
 /**
  * @param {{ maxStreams: number, streamBufferBytes: number, streamsPerMinute: number }} limits
  */
 function createStreams (limits) {
   const open = new Set()
-  const peers = new Map() // address -> { since, count }
+  const rate = createPeerRate(limits.streamsPerMinute)
   let evicted = 0
   let refused = 0
 
@@ -35,30 +32,12 @@ function createStreams (limits) {
       return { status: 503, retryAfter: 10, message: `too many open dashboards (probes.maxStreams is ${limits.maxStreams}); close one or try again shortly\n` }
     }
     const address = req.socket.remoteAddress || 'unknown'
-    let peer = peers.get(address)
-    if (peer && now - peer.since >= WINDOW_MS) peer = null
-    if (!peer) {
-      if (peers.size >= MAX_PEERS) sweep(now)
-      if (peers.size >= MAX_PEERS) {
-        refused++
-        return { status: 429, retryAfter: 60, message: 'too many dashboard clients; try again in a minute\n' }
-      }
-      peer = { since: now, count: 0 }
-      peers.set(address, peer)
-    }
-    if (peer.count >= limits.streamsPerMinute) {
+    const retryAfter = rate.take(address, now)
+    if (retryAfter > 0) {
       refused++
-      const retryAfter = Math.max(1, Math.ceil((peer.since + WINDOW_MS - now) / 1000))
       return { status: 429, retryAfter, message: `too many new dashboard streams from ${address} (probes.streamsPerMinute is ${limits.streamsPerMinute})\n` }
     }
-    peer.count++
     return null
-  }
-
-  function sweep (now) {
-    for (const [address, peer] of peers) {
-      if (now - peer.since >= WINDOW_MS) peers.delete(address)
-    }
   }
 
   /**

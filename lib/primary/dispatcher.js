@@ -21,7 +21,11 @@ const debug = require('debug')('clusterize:scheduling')
 const protocol = require('../protocol')
 const { pickRendezvous } = require('./rendezvous')
 
-/** Connections held while no worker is ready (boot, crash of the only worker). */
+/**
+ * Connections held while no worker is ready (boot, crash of the only worker), at most; fewer
+ * when `maxAwaiting` (maxIdleConnections, half the fd limit by default) is lower: each holds a
+ * descriptor of the primary's.
+ */
 const MAX_PENDING = 1024
 /** With sid routing: how long a new connection may take to send its request line. */
 const FIRST_BYTES_TIMEOUT_MS = 10000
@@ -42,8 +46,9 @@ class Handoffs {
 /**
  * @param {{ mode: 'rr'|'sticky', port: number, host?: string, sid?: boolean, maxAwaiting?: number, log?: object }} options
  *   `maxAwaiting`: with sid routing, connections held while they send their
- *   request line, at most (the oldest goes first); default no bound. `log`
- *   is told once when that starts
+ *   request line, at most (the oldest goes first); default no bound. It also
+ *   lowers the bound on connections waiting for a ready worker (the newest
+ *   are refused beyond it). `log` is told once when either starts
  * @param {import('./supervisor').Supervisor} supervisor
  * @param {{ isOverloaded: (record: object) => boolean }} health
  */
@@ -55,6 +60,8 @@ function createDispatcher (options, supervisor, health) {
   const awaiting = new Set()
   const maxAwaiting = options.maxAwaiting || Infinity
   let awaitingShed = 0
+  const maxPending = Math.min(MAX_PENDING, options.maxAwaiting || MAX_PENDING)
+  let pendingShed = 0
   const connMessage = protocol.conn()
   let listenHandle = null
   let cursor = 0
@@ -78,7 +85,8 @@ function createDispatcher (options, supervisor, health) {
     if (options.sid) return readRequestLine(handle)
     const record = choose(handle)
     if (!record) {
-      if (pending.length >= MAX_PENDING || closed) return handle.close()
+      if (closed) return handle.close()
+      if (pending.length >= maxPending) return shedPending(handle)
       pending.push(handle)
       return
     }
@@ -118,6 +126,15 @@ function createDispatcher (options, supervisor, health) {
       }
     }
     debug('shed silent connections (%d so far): %d still awaiting their request line', awaitingShed, awaiting.size)
+  }
+
+  /** Like a full listen backlog: those already waiting keep their turn, the newcomer is refused. */
+  function shedPending (handle) {
+    handle.close()
+    if (pendingShed++ === 0 && options.log) {
+      options.log.warn(`more than ${maxPending} connections are waiting for a ready worker: refusing new ones until one is ready (option maxIdleConnections)`)
+    }
+    debug('refused a connection: %d already wait for a ready worker (%d refused so far)', pending.length, pendingShed)
   }
 
   function routeBySid (text, ready, address) {
@@ -238,6 +255,12 @@ function createDispatcher (options, supervisor, health) {
       listenHandle = null
       return new Promise((resolve) => handle.close(resolve))
     },
+    /**
+     * What the primary holds itself and what it closed for the bounds: connections waiting for
+     * a ready worker, and (sticky.sid) those still sending their request line.
+     * @returns {{ pending: number, pendingShed: number, awaiting: number, awaitingShed: number }}
+     */
+    status: () => ({ pending: pending.length, pendingShed, awaiting: awaiting.size, awaitingShed }),
     /** Connections handed to this worker so far. */
     connectionsHanded: (record) => (byRecord.has(record) ? byRecord.get(record).total : 0)
   }

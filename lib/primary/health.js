@@ -73,7 +73,17 @@ function watchHealth (config, supervisor, log, replacer) {
   }
 
   supervisor.on('record:heartbeat', onHeartbeat)
-  const timer = setInterval(checkHangs, Math.min(heartbeatMs, 1000))
+  const intervalMs = Math.min(heartbeatMs, 1000)
+  let lastTickAt = Date.now()
+  const timer = setInterval(function tick () {
+    const now = Date.now()
+    const late = now - lastTickAt > 2 * intervalMs
+    lastTickAt = now
+    // The primary itself was held up (a loaded machine, a long GC): heartbeats may be waiting
+    // unread in the IPC pipes, and timers run before I/O. Judge them next round, not as silence;
+    // the same rule as the reload's watch (./rollout-watch.js).
+    if (!late) checkHangs()
+  }, intervalMs)
   timer.unref()
   return {
     stop () {

@@ -15,15 +15,15 @@ const debug = require('debug')('clusterize:primary')
 const protocol = require('../protocol')
 const { Supervisor } = require('./supervisor')
 const { createDispatcher } = require('./dispatcher')
+const { createBalancer } = require('./balancer')
 const { resolveScheduling, findFreePort } = require('./scheduling')
 const { watchHealth } = require('./health')
 const { createReloader } = require('./reload')
 const { createMetrics } = require('./metrics')
 const { watchSessionStores } = require('./session-watch')
 const { buildStats } = require('./stats')
-const { busRuntime, internalBus } = require('../bus')
-const { attachSessionBackend, backendFor } = require('../session/cluster-service')
-const { attachRecoveryService, recoveryOptions } = require('../realtime/recovery-service')
+const { busRuntime } = require('../bus')
+const { startServices, closeServices } = require('../services')
 const { handleSignals } = require('../signals')
 const { createLogger } = require('../logger')
 const { explainListenError, ClusterizeError, ClusterizeAppError } = require('../errors')
@@ -48,10 +48,10 @@ function startPrimary (createApp, config) {
   const handle = new PrimaryHandle()
   const { mode, listenMode } = resolveScheduling(config, log)
   const state = { mode, listenMode, port: config.port, probesPort: undefined, shuttingDown: false, reloads: 0, readySettled: false }
-  const parts = { dispatcher: null, probes: null, health: null }
-  const runtime = { listenMode, port: config.port, route: null }
+  const parts = { dispatcher: null, balancer: null, probes: null, health: null, dashboard: null }
+  const runtime = { listenMode, port: config.port, route: null, fork: (env) => cluster.fork(env) }
   const supervisor = new Supervisor(config, log, runtime)
-  const metrics = createMetrics(supervisor, () => busRuntime.status())
+  const metrics = createMetrics(supervisor, () => busRuntime.status(), primaryStatus)
   const reloader = createReloader(config, supervisor, log)
   const sessions = watchSessionStores(supervisor, log, (name, info) => handle.emit(name, info))
   const reloads = createReloadQueue()
@@ -60,10 +60,8 @@ function startPrimary (createApp, config) {
   runtime.route = createRoutes()
   cluster.setupPrimary({ serialization: config.bus.serialization })
   busRuntime.configure(config.bus, { logger: log, role: 'primary' })
-  // The cluster session store's sessions live here; cheap until a worker uses it (an empty Map).
-  attachSessionBackend(internalBus)
-  // socket.io connection-state recovery (lib/realtime): empty until a worker's adapter uses it.
-  const recovery = attachRecoveryService(internalBus, recoveryOptions(config, log, supervisor.isRetiringPid.bind(supervisor)))
+  // The library's primary-side services (cluster sessions, socket.io recovery): cheap until a worker uses one.
+  const services = startServices({ config, log, isRetiringPid: supervisor.isRetiringPid.bind(supervisor) })
   forwardEvents()
 
   Object.defineProperty(handle, 'bus', { enumerable: true, get: () => require('../bus').bus })
@@ -90,7 +88,10 @@ function startPrimary (createApp, config) {
       [protocol.KIND.HEARTBEAT]: (record, message) => supervisor.onHeartbeat(record, message),
       [protocol.KIND.BOOT_ERROR]: (record, message) => supervisor.onBootError(record, message),
       [protocol.KIND.DRAINED]: (record, message) => supervisor.onDrained(record, message),
-      [protocol.KIND.BUS]: (record, message) => busRuntime.onWorkerMessage(record, message)
+      [protocol.KIND.BUS]: (record, message) => busRuntime.onWorkerMessage(record, message),
+      [protocol.KIND.SERVICE]: (record, message) => services.onWorkerMessage(record, message),
+      [protocol.KIND.LISTEN_ASK]: (record) => { if (parts.balancer) parts.balancer.onListenAsk(record) },
+      [protocol.KIND.LOAD]: (record, message) => { if (parts.balancer) parts.balancer.onLoad(record, message) }
     }, (record, message) => debug('ignoring %s from worker %d', message.kind, record.id))
   }
 
@@ -102,10 +103,13 @@ function startPrimary (createApp, config) {
     })
     busRuntime.on('bridge:up', (state) => handle.emit('bridge:up', state))
     busRuntime.on('bridge:down', (state) => handle.emit('bridge:down', state))
-    supervisor.on('worker:fork', (record) => busRuntime.addWorker(record))
+    supervisor.on('worker:fork', (record) => {
+      busRuntime.addWorker(record)
+      services.addWorker(record)
+    })
     supervisor.on('record:exit', (record) => {
       busRuntime.removeWorker(record)
-      recovery.forgetProcess(record.pid)
+      services.removeWorker(record)
     })
     supervisor.on('crashloop', onCrashLoop)
     supervisor.on('record:gone', exitIfNothingServes)
@@ -119,6 +123,7 @@ function startPrimary (createApp, config) {
       const dashboard = config.probes.dashboard
         ? require('../dashboard').createDashboard({ probes: config.probes, intervalMs: config.health.heartbeatMs, stats, handle, reload: handle.reload })
         : null
+      parts.dashboard = dashboard
       parts.probes = await require('./probes').startProbes(config.probes, { stats, metrics, isLive, isReady, degradation: sessions.degradation, dashboard })
       state.probesPort = parts.probes.port
     }
@@ -128,14 +133,24 @@ function startPrimary (createApp, config) {
     await allWorkersReady()
     state.readySettled = true
     if (config.banner && config.logger === undefined) {
-      log.info(require('./banner').formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, redis: config.bus.redis }).trimEnd())
+      log.info(require('../cli/banner').formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, redis: config.bus.redis }).trimEnd())
     }
     return { port: state.port, probesPort: state.probesPort, workers: supervisor.readyRecords().map((record) => record.publicView()) }
   }
 
-  /** Bind the port: our acceptor for 'rr'/'sticky'; otherwise agree on one for the workers. */
+  /** Bind the port: our acceptor for 'rr'/'sticky', the shared socket for 'balanced'; otherwise agree on one for the workers. */
   async function listen () {
-    if (listenMode === 'handoff') {
+    if (listenMode === 'balanced') {
+      const health = { isOverloaded: (record) => (parts.health ? parts.health.isOverloaded(record) : false) }
+      parts.balancer = createBalancer({ port: config.port, host: config.host, workers: config.workers }, supervisor, health)
+      try {
+        state.port = (await parts.balancer.listen()).port
+      } catch (err) {
+        explainListenError(err, config.port)
+        log.error(`cannot listen: ${err.message}`)
+        throw err
+      }
+    } else if (listenMode === 'handoff') {
       const health = { isOverloaded: (record) => (parts.health ? parts.health.isOverloaded(record) : false) }
       parts.dispatcher = createDispatcher({ mode, port: config.port, host: config.host, sid: mode === 'sticky' && config.sticky.sid, maxAwaiting: config.maxIdleConnections, log }, supervisor, health)
       try {
@@ -252,14 +267,14 @@ function startPrimary (createApp, config) {
     handle.emit('shutdown')
     shutdownPromise = (async () => {
       const timeoutMs = config.shutdown.timeoutMs
-      const closing = parts.dispatcher ? parts.dispatcher.close() : Promise.resolve()
+      const closing = parts.dispatcher ? parts.dispatcher.close() : parts.balancer ? parts.balancer.close() : Promise.resolve()
       const retiring = supervisor.liveRecords()
       await Promise.all(retiring.map((record) => supervisor.retire(record, 'shutdown', timeoutMs)))
       await closing
       const forced = retiring.some((record) => record.forced || record.drainTimedOut)
       if (parts.health) parts.health.stop()
       if (parts.probes) await parts.probes.close()
-      await recovery.close()
+      await closeServices()
       await busRuntime.close()
       const code = forced || exitCode === 1 ? 1 : 0
       log.info(forced ? 'shutdown forced: some workers were killed at the deadline' : 'shutdown complete', { code })
@@ -269,7 +284,12 @@ function startPrimary (createApp, config) {
   }
 
   function stats () {
-    return buildStats({ supervisor, dispatcher: parts.dispatcher, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: backendFor(internalBus).stats() })
+    return buildStats({ supervisor, dispatcher: parts.dispatcher, balancer: parts.balancer, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: services.get('session').stats(), dashboard: parts.dashboard ? parts.dashboard.streams : undefined })
+  }
+
+  /** The primary's own counters for /metrics: its held connections and the dashboard's streams. */
+  function primaryStatus () {
+    return { connections: parts.dispatcher ? parts.dispatcher.status() : null, dashboard: parts.dashboard ? parts.dashboard.streams : null }
   }
 }
 

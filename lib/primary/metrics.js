@@ -13,10 +13,12 @@ const STATES = ['starting', 'ready', 'draining', 'stopping']
 /**
  * @param {import('./supervisor').Supervisor} supervisor
  * @param {() => object} busStatus the bus status (queued bytes, drops)
+ * @param {() => { connections: object|null, dashboard: object|null }} [primaryStatus] the
+ *   dispatcher's held and shed connections, the dashboard's stream counters (null when off)
  * @param {() => (ReturnType<import('../state/metrics').createAppMetrics>|undefined)} [appMetricsOf] the app's
  *   prom-client metrics aggregated across workers (the metrics service's api), served in the same scrape
  */
-function createMetrics (supervisor, busStatus, appMetricsOf) {
+function createMetrics (supervisor, busStatus, primaryStatus = () => ({ connections: null, dashboard: null }), appMetricsOf) {
   const exitsByReason = new Map()
   const reloadsByOutcome = new Map()
   const lastServed = new WeakMap()
@@ -132,6 +134,7 @@ function createMetrics (supervisor, busStatus, appMetricsOf) {
         this.inc((bridge && bridge.dropped) || 0)
       }
     })
+    definePrimaryMetrics(client, registry, primaryStatus)
     new client.Gauge({
       name: 'clusterize_crash_looping',
       help: '1 when the crash-loop breaker has tripped',
@@ -163,6 +166,53 @@ function createMetrics (supervisor, busStatus, appMetricsOf) {
       return exposition.contentType
     }
   }
+}
+
+/**
+ * The primary's own connections ('rr', 'sticky': held for a ready worker or, with sticky.sid,
+ * for their request line) and the dashboard's event streams. Counters read 0 when a part is off.
+ */
+function definePrimaryMetrics (client, registry, primaryStatus) {
+  const counter = (name, help, labelNames, fill) => new client.Counter({
+    name,
+    help,
+    labelNames,
+    registers: [registry],
+    collect () {
+      this.reset()
+      fill(this, primaryStatus())
+    }
+  })
+  new client.Gauge({
+    name: 'clusterize_primary_held_connections',
+    help: 'Connections the primary holds itself: waiting for a ready worker (pending) or, with sticky.sid, for their request line (awaiting)',
+    labelNames: ['queue'],
+    registers: [registry],
+    collect () {
+      const connections = primaryStatus().connections || {}
+      this.set({ queue: 'pending' }, connections.pending || 0)
+      this.set({ queue: 'awaiting' }, connections.awaiting || 0)
+    }
+  })
+  counter('clusterize_primary_connections_shed_total', 'Connections the primary closed for its bounds (maxIdleConnections): refused while too many waited for a ready worker (pending), or the oldest silent ones with sticky.sid (awaiting)', ['queue'], (metric, status) => {
+    const connections = status.connections || {}
+    metric.inc({ queue: 'pending' }, connections.pendingShed || 0)
+    metric.inc({ queue: 'awaiting' }, connections.awaitingShed || 0)
+  })
+  new client.Gauge({
+    name: 'clusterize_dashboard_streams',
+    help: 'Open dashboard event streams',
+    registers: [registry],
+    collect () { this.set((primaryStatus().dashboard || {}).open || 0) }
+  })
+  counter('clusterize_dashboard_streams_evicted_total', 'Dashboard event streams closed because their client stopped reading (probes.streamBufferBytes)', [], (metric, status) => {
+    metric.inc((status.dashboard || {}).evicted || 0)
+  })
+  counter('clusterize_dashboard_refused_total', 'Dashboard requests refused: new event streams past probes.maxStreams or probes.streamsPerMinute (stream), history requests past probes.streamsPerMinute (history)', ['request'], (metric, status) => {
+    const dashboard = status.dashboard || {}
+    metric.inc({ request: 'stream' }, dashboard.refused || 0)
+    metric.inc({ request: 'history' }, dashboard.historyRefused || 0)
+  })
 }
 
 module.exports = { createMetrics }

@@ -2,7 +2,8 @@
 
 /**
  * Waiting on one worker: until it is ready (a reload's successor, a
- * recycle), or through a bake window (a canary), and how its exit is told.
+ * recycle), or through a bake window (a canary), and how its exit is told
+ * (in errors and in the log).
  */
 
 /**
@@ -67,9 +68,36 @@ function describeExit (record, event) {
   return `worker ${record.id} (generation ${record.generation}) exited with ${how} ${after}`
 }
 
+/**
+ * Log a worker's exit as what it was.
+ * @returns {string|null} for a failure (boot failure, crash, hang), what went wrong, for the
+ *   crash-loop breaker's message; null for an exit the primary asked for
+ */
+function logExit (log, record, event) {
+  const where = { pid: record.pid, generation: record.generation }
+  if (event.reason === 'boot-failure') {
+    const failure = record.bootError || `exited with ${howExited(event)} before it was ready`
+    log.error(`worker ${record.id} failed to boot: ${failure}`, where)
+    return failure
+  }
+  if (event.reason === 'crash') {
+    const failure = `exited unexpectedly with ${howExited(event)}`
+    log.warn(`worker ${record.id} crashed: ${failure}`, where)
+    return failure
+  }
+  if (event.reason === 'hang') {
+    // Killed by the primary, but a failure all the same: the breaker's message must say what it was.
+    const failure = record.retireDetail || 'killed: it sent no heartbeat (hung)'
+    log.warn(`worker ${record.id} was killed as hung: ${failure}`, where)
+    return failure
+  }
+  log.info(`worker ${record.id} exited (${event.reason})`, { pid: record.pid, code: event.code, signal: event.signal || undefined })
+  return null
+}
+
 /** 'SIGKILL' or 'code 1' */
 function howExited (event) {
   return event.signal || 'code ' + event.code
 }
 
-module.exports = { waitReady, survives, describeExit, howExited }
+module.exports = { waitReady, survives, describeExit, howExited, logExit }

@@ -22,6 +22,7 @@
 
 const debug = require('debug')('clusterize:reload')
 const { watchRollout } = require('./rollout-watch')
+const { waitReady } = require('./readiness')
 
 /**
  * @param {object} config resolved configuration
@@ -31,6 +32,7 @@ const { watchRollout } = require('./rollout-watch')
  */
 function createReloader (config, supervisor, log) {
   const { readyTimeoutMs, drainTimeoutMs, batch, bakeMs, heartbeatTimeoutMs } = config.reload
+  const { promote, release } = holdPredecessors(supervisor, log)
   /** Workers whose successor is on its way. */
   const replacing = new WeakSet()
   /** The reload in progress: { generation, watch }, or null. */
@@ -43,7 +45,7 @@ function createReloader (config, supervisor, log) {
   async function startSuccessor (slot, generation) {
     const successor = supervisor.spawn(slot, generation) // throws once shutdown started
     try {
-      await supervisor.waitReady(successor, readyTimeoutMs)
+      await waitReady(supervisor, successor, readyTimeoutMs)
     } catch (err) {
       supervisor.kill(successor, 'reload-failed')
       throw err
@@ -57,7 +59,7 @@ function createReloader (config, supervisor, log) {
    * @returns {Promise<object|null>} the old worker's exit (null when held or there was none)
    */
   async function replaceSlot (slot, generation, reason, hold) {
-    const old = supervisor.slots[slot]
+    const old = supervisor.current(slot)
     if (old) replacing.add(old)
     let successor
     try {
@@ -65,11 +67,11 @@ function createReloader (config, supervisor, log) {
     } finally {
       if (old) replacing.delete(old)
     }
-    if (supervisor.stopped) {
+    if (supervisor.isStopped()) {
       supervisor.retire(successor, 'shutdown', config.shutdown.timeoutMs)
       throw new Error('shutting down')
     }
-    supervisor.promote(successor, hold)
+    promote(successor, hold)
     return old && !hold ? supervisor.retire(old, reason, drainTimeoutMs) : null
   }
 
@@ -85,15 +87,15 @@ function createReloader (config, supervisor, log) {
       rollout.watch.fail(`worker ${record.id} (generation ${record.generation}) ${detail || `needs recycling (${reason})`}`)
       return
     }
-    if (replacing.has(record) || supervisor.stopped || supervisor.slots[record.id] !== record) return
+    if (replacing.has(record) || supervisor.isStopped() || supervisor.current(record.id) !== record) return
     if (supervisor.promoteSpare(record.id, reason)) {
       await supervisor.retire(record, reason, drainTimeoutMs)
       return
     }
     try {
-      await replaceSlot(record.id, supervisor.codeGeneration, reason, false)
+      await replaceSlot(record.id, undefined, reason, false)
     } catch (err) {
-      if (!supervisor.stopped) log.error(`could not recycle worker ${record.id}: ${err.message}`)
+      if (!supervisor.isStopped()) log.error(`could not recycle worker ${record.id}: ${err.message}`)
     }
   }
 
@@ -107,7 +109,7 @@ function createReloader (config, supervisor, log) {
     // Heartbeats that arrived while this timer fired are read in the I/O phase that follows.
     await new Promise((resolve) => setImmediate(resolve))
     watch.checkBeats()
-    if (supervisor.stopped) watch.fail('shutting down')
+    if (supervisor.isStopped()) watch.fail('shutting down')
   }
 
   /**
@@ -118,8 +120,8 @@ function createReloader (config, supervisor, log) {
   function rollBack (touched, generation, killed) {
     let kept = 0
     for (const slot of touched) {
-      const current = supervisor.slots[slot]
-      const predecessor = supervisor.release(slot)
+      const current = supervisor.current(slot)
+      const predecessor = release(slot)
       if (predecessor && !predecessor.isExited()) {
         supervisor.promote(predecessor)
         if (current && current !== predecessor) killed.push(supervisor.kill(current, 'reload-failed'))
@@ -132,8 +134,9 @@ function createReloader (config, supervisor, log) {
 
   async function reload () {
     const started = Date.now()
-    const generation = supervisor.codeGeneration + 1
-    const slots = supervisor.slots.map((_, slot) => slot)
+    const { serving, onDisk } = supervisor.generations()
+    const generation = onDisk + 1
+    const slots = supervisor.slotIds()
     const hold = bakeMs > 0
     log.info(`reload started: generation ${generation}, ${slots.length} workers`)
     const watch = watchRollout(supervisor, generation, heartbeatTimeoutMs)
@@ -144,7 +147,7 @@ function createReloader (config, supervisor, log) {
     const finish = (result) => {
       watch.stop()
       rollout = null
-      result.generation = result.ok ? generation : supervisor.generation
+      result.generation = result.ok ? generation : serving
       result.durationMs = Date.now() - started
       return Promise.all(retiring).then(() => result)
     }
@@ -153,7 +156,7 @@ function createReloader (config, supervisor, log) {
     let bootFailure = null
     try {
       const successor = await startSuccessor(slots[0], generation)
-      supervisor.promote(successor, true)
+      promote(successor, true)
       touched.push(slots[0])
       await serveFor(watch, bakeMs)
       if (!watch.failure && !successor.isReady()) watch.fail(`worker ${slots[0]} (generation ${generation}) left the ready state while baking: ${successor.state}`)
@@ -168,7 +171,7 @@ function createReloader (config, supervisor, log) {
       return finish({ ok: false, rolledBack: true, reason, replaced: 0 })
     }
     if (!hold) {
-      const predecessor = supervisor.release(slots[0])
+      const predecessor = release(slots[0])
       if (predecessor) retiring.push(supervisor.retire(predecessor, 'reload', drainTimeoutMs))
     }
     debug('canary of generation %d survived its bake window', generation)
@@ -199,11 +202,10 @@ function createReloader (config, supervisor, log) {
       return finish({ ok: false, rolledBack: false, reason: watch.failure, replaced })
     }
     for (const slot of touched) {
-      const predecessor = supervisor.release(slot)
+      const predecessor = release(slot)
       if (predecessor) retiring.push(supervisor.retire(predecessor, 'reload', drainTimeoutMs))
     }
-    supervisor.generation = generation
-    supervisor.spares.refresh(generation, drainTimeoutMs)
+    supervisor.commitGeneration(generation, drainTimeoutMs)
     log.info(`reload done: generation ${generation}`, { replaced: touched.length, durationMs: Date.now() - started })
     return finish({ ok: true, rolledBack: false, reason: null, replaced: touched.length })
   }
@@ -211,4 +213,41 @@ function createReloader (config, supervisor, log) {
   return { reload, recycle, isReplacing: (record) => replacing.has(record) }
 }
 
-module.exports = { createReloader }
+/**
+ * The hold of a bake: a successor takes its slot while its predecessor is
+ * kept alive out of rotation until release(). If the successor fails first,
+ * the supervisor asks for a stand-in and the predecessor serves again.
+ * @param {import('./supervisor').Supervisor} supervisor
+ * @param {object} log
+ * @returns {{ promote: (successor: object, hold?: boolean) => void, release: (slot: number) => (object|undefined) }}
+ */
+function holdPredecessors (supervisor, log) {
+  /** slot -> the predecessor kept alive while its successor bakes */
+  const held = new Map()
+
+  supervisor.setStandIn(function standIn (failed) {
+    const predecessor = held.get(failed.id)
+    if (!predecessor || predecessor.isExited()) return null
+    held.delete(failed.id)
+    log.warn(`worker ${failed.id}: generation ${failed.generation} failed while baking; generation ${predecessor.generation} (pid ${predecessor.pid}) serves again`)
+    return predecessor
+  })
+
+  /** Make a ready successor its slot's current worker; with `hold`, keep the one it replaces. */
+  function promote (successor, hold) {
+    const predecessor = supervisor.current(successor.id)
+    if (hold && predecessor && predecessor !== successor) held.set(successor.id, predecessor)
+    supervisor.promote(successor)
+  }
+
+  /** End a successor's bake: the predecessor kept alive, now to be retired (or undefined). */
+  function release (slot) {
+    const predecessor = held.get(slot)
+    held.delete(slot)
+    return predecessor
+  }
+
+  return { promote, release }
+}
+
+module.exports = { createReloader, holdPredecessors }

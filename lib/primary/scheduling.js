@@ -7,6 +7,7 @@
 
 const cluster = require('cluster')
 const net = require('net')
+const { canBalance } = require('./balancer')
 
 /**
  * Does this Node and platform support `reusePort` on TCP listen?
@@ -26,7 +27,7 @@ function reusePortSupport (version, platform) {
 /**
  * @param {object} config resolved configuration
  * @param {object} log
- * @returns {{ mode: string, listenMode: 'handoff'|'cluster'|'reuseport' }}
+ * @returns {{ mode: string, listenMode: 'handoff'|'cluster'|'reuseport'|'balanced' }}
  */
 function resolveScheduling (config, log) {
   let mode = config.scheduling
@@ -37,6 +38,11 @@ function resolveScheduling (config, log) {
       mode = 'rr'
     }
   }
+  if (mode === 'balanced' && !canBalance()) {
+    log.warn(`scheduling 'balanced' is not available: Node ${process.versions.node} cannot bind a socket without listening on it; falling back to 'none'`)
+    mode = 'none'
+  }
+  if (mode === 'balanced') return { mode, listenMode: 'balanced' }
   if (mode === 'none') {
     // Must be set before the first fork; cluster freezes it then.
     cluster.schedulingPolicy = cluster.SCHED_NONE

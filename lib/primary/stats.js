@@ -9,16 +9,18 @@
  * @param {object} parts
  * @param {import('./supervisor').Supervisor} parts.supervisor
  * @param {object|null} parts.dispatcher the acceptor ('rr' and 'sticky'), or null
+ * @param {object|null} [parts.balancer] the shared socket's keeper ('balanced'), or null
  * @param {object|null} parts.health
  * @param {{ mode: string, port: number, shuttingDown: boolean, reloads: number }} parts.state
  * @param {boolean} parts.ready
  * @param {boolean} parts.live
  * @param {object} parts.bus the bus status
  * @param {object} [parts.sessions] what the cluster session store holds
+ * @param {object} [parts.dashboard] the dashboard's stream counters, when it is on
  * @returns {object}
  */
 function buildStats (parts) {
-  const { supervisor, dispatcher, health, state } = parts
+  const { supervisor, dispatcher, balancer, health, state } = parts
   const now = Date.now()
   const workers = supervisor.liveRecords().map((record) => ({
     id: record.id,
@@ -29,6 +31,7 @@ function buildStats (parts) {
     restarts: record.restarts,
     overloaded: health ? health.isOverloaded(record) : false,
     connectionsHanded: dispatcher ? dispatcher.connectionsHanded(record) : undefined,
+    balance: balancer ? balancer.loadOf(record) : undefined,
     heartbeatAgeMs: record.heartbeatAt ? now - record.heartbeatAt : null,
     heartbeat: record.heartbeat,
     session: record.session
@@ -44,8 +47,11 @@ function buildStats (parts) {
     shuttingDown: state.shuttingDown,
     reloads: state.reloads,
     workers,
+    // Connections the primary holds itself ('rr', 'sticky') and those it closed for the bounds.
+    connections: dispatcher ? dispatcher.status() : undefined,
     bus: parts.bus,
-    sessions: parts.sessions
+    sessions: parts.sessions,
+    dashboard: parts.dashboard
   }
 }
 

@@ -6,15 +6,15 @@
  * Slot ids are reused by replacements so `CLUSTERIZE_WORKER_ID` is stable.
  */
 
-const cluster = require('cluster')
 const EventEmitter = require('events')
 const debug = require('debug')('clusterize:supervisor')
 const ipc = require('../ipc')
 const protocol = require('../protocol')
-const { backoffDelay, CrashWindow } = require('./backoff')
+const { backoffDelay } = require('./backoff')
+const { Breaker } = require('./breaker')
 const { WorkerRecord, STATES, isFailureReason } = require('./worker-record')
 const { Spares } = require('./spares')
-const { waitReady, survives, howExited } = require('./readiness')
+const { logExit } = require('./readiness')
 
 /** A worker that stays ready this long is considered healthy again. */
 const STABLE_AFTER_MS = 30000
@@ -23,11 +23,13 @@ class Supervisor extends EventEmitter {
   /**
    * @param {object} config resolved configuration
    * @param {object} log internal logger
-   * @param {{ listenMode: string, port: number, route: (record: WorkerRecord, message: object, handle?: *) => void }} runtime
-   *   `route` receives every envelope a worker sends (the primary's routing table)
+   * @param {{ listenMode: string, port: number, route: (record: WorkerRecord, message: object, handle?: *) => void, fork: (env: object) => import('cluster').Worker }} runtime
+   *   `route` receives every envelope a worker sends (the primary's routing table); `fork`
+   *   starts a worker process (cluster.fork in the primary; the unit tests pass a fake)
    */
   constructor (config, log, runtime) {
     super()
+    if (typeof runtime.fork !== 'function') throw new TypeError('Supervisor: runtime.fork must be a function')
     this.config = config
     this.log = log
     this.runtime = runtime
@@ -36,10 +38,9 @@ class Supervisor extends EventEmitter {
     this.failures = new Array(config.workers).fill(0)
     this.restarts = new Array(config.workers).fill(0)
     this.respawnTimers = new Set()
-    /** Failures counted per generation, so a broken deploy cannot use up the budget of the code that serves. */
-    this.crashWindows = new Map()
-    /** Predecessors kept alive while their successor bakes (slot -> record). */
-    this.held = new Map()
+    this.breaker = new Breaker(config.restart)
+    /** Asked for a worker to serve a slot whose worker failed, instead of a respawn (see setStandIn). */
+    this.standIn = () => null
     /** The generation that serves: the last one a reload completed. */
     this.generation = 1
     /**
@@ -96,16 +97,20 @@ class Supervisor extends EventEmitter {
   /**
    * Fork a worker for a slot. The caller decides whether it becomes the
    * slot's current worker (at once, or after it is ready via promote()).
+   * @param {number} slot
+   * @param {number} [generation] the code it loads: the code on disk by default
+   * @param {boolean} [spare]
    * @returns {object} the worker record
    */
   spawn (slot, generation, spare) {
     if (this.stopped) throw new Error('shutting down: no new workers are started')
+    if (generation === undefined) generation = this.codeGeneration
     if (generation > this.codeGeneration) {
       // New code gets its own failure budget; the old code's tripped breaker no longer applies.
       this.codeGeneration = generation
       this.crashLooping = false
     }
-    const worker = cluster.fork({
+    const worker = this.runtime.fork({
       CLUSTERIZE_WORKER_ID: String(slot),
       CLUSTERIZE_GENERATION: String(generation),
       CLUSTERIZE_WORKERS: String(this.slots.length),
@@ -163,18 +168,8 @@ class Supervisor extends EventEmitter {
         this.stop()
         this.emit('boot-fatal', record.bootError)
       }
-    } else if (reason === 'boot-failure') {
-      this.lastFailure = record.bootError || `exited with ${howExited(event)} before it was ready`
-      this.log.error(`worker ${record.id} failed to boot: ${this.lastFailure}`, { pid: record.pid, generation: record.generation })
-    } else if (reason === 'crash') {
-      this.lastFailure = `exited unexpectedly with ${howExited(event)}`
-      this.log.warn(`worker ${record.id} crashed: ${this.lastFailure}`, { pid: record.pid, generation: record.generation })
-    } else if (reason === 'hang') {
-      // Killed by the primary, but a failure all the same: the breaker's message must say what it was.
-      this.lastFailure = record.retireDetail || 'killed: it sent no heartbeat (hung)'
-      this.log.warn(`worker ${record.id} was killed as hung: ${this.lastFailure}`, { pid: record.pid, generation: record.generation })
     } else {
-      this.log.info(`worker ${record.id} exited (${reason})`, { pid: record.pid, code, signal: signal || undefined })
+      this.lastFailure = logExit(this.log, record, event) || this.lastFailure
     }
     record.exitEvent = event
     this.emit('record:exit', record, event)
@@ -187,16 +182,12 @@ class Supervisor extends EventEmitter {
       return this.emit('record:gone', record)
     }
     if (isFailure) this.countFailure(record)
-    if (this.held.get(record.id) === record) this.held.delete(record.id)
     if (!wasCurrent) return this.emit('record:gone', record)
     this.slots[record.id] = null
     if (this.stopped) return this.emit('record:gone', record)
-    const predecessor = this.held.get(record.id)
-    if (predecessor && isFailure) {
-      // A successor still while baking failed: its predecessor serves again.
-      this.held.delete(record.id)
-      this.slots[record.id] = predecessor
-      this.log.warn(`worker ${record.id}: generation ${record.generation} failed while baking; generation ${predecessor.generation} (pid ${predecessor.pid}) serves again`)
+    const standIn = isFailure ? this.standIn(record) : null
+    if (standIn) {
+      this.slots[record.id] = standIn
       return this.emit('record:gone', record)
     }
     if (!this.crashLooping && !this.promoteSpare(record.id)) {
@@ -205,20 +196,12 @@ class Supervisor extends EventEmitter {
     this.emit('record:gone', record)
   }
 
-  /** Count a failure against the generation of the code the worker ran; trip its breaker once. */
+  /** Count a failure against its slot's backoff and its generation's breaker. */
   countFailure (record) {
     if (record.everReady && Date.now() - record.readyAt > STABLE_AFTER_MS) this.failures[record.id] = 0
     this.failures[record.id]++
-    let window = this.crashWindows.get(record.generation)
-    if (!window) {
-      window = new CrashWindow(this.config.restart)
-      this.crashWindows.set(record.generation, window)
-    }
-    if (window.tripped) return
-    if (window.record()) {
-      window.tripped = true
-      this.tripBreaker(record)
-    }
+    const trip = this.breaker.recordFailure(record.generation)
+    if (trip) this.onCrashLoop(record, trip)
   }
 
   /** No worker runs and none is coming: nothing will ever serve again. */
@@ -238,22 +221,22 @@ class Supervisor extends EventEmitter {
     this.respawnTimers.add(timer)
   }
 
-  tripBreaker (record) {
-    const { maxCrashes, crashWindowMs } = this.config.restart
+  /** A generation tripped the breaker: once it is the code on disk, nothing is respawned. */
+  onCrashLoop (record, trip) {
     // Every fork runs the newest code, so once its breaker trips nothing is respawned.
-    if (record.generation === this.codeGeneration) {
+    if (trip.generation === this.codeGeneration) {
       this.crashLooping = true
       this.clearRespawns()
     }
     const info = {
       reason: record.exitReason(),
-      generation: record.generation,
-      crashes: this.crashWindows.get(record.generation).count,
-      windowMs: crashWindowMs,
+      generation: trip.generation,
+      crashes: trip.crashes,
+      windowMs: trip.windowMs,
       lastError: this.lastFailure,
       workersLeft: this.readyRecords().length
     }
-    this.log.error(`crash loop: ${maxCrashes} failures of generation ${record.generation} within ${crashWindowMs} ms, not restarting any more workers; last failure: ${this.lastFailure}`, { workersLeft: info.workersLeft })
+    this.log.error(`crash loop: ${trip.maxCrashes} failures of generation ${trip.generation} within ${trip.windowMs} ms, not restarting any more workers; last failure: ${this.lastFailure}`, { workersLeft: info.workersLeft })
     this.emit('crashloop', info)
   }
 
@@ -262,35 +245,44 @@ class Supervisor extends EventEmitter {
     this.respawnTimers.clear()
   }
 
-  /**
-   * Make a ready replacement the slot's current worker. With `hold`, its
-   * predecessor stays alive (out of rotation) until release(), and serves
-   * again if the replacement fails first.
-   */
-  promote (record, hold) {
-    const predecessor = this.slots[record.id]
-    if (hold && predecessor && predecessor !== record) this.held.set(record.id, predecessor)
+  /** Make a ready worker (a reload's successor, or a predecessor back after a rollback) its slot's current one. */
+  promote (record) {
     this.slots[record.id] = record
   }
 
   /**
-   * End a successor's bake window.
-   * @returns {object|undefined} the predecessor that was kept alive, now to be retired
+   * Let `standIn(failed)` offer a live worker to serve the slot of a worker that failed, instead of
+   * a spare or a respawn: the reload gives back the predecessor it keeps while a successor bakes.
+   * @param {(failed: WorkerRecord) => (WorkerRecord|null)} standIn
    */
-  release (slot) {
-    const predecessor = this.held.get(slot)
-    this.held.delete(slot)
-    return predecessor
+  setStandIn (standIn) {
+    this.standIn = standIn
   }
 
-  /** @see waitReady in ./readiness.js */
-  waitReady (record, timeoutMs) {
-    return waitReady(this, record, timeoutMs)
+  /** @returns {WorkerRecord|null} the worker serving `slot` */
+  current (slot) {
+    return this.slots[slot]
   }
 
-  /** @see survives in ./readiness.js */
-  survives (record, ms) {
-    return survives(this, record, ms)
+  /** @returns {number[]} every slot id, 0..workers-1 */
+  slotIds () {
+    return this.slots.map((_, slot) => slot)
+  }
+
+  /** @returns {{ serving: number, onDisk: number }} the generation a reload last committed, and the newest code forked */
+  generations () {
+    return { serving: this.generation, onDisk: this.codeGeneration }
+  }
+
+  /** A reload committed: `generation` serves, and spares that loaded older code are replaced. */
+  commitGeneration (generation, drainTimeoutMs) {
+    this.generation = generation
+    this.spares.refresh(generation, drainTimeoutMs)
+  }
+
+  /** Shutdown started: no worker is started any more. */
+  isStopped () {
+    return this.stopped
   }
 
   /**
@@ -342,11 +334,7 @@ class Supervisor extends EventEmitter {
 
   /** Workers that may receive new connections. */
   readyRecords () {
-    const ready = []
-    for (const record of this.slots) {
-      if (record && record.isReady()) ready.push(record)
-    }
-    return ready
+    return this.slots.filter((record) => record && record.isReady())
   }
 
   liveRecords () {

@@ -74,32 +74,89 @@ function extractBinaries (message) {
   return found.length === 0 ? { message, binaries: null } : { message: stripped, binaries: found }
 }
 
+/** The place of `path` in `message` exists (every container on the way is an own object property). */
+function placeExists (message, path) {
+  let container = message
+  for (let i = 0; i < path.length - 1; i++) {
+    if (container === null || typeof container !== 'object' || !Object.prototype.hasOwnProperty.call(container, path[i])) return false
+    container = container[path[i]]
+  }
+  return container !== null && typeof container === 'object'
+}
+
 /**
- * Put the binaries of extractBinaries() back, as Buffers, into the message
- * that came over the bus (which is this process's own copy).
+ * Put the binaries of extractBinaries() back, as Buffers. The objects and
+ * arrays on the way to each are copied (each once), never changed: the
+ * message may be shared, e.g. an entry of the primary's recovery log when
+ * everything runs in one process.
  * @param {object} message
  * @param {Array<[Array<string|number>, string]>} binaries
- * @returns {object} message
+ * @returns {object} the message with its binaries (the one given when there were none to put back)
  */
 function restoreBinaries (message, binaries) {
   if (!Array.isArray(binaries)) return message
+  const root = { value: message }
+  const copies = new Set()
   for (const entry of binaries) {
     const path = Array.isArray(entry) ? entry[0] : null
     if (!Array.isArray(path) || path.length === 0 || typeof entry[1] !== 'string') {
       debug('a malformed binary attachment was dropped')
       continue
     }
-    let container = message
-    for (let i = 0; i < path.length - 1 && container !== null && typeof container === 'object'; i++) {
-      container = Object.prototype.hasOwnProperty.call(container, path[i]) ? container[path[i]] : null
-    }
-    if (container === null || typeof container !== 'object') {
+    if (!placeExists(root.value, path)) {
       debug('a binary attachment whose place is missing was dropped')
       continue
     }
-    setOwn(container, path[path.length - 1], Buffer.from(entry[1], 'base64'))
+    let parent = root
+    let key = 'value'
+    for (let i = 0; i < path.length; i++) {
+      let container = parent[key]
+      if (!copies.has(container)) {
+        container = Array.isArray(container) ? container.slice() : { ...container }
+        copies.add(container)
+        setOwn(parent, key, container)
+      }
+      parent = container
+      key = path[i]
+    }
+    setOwn(parent, key, Buffer.from(entry[1], 'base64'))
   }
-  return message
+  return root.value
 }
 
-module.exports = { extractBinaries, restoreBinaries, isBinary }
+/**
+ * `envelope` carrying `payload` under `key`, its binaries (Buffers, typed
+ * arrays) beside it in `b`, so they arrive as Buffers whatever the bus's
+ * serialization.
+ * @param {object} envelope
+ * @param {string} key
+ * @param {*} payload
+ * @returns {object} envelope
+ */
+function withBinaries (envelope, key, payload) {
+  const { message, binaries } = extractBinaries(payload)
+  envelope[key] = message
+  if (binaries !== null) envelope.b = binaries
+  return envelope
+}
+
+/**
+ * The binaries of a message that lie under `prefix`, with paths relative to
+ * it: a recovery log keeps only a broadcast's packet arguments
+ * (m.data.packet.data), and replays them with their binaries.
+ * @param {Array<[Array<string|number>, string]>|undefined} binaries
+ * @param {Array<string|number>} prefix
+ * @returns {Array<[Array<string|number>, string]>|undefined} undefined when none
+ */
+function binariesUnder (binaries, prefix) {
+  if (!Array.isArray(binaries)) return undefined
+  const under = []
+  for (const entry of binaries) {
+    const path = Array.isArray(entry) ? entry[0] : null
+    if (!Array.isArray(path) || path.length <= prefix.length || typeof entry[1] !== 'string') continue
+    if (prefix.every((part, i) => path[i] === part)) under.push([path.slice(prefix.length), entry[1]])
+  }
+  return under.length === 0 ? undefined : under
+}
+
+module.exports = { extractBinaries, restoreBinaries, withBinaries, binariesUnder, isBinary }

@@ -11,7 +11,7 @@
  *
  *   has(name)                   the namespace is known here
  *   namespace(name)             its NamespaceState (bounds set by 'cfg'), created on first use
- *   publish(name, data, meta)   number and deliver a worker's broadcast ({ n, i, m })
+ *   publish(name, data, meta)   number and deliver a worker's broadcast ({ n, i, m, b? })
  *   persist(name, session)      keep a session: true, or a promise of true
  *   restore(name, pid, offset)  { session, missed, head, epoch? } | null, or a promise of it
  *   knows(name, offset)         an offset this log gave (worth waiting for an old worker's persist)
@@ -19,9 +19,19 @@
  *   stats()                     { namespaces, packets, sessions, ... }
  *   close()                     a promise
  *
+ * A broadcast's binaries (Buffers, typed arrays) travel beside it as `b`
+ * (./binary.js), whatever the bus serialization: the logs keep them with the
+ * packet, deliver them as `b` and replay them as the third item of each
+ * missed packet ([offset, arguments, binaries]); the worker puts them back.
+ *
  * Deliveries go through the `hooks` the service gives: deliver(name, message)
  * to this host's workers, forward(data) to the other hosts' primaries.
  */
+
+const { binariesUnder } = require('./binary')
+
+/** Where a broadcast ClusterMessage holds the arguments socket.io replays. */
+const PACKET_ARGUMENTS = ['data', 'packet', 'data']
 
 const DEFAULTS = {
   maxDisconnectionDuration: 2 * 60 * 1000,
@@ -81,20 +91,24 @@ function compareIds (a, b) {
 
 /** One namespace's log of numbered packets and its persisted sessions. */
 class NamespaceState {
-  constructor (name) {
+  /**
+   * @param {string} name
+   * @param {{ maxPackets?: number, maxSessions?: number }} [bounds] clusterize()'s recovery option
+   */
+  constructor (name, bounds) {
     this.name = name
     /** Offsets are `<epoch>:<seq>`: an offset from another primary (or an earlier run) never matches. */
     // crypto is loaded here, not at startup: it costs the primary about 0.5 MiB of RSS until socket.io is used.
     this.epoch = require('crypto').randomBytes(6).toString('base64url')
     this.seq = 0
-    /** @type {Array<{ seq: number, at: number, rooms: string[], except: string[], data: Array }>} */
+    /** @type {Array<{ seq: number, at: number, rooms: string[], except: string[], data: Array, b?: Array }>} b: the binaries of data */
     this.entries = []
     this.first = 0 // index of the oldest kept entry in `entries`
     /** @type {Map<string, { session: object, expiresAt: number }>} pid -> persisted session */
     this.sessions = new Map()
     this.maxDisconnectionDuration = DEFAULTS.maxDisconnectionDuration
-    this.maxPackets = DEFAULTS.maxPackets
-    this.maxSessions = DEFAULTS.maxSessions
+    this.maxPackets = (bounds && bounds.maxPackets) || DEFAULTS.maxPackets
+    this.maxSessions = (bounds && bounds.maxSessions) || DEFAULTS.maxSessions
     this.configured = false
     /** With bus.redis: packets were numbered here (Redis unreachable) since the last stream entry. */
     this.mixed = false
@@ -106,10 +120,15 @@ class NamespaceState {
 
   offsetOf (seq) { return `${this.epoch}:${seq}` }
 
-  /** Keep a packet; returns its offset. */
-  append (packet, opts, now) {
+  /**
+   * Keep a packet; returns its offset.
+   * @param {Array} [binaries] those of the packet's arguments (./binary.js), paths relative to packet.data
+   */
+  append (packet, opts, now, binaries) {
     const seq = ++this.seq
-    this.entries.push({ seq, at: now, rooms: opts.rooms || [], except: opts.except || [], data: packet.data })
+    const entry = { seq, at: now, rooms: opts.rooms || [], except: opts.except || [], data: packet.data }
+    if (binaries !== undefined) entry.b = binaries
+    this.entries.push(entry)
     this.trim(now)
     return this.offsetOf(seq)
   }
@@ -156,7 +175,7 @@ class NamespaceState {
     return entry.expiresAt < now ? null : entry.session
   }
 
-  /** [seq, data] of the packets after `offset` for `rooms`, or null when some are missing (or the offset is not ours). */
+  /** [seq, data, binaries?] of the packets after `offset` for `rooms`, or null when some are missing (or the offset is not ours). */
   missedAfter (offset, rooms) {
     const after = this.seqOf(offset)
     if (after === null) return null
@@ -166,7 +185,7 @@ class NamespaceState {
     const missed = []
     for (let i = this.first + Math.max(0, after + 1 - oldest); i < this.entries.length; i++) {
       const packet = this.entries[i]
-      if (shouldInclude(rooms, packet)) missed.push([packet.seq, packet.data])
+      if (shouldInclude(rooms, packet)) missed.push(packet.b === undefined ? [packet.seq, packet.data] : [packet.seq, packet.data, packet.b])
     }
     return missed
   }
@@ -193,9 +212,13 @@ class NamespaceState {
 
 /** The log backend of one host: numbered here, kept in this process. */
 class MemoryLog {
-  /** @param {{ deliver: (name: string, message: object) => void, forward: (data: object) => void }} hooks */
-  constructor (hooks) {
+  /**
+   * @param {{ deliver: (name: string, message: object) => void, forward: (data: object) => void }} hooks
+   * @param {{ maxPackets?: number, maxSessions?: number }} [bounds] every namespace's, until a worker's adapter raises them
+   */
+  constructor (hooks, bounds) {
     this.hooks = hooks
+    this.bounds = bounds
     /** @type {Map<string, NamespaceState>} */
     this.namespaces = new Map()
   }
@@ -205,7 +228,7 @@ class MemoryLog {
   namespace (name) {
     let state = this.namespaces.get(name)
     if (state === undefined) {
-      state = new NamespaceState(name)
+      state = new NamespaceState(name, this.bounds)
       this.namespaces.set(name, state)
     }
     return state
@@ -222,8 +245,9 @@ class MemoryLog {
     const m = data.m
     const kept = replayable(m)
     const message = { t: 'm', m, i: data.i }
+    if (data.b !== undefined) message.b = data.b
     if (kept !== null) {
-      message.o = state.append(kept.packet, kept.opts, Date.now())
+      message.o = state.append(kept.packet, kept.opts, Date.now(), binariesUnder(data.b, PACKET_ARGUMENTS))
       message.q = state.seq
     }
     this.hooks.deliver(name, message)
@@ -263,4 +287,4 @@ class MemoryLog {
   close () { return Promise.resolve() }
 }
 
-module.exports = { MemoryLog, NamespaceState, DEFAULTS, replayable, shouldInclude, isSession, isStreamId, compareIds }
+module.exports = { MemoryLog, NamespaceState, DEFAULTS, PACKET_ARGUMENTS, replayable, shouldInclude, isSession, isStreamId, compareIds }

@@ -34,6 +34,7 @@ const { createCodec } = require('../bus/codec')
 const { parseRedisTarget, describeRedisTarget, isClusterTarget } = require('../redis/target')
 const { connectRedis, disconnectQuietly: quit } = require('../redis/connect')
 const { explainRedisError } = require('../redis/explain')
+const { RedisAvailability } = require('../redis/availability')
 const { isStreamId, compareIds } = require('./recovery-log')
 
 /** Commands fail after this instead of queueing: a broadcast then falls back to this host (see recovery-service.js). */
@@ -98,14 +99,19 @@ function createRedisStream (options) {
   let wakeId = null
   let wakeLocating = false
   let closed = false
-  let up = false
+  /** The command connection (lib/redis/availability.js); the service hears only of ups and of downs after an up. */
+  const availability = new RedisAvailability({
+    onChange: function stateChanged (up, cause, from) {
+      if ((up || from === 'up') && options.onStateChange) options.onStateChange(up, cause)
+    }
+  })
   let reading = false
 
   const ownsClients = target.client === undefined
   const cmd = ownsClients ? connectRedis(target, { timeoutMs: COMMAND_TIMEOUT_MS }) : target.client
   const reader = ownsClients ? connectRedis(target) : (isClusterTarget(target) ? target.client.duplicate([], {}) : target.client.duplicate())
   cmd.on('error', (err) => onError('command', err))
-  cmd.on('close', () => { if (!closed && up) setUp(false, 'connection closed') })
+  cmd.on('close', () => { if (!closed && availability.isUp) availability.markDown('connection closed') })
   reader.on('error', (err) => onError('reader', err))
   cmd.on('ready', onReady)
   if (cmd.status === 'ready') process.nextTick(onReady)
@@ -113,19 +119,13 @@ function createRedisStream (options) {
   function onError (which, err) {
     if (closed) return
     debug('recovery: redis %s error: %s', which, err.message)
-    if (which === 'command' && up) setUp(false, explainRedisError(err))
+    if (which === 'command') availability.markDown(explainRedisError(err))
   }
 
   function onReady () {
     if (closed) return
-    setUp(true)
+    availability.markUp()
     locateAll()
-  }
-
-  function setUp (value, cause) {
-    if (up === value) return
-    up = value
-    if (options.onStateChange) options.onStateChange(value, cause)
   }
 
   /**

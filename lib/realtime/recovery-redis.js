@@ -19,8 +19,10 @@
  */
 
 const debug = require('debug')('clusterize:socket.io')
+const { RedisAvailability } = require('../redis/availability')
 const { createRedisStream } = require('./recovery-redis-stream')
-const { replayable, shouldInclude, isStreamId, compareIds } = require('./recovery-log')
+const { replayable, shouldInclude, isStreamId, compareIds, PACKET_ARGUMENTS } = require('./recovery-log')
+const { binariesUnder } = require('./binary')
 
 class RedisLog {
   /**
@@ -35,8 +37,20 @@ class RedisLog {
     this.options = options
     /** The Redis side, created with the first namespace: no Redis connection unless recovery is used. */
     this.stream = null
-    /** Redis unreachable and broadcasts numbered here (logged once per outage). */
-    this.degraded = false
+    /**
+     * Can Redis take broadcasts (lib/redis/availability.js)? Down: they are
+     * numbered here (logged once per outage, and once when it ends).
+     */
+    this.availability = new RedisAvailability({
+      onChange: (up, cause, from) => {
+        if (!up) {
+          this.log.warn(`socket.io recovery: Redis (${this.stream.where}) cannot take broadcasts (${cause}): until it can, this host numbers them itself; ` +
+            'its clients keep getting them but recover only on this host, and other hosts get them only if the bus bridge is up', { prefix: this.stream.prefix })
+        } else if (from === 'down') {
+          this.log.info(`socket.io recovery: Redis (${this.stream.where}) reachable again: broadcasts go through the shared log`)
+        }
+      }
+    })
     /** @type {Map<string, Array<{ id: string, wake: Function }>>} restores waiting for the reader to reach an offset */
     this.reaching = new Map()
     this.closed = false
@@ -97,7 +111,9 @@ class RedisLog {
     const stream = this.stream
     let appended
     try {
-      appended = stream.append(state.name, { m: data.m, i: data.i }, state.maxPackets)
+      // The binaries (`b`, ./binary.js) with it: every host delivers and replays them.
+      const entry = data.b === undefined ? { m: data.m, i: data.i } : { m: data.m, i: data.i, b: data.b }
+      appended = stream.append(state.name, entry, state.maxPackets)
     } catch (err) {
       debug('recovery: packet not added to the stream: %s', err.message)
       return this.publishHere(state, data, {}, true)
@@ -123,7 +139,9 @@ class RedisLog {
         state.mixed = false
         state.invalidate()
       }
-      this.hooks.deliver(name, { t: 'm', m: entry.m, i: entry.i, o: id, q: id })
+      const message = { t: 'm', m: entry.m, i: entry.i, o: id, q: id }
+      if (entry.b !== undefined) message.b = entry.b
+      this.hooks.deliver(name, message)
     }
     const waiters = this.reaching.get(name)
     if (waiters === undefined) return
@@ -132,17 +150,15 @@ class RedisLog {
     else this.reaching.set(name, still)
   }
 
+  /** Redis unreachable: broadcasts are numbered here. */
+  get degraded () { return this.availability.status === 'down' }
+
   degrade (cause) {
-    if (this.degraded) return
-    this.degraded = true
-    this.log.warn(`socket.io recovery: Redis (${this.stream.where}) cannot take broadcasts (${cause}): until it can, this host numbers them itself; ` +
-      'its clients keep getting them but recover only on this host, and other hosts get them only if the bus bridge is up', { prefix: this.stream.prefix })
+    this.availability.markDown(cause)
   }
 
   recovered () {
-    if (!this.degraded) return
-    this.degraded = false
-    this.log.info(`socket.io recovery: Redis (${this.stream.where}) reachable again: broadcasts go through the shared log`)
+    this.availability.markUp()
   }
 
   /** In Redis (any host can restore it); in this primary while Redis is away, or if it fails the write. */
@@ -197,8 +213,11 @@ class RedisLog {
     if (entries.length === 0 || entries[0][0] !== offset) return null
     const missed = []
     for (let i = 1; i < entries.length; i++) {
-      const kept = entries[i][1] === null ? null : replayable(entries[i][1].m)
-      if (kept !== null && shouldInclude(session.rooms, kept.opts)) missed.push([entries[i][0], kept.packet.data])
+      const entry = entries[i][1]
+      const kept = entry === null ? null : replayable(entry.m)
+      if (kept === null || !shouldInclude(session.rooms, kept.opts)) continue
+      const binaries = binariesUnder(entry.b, PACKET_ARGUMENTS)
+      missed.push(binaries === undefined ? [entries[i][0], kept.packet.data] : [entries[i][0], kept.packet.data, binaries])
     }
     return { session, missed, head }
   }

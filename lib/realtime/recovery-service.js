@@ -43,14 +43,17 @@ const { isAlive } = require('../process-alive')
 const { MemoryLog, NamespaceState, DEFAULTS, shouldInclude } = require('./recovery-log')
 const { LiveSockets } = require('./recovery-live')
 
-/** Fire-and-forget messages from workers (and other hosts): pub, cfg, live, gone. */
-const QUEUE_TOPIC = '$cz:sioq'
-/** Requests from workers: persist, restore. */
-const STATE_TOPIC = '$cz:sior'
-/** A namespace's cluster messages to the workers (./socket-io-adapter.js). */
-const NAMESPACE_TOPIC_PREFIX = '$cz:sio:'
-
-const attached = new WeakMap()
+/** The service's name (lib/services): workers notify pub, cfg, live, gone and request persist, restore. */
+const SERVICE = 'recovery'
+/** What this host forwards to the other hosts' primaries (bus.redis): pub. A library channel topic (lib/bus/library.js). */
+const QUEUE_TOPIC = 'sio-queue'
+/** The notifications and requests a worker sends, by method (each message also carries its op). */
+const NOTIFICATIONS = ['pub', 'cfg', 'live', 'gone']
+const REQUESTS = ['persist', 'restore']
+/** A message of this host's workers: not from another host. */
+const FROM_THIS_HOST = Object.freeze({})
+/** A namespace's cluster messages to the workers (./socket-io-adapter.js), on the library channel. */
+const NAMESPACE_TOPIC_PREFIX = 'sio:'
 
 /** Beyond a draining worker's deadline, before a restore waiting for it gives up. */
 const RETIRE_WAIT_MARGIN_MS = 5000
@@ -61,20 +64,21 @@ const RETIRE_WAIT_MARGIN_MS = 5000
  */
 class RecoveryService {
   /**
-   * @param {object} bus internalBus
+   * @param {object} bus the library channel (lib/bus/library.js)
    * @param {{ redis?: *, channel?: string, serialization?: 'json'|'advanced', maxMessageBytes?: number, log?: object,
    *   isRetiring?: (workerPid: number) => boolean, retireWaitMs?: number }} [options]
    *   the bus options: with `redis`, the log and sessions live in Redis (shared by every host)
    */
   constructor (bus, options) {
     this.options = options || {}
-    this.liveWaitMs = DEFAULTS.liveWaitMs
+    const bounds = this.options.bounds || {}
+    this.liveWaitMs = bounds.liveWaitMs === undefined ? DEFAULTS.liveWaitMs : bounds.liveWaitMs
     this.live = new LiveSockets()
     const hooks = {
       deliver: (name, message) => bus.broadcast(NAMESPACE_TOPIC_PREFIX + name, message, { scope: 'host' }),
       forward: (data) => bus.broadcast(QUEUE_TOPIC, data, { scope: 'remote' })
     }
-    const memory = new MemoryLog(hooks)
+    const memory = new MemoryLog(hooks, bounds)
     if (this.options.redis) {
       // Loaded only with bus.redis (it brings ioredis).
       const { RedisLog } = require('./recovery-redis')
@@ -107,7 +111,7 @@ class RecoveryService {
     this.log.sweep(now)
   }
 
-  /** A fire-and-forget message from a worker of this host (meta.host undefined) or from another host. */
+  /** A notification from a worker of this host (meta.host undefined) or a message forwarded by another host. */
   onQueueMessage (data, meta) {
     if (!data || typeof data !== 'object' || typeof data.n !== 'string') return
     switch (data.op) {
@@ -127,7 +131,12 @@ class RecoveryService {
     this.log.publish(data.n, data, meta)
   }
 
-  /** A worker's socket.io settings for a namespace: the first sets them, later ones can only raise them. */
+  /**
+   * A worker's socket.io settings for a namespace: maxDisconnectionDuration
+   * (socket.io's own option), and createAdapter({ recovery }) bounds when the
+   * app gave them (deprecated: clusterize()'s recovery option sets them at
+   * startup). The first sets them, later ones can only raise them.
+   */
   configure (data) {
     const state = this.namespace(data.n)
     const pick = (current, value) => state.configured ? Math.max(current, value) : value
@@ -219,20 +228,19 @@ class RecoveryService {
 }
 
 /**
- * Answer socket.io recovery traffic on `bus` (the primary at startup, or the
- * single process with `workers: 0`). Idempotent per bus; cheap until a worker
- * uses it.
- * @param {object} bus internalBus
+ * The recovery service on `bus` (the primary at startup, or the single
+ * process with `workers: 0`): the bus carries the numbered broadcasts to this
+ * host's workers and, with bus.redis, what other hosts forward. Cheap until a
+ * worker uses it.
+ * @param {object} bus the library channel (lib/bus/library.js)
  * @param {object} [options] the bus options and the logger (see RecoveryService)
  * @returns {RecoveryService}
  */
-function attachRecoveryService (bus, options) {
-  const existing = attached.get(bus)
-  if (existing) return existing
+function createRecoveryService (bus, options) {
   const service = new RecoveryService(bus, options)
-  bus.on(QUEUE_TOPIC, (data, meta) => service.onQueueMessage(data, meta))
-  bus.handle(STATE_TOPIC, (data) => service.onStateRequest(data))
-  attached.set(bus, service)
+  const fromOtherHosts = (data, meta) => service.onQueueMessage(data, meta)
+  bus.on(QUEUE_TOPIC, fromOtherHosts)
+  service.detach = () => bus.off(QUEUE_TOPIC, fromOtherHosts)
   return service
 }
 
@@ -248,7 +256,32 @@ function recoveryOptions (config, log, isRetiring) {
   const bus = config.bus || {}
   // A draining worker is killed at its deadline at the latest, and its exit wakes the waiters: this is only a backstop.
   const retireWaitMs = Math.max((config.reload && config.reload.drainTimeoutMs) || 0, (config.shutdown && config.shutdown.timeoutMs) || 0) + RETIRE_WAIT_MARGIN_MS
-  return { redis: bus.redis, channel: bus.channel, serialization: bus.serialization, maxMessageBytes: bus.maxMessageBytes, log, isRetiring, retireWaitMs }
+  return { redis: bus.redis, channel: bus.channel, serialization: bus.serialization, maxMessageBytes: bus.maxMessageBytes, log, isRetiring, retireWaitMs, bounds: config.recovery }
 }
 
-module.exports = { attachRecoveryService, recoveryOptions, RecoveryService, NamespaceState, shouldInclude, QUEUE_TOPIC, STATE_TOPIC, DEFAULTS }
+/**
+ * The service of lib/services/list.js: cheap until a worker's adapter uses it.
+ * A worker that exits is forgotten (its sockets' last state is persisted).
+ */
+const recoveryService = {
+  name: SERVICE,
+  start: function startRecoveryService (context) {
+    const service = createRecoveryService(require('../bus/library').libraryChannel, recoveryOptions(context.config, context.log, context.isRetiringPid))
+    const notifications = {}
+    for (const op of NOTIFICATIONS) notifications[op] = (data) => service.onQueueMessage(data, FROM_THIS_HOST)
+    const requests = {}
+    for (const op of REQUESTS) requests[op] = (data) => service.onStateRequest(data)
+    return {
+      notifications,
+      requests,
+      api: service,
+      workerExit: (caller) => service.forgetProcess(caller.pid),
+      close: () => {
+        service.detach()
+        return service.close()
+      }
+    }
+  }
+}
+
+module.exports = { createRecoveryService, recoveryOptions, recoveryService, SERVICE, RecoveryService, NamespaceState, shouldInclude, QUEUE_TOPIC, NAMESPACE_TOPIC_PREFIX, DEFAULTS }

@@ -17,14 +17,15 @@
 
 const debug = require('debug')('clusterize:socket.io')
 const { ClusterizeError, ClusterizeOptionError } = require('../errors')
-const { bus, internalBus, ClusterizeBusError } = require('../bus')
+const { bus, ClusterizeBusError } = require('../bus')
+const { libraryChannel } = require('../bus/library')
 const { createRecovery } = require('./socket-io-recovery')
 const { coalesceWebSocketWrites } = require('./coalesce-writes')
 const { serverOptionsOf, clusterMessageType } = require('./socketio-internals')
 const { registerEngine } = require('./engines')
-const { extractBinaries, restoreBinaries } = require('./binary')
+const { withBinaries, restoreBinaries } = require('./binary')
 
-const TOPIC_PREFIX = '$cz:sio:'
+const { NAMESPACE_TOPIC_PREFIX: TOPIC_PREFIX } = require('./recovery-service')
 const kNamed = Symbol('clusterize.sessionIdsBySlot')
 
 function loadBase () {
@@ -72,18 +73,6 @@ function prepareEngine (server, options) {
     registerEngine(engine)
     if (!(options && options.coalesceWrites === false)) coalesceWebSocketWrites(engine)
   })
-}
-
-/**
- * `envelope` carrying `payload` under `key`, its binaries (Buffers, typed
- * arrays) beside it in `b`, so they arrive as Buffers whatever the bus's
- * serialization (see ./binary.js).
- */
-function withBinaries (envelope, key, payload) {
-  const { message, binaries } = extractBinaries(payload)
-  envelope[key] = message
-  if (binaries !== null) envelope.b = binaries
-  return envelope
 }
 
 /** The recovery bounds from createAdapter()'s options (see types/socket.io.d.ts). */
@@ -164,7 +153,7 @@ function createAdapter (options) {
           this.onResponse(data.b ? restoreBinaries(data.r, data.b) : data.r)
         }
       }
-      internalBus.on(this.topic, this.onBusMessage)
+      libraryChannel.on(this.topic, this.onBusMessage)
       debug('adapter for namespace %s (uid %s)', nsp.name, this.uid)
       prepareEngine(nsp.server, options)
       this.init()
@@ -187,7 +176,7 @@ function createAdapter (options) {
       }
       if (!(opts.flags && opts.flags.local)) {
         const message = { uid: this.uid, nsp: this.nsp.name, type: BROADCAST, data: { packet, opts: { rooms: [...opts.rooms], except: [...opts.except], flags: opts.flags } } }
-        internalBus.broadcast(this.topic, withBinaries({ t: 'm', m: null }, 'm', message))
+        libraryChannel.broadcast(this.topic, withBinaries({ t: 'm', m: null }, 'm', message))
       }
       Adapter.prototype.broadcast.call(this, packet, opts)
     }
@@ -203,13 +192,13 @@ function createAdapter (options) {
           return new Promise(function never () {})
         }
       }
-      internalBus.broadcast(this.topic, withBinaries({ t: 'm', m: null }, 'm', message))
+      libraryChannel.broadcast(this.topic, withBinaries({ t: 'm', m: null }, 'm', message))
       return Promise.resolve('')
     }
 
     doPublishResponse (requesterUid, response) {
       // Every server sees it; only the requester (by uid) takes it.
-      internalBus.broadcast(this.topic, withBinaries({ t: 'r', to: requesterUid, r: null }, 'r', response))
+      libraryChannel.broadcast(this.topic, withBinaries({ t: 'r', to: requesterUid, r: null }, 'r', response))
       return Promise.resolve()
     }
 
@@ -225,7 +214,7 @@ function createAdapter (options) {
 
     close () {
       if (this.recovery !== null) this.recovery.close()
-      internalBus.off(this.topic, this.onBusMessage)
+      libraryChannel.off(this.topic, this.onBusMessage)
       return super.close()
     }
   }

@@ -25,12 +25,14 @@
  */
 
 const debug = require('debug')('clusterize:socket.io')
-const { internalBus } = require('../bus')
-const { onConnectionsClosed } = require('../worker/drain-hooks')
-const { QUEUE_TOPIC, STATE_TOPIC } = require('./recovery-service')
-const { DEFAULTS, shouldInclude, compareIds } = require('./recovery-log')
+const { serviceClient, runtimeConfig } = require('../services')
+const { onConnectionsClosed } = require('../lifecycle')
+const { SERVICE } = require('./recovery-service')
+const { shouldInclude, compareIds } = require('./recovery-log')
 const { createDeliveryOrder } = require('./recovery-order')
-const { privateSessionIdOf, serverOptionsOf, interceptNamespaceAdd } = require('./socketio-internals')
+const { privateSessionIdOf, serverOptionsOf } = require('./socketio-internals')
+const { watchRestoringClients } = require('./restoring-clients')
+const { withBinaries, restoreBinaries } = require('./binary')
 
 /**
  * Is the packet numbered `seq` after `head`? Numbers (this host's log) or
@@ -49,6 +51,12 @@ const PERSIST_TIMEOUT_MS = 10000
 /** A broadcast whose numbered copy has not come back by then is delivered here without an offset (ClusterAdapter's own fallback). */
 const PUBLISH_TIMEOUT_MS = 10000
 
+/** The primary's recovery service (./recovery-service.js). */
+const primary = serviceClient(SERVICE)
+
+/** Service data holding the app's values: encoded with the bus codec (see lib/services/app-data.js). */
+const ENCODE = Object.freeze({ encode: true })
+
 /** Adapters with recovery in this process, for the drain. */
 const adapters = new Set()
 let drainHookAdded = false
@@ -62,7 +70,8 @@ function createRecovery (adapter, options) {
   const nsp = adapter.nsp
   const name = nsp.name
   const settings = serverOptionsOf(nsp.server).connectionStateRecovery
-  const liveWaitMs = options.liveWaitMs === undefined ? DEFAULTS.liveWaitMs : options.liveWaitMs
+  // The primary's wait comes from clusterize()'s recovery option unless createAdapter() gave one (deprecated).
+  const liveWaitMs = options.liveWaitMs === undefined ? runtimeConfig().recovery.liveWaitMs : options.liveWaitMs
   /** Restores in flight: each collects the numbered packets delivered meanwhile. */
   const restoring = new Set()
   /** Persist requests in flight (the drain waits for them). */
@@ -77,7 +86,7 @@ function createRecovery (adapter, options) {
   const publishing = new Map()
   let publishId = 0
 
-  internalBus.send('primary', QUEUE_TOPIC, { op: 'cfg', n: name, d: settings.maxDisconnectionDuration, p: options.maxPackets, x: options.maxSessions, l: liveWaitMs })
+  send({ op: 'cfg', n: name, d: settings.maxDisconnectionDuration, p: options.maxPackets, x: options.maxSessions, l: options.liveWaitMs })
 
   function onConnection (socket) {
     const pid = privateSessionIdOf(socket)
@@ -121,7 +130,7 @@ function createRecovery (adapter, options) {
       if (pid === null) continue
       const live = { op: 'live', n: name, s: pid, w: process.pid }
       // socket.data the bus cannot carry: the primary still knows the socket is here (see restore waits), not its state.
-      if (!send(Object.assign({ x: { sid: socket.id, pid, rooms: [...socket.rooms], data: socket.data } }, live))) send(live)
+      if (!send(Object.assign({ x: { sid: socket.id, pid, rooms: [...socket.rooms], data: socket.data } }, live), true)) send(live)
     }
     dirty.clear()
   }
@@ -156,7 +165,8 @@ function createRecovery (adapter, options) {
   function sendPersist (session) {
     let request
     try {
-      request = internalBus.request(STATE_TOPIC, { op: 'persist', n: name, session }, { timeoutMs: PERSIST_TIMEOUT_MS })
+      // socket.data is the app's: encoded (and checked) as a bus message would be.
+      request = primary.request('persist', { op: 'persist', n: name, session }, { timeoutMs: PERSIST_TIMEOUT_MS, encode: true })
     } catch (err) {
       // socket.data the bus cannot carry, backpressure: this socket will not be recovered.
       debug('recovery: session %s not persisted: %s', session.pid, err.message)
@@ -183,11 +193,13 @@ function createRecovery (adapter, options) {
     }
   }
 
-  /** @returns {boolean} sent (a refusal of the bus, e.g. backpressure, is only traced: these messages are hints) */
-  function send (data) {
+  /**
+   * @param {boolean} [appData] data holds the app's values (socket.data): encoded and checked as a bus message
+   * @returns {boolean} sent (a refusal, e.g. backpressure, is only traced: these messages are hints)
+   */
+  function send (data, appData) {
     try {
-      internalBus.send('primary', QUEUE_TOPIC, data)
-      return true
+      return primary.notify(data.op, data, appData ? ENCODE : undefined)
     } catch (err) {
       debug('recovery: %s for %s not sent: %s', data.op, data.s, err.message)
       return false
@@ -197,14 +209,15 @@ function createRecovery (adapter, options) {
   return {
     /**
      * ClusterAdapter#doPublish of a broadcast without ack: sent to the
-     * primary to be numbered. Throws like internalBus.send when the bus
-     * refuses it (too large, unserialisable).
+     * primary to be numbered. Throws when the bus would refuse it (too
+     * large, unserialisable) or on backpressure.
      * @param {object} message a ClusterMessage
      * @returns {Promise<string|undefined>} the offset (undefined for a packet socket.io does not replay)
      */
     publish (message) {
       const id = ++publishId
-      internalBus.send('primary', QUEUE_TOPIC, { op: 'pub', n: name, i: id, m: message })
+      // Its binaries travel beside it (`b`), as in every copy the primary keeps and sends back (./binary.js).
+      primary.notify('pub', withBinaries({ op: 'pub', n: name, i: id, m: null }, 'm', message), ENCODE)
       return new Promise((resolve, reject) => {
         const timer = setTimeout(() => {
           publishing.delete(id)
@@ -219,9 +232,10 @@ function createRecovery (adapter, options) {
      * A cluster message of this namespace from the primary: numbered (`o`,
      * `q`) or not. This worker's own broadcast comes back to settle its
      * doPublish(); any other is handed to ClusterAdapter#onMessage, in order.
-     * @param {{ m: object, i?: number, o?: string, q?: number|string }} data
+     * @param {{ m: object, b?: Array, i?: number, o?: string, q?: number|string }} data `b`: the binaries of `m` (./binary.js)
      */
     receive (data) {
+      if (data.b !== undefined) data = Object.assign({}, data, { m: restoreBinaries(data.m, data.b), b: undefined })
       const m = data.m
       if (m.uid === adapter.uid) {
         const waiting = data.i === undefined ? undefined : publishing.get(data.i)
@@ -252,13 +266,14 @@ function createRecovery (adapter, options) {
       const watch = { seen: [], overflow: false }
       restoring.add(watch)
       try {
-        const answer = await internalBus.request(STATE_TOPIC, { op: 'restore', n: name, s: pid, o: offset }, { timeoutMs: liveWaitMs + PERSIST_TIMEOUT_MS })
+        const answer = await primary.request('restore', { op: 'restore', n: name, s: pid, o: offset }, { timeoutMs: liveWaitMs + PERSIST_TIMEOUT_MS })
         // In the delivery order: what comes later reaches the socket once socket.io has joined it to its rooms.
         await new Promise((resolve) => order.run(resolve, true))
         if (!answer || watch.overflow) return null
         const rooms = answer.session.rooms
         // With bus.redis the offset is the stream entry's id (no epoch).
-        const missedPackets = answer.missed.map(([seq, data]) => data.concat(answer.epoch === undefined ? seq : `${answer.epoch}:${seq}`))
+        // [seq, packet arguments, their binaries (./binary.js)]
+        const missedPackets = answer.missed.map(([seq, data, binaries]) => restoreBinaries(data, binaries).concat(answer.epoch === undefined ? seq : `${answer.epoch}:${seq}`))
         // Delivered here after the primary answered (before this socket joined its rooms).
         for (const packet of watch.seen) {
           if (isAfter(packet.seq, answer.head) && shouldInclude(rooms, packet)) missedPackets.push(packet.data.slice())
@@ -291,37 +306,6 @@ function createRecovery (adapter, options) {
       dirty.clear()
       restoringClients.stop()
       adapters.delete(adapter)
-    }
-  }
-}
-
-/**
- * The engine.io connection each restore comes on: socket.io calls the
- * adapter's restoreSession(pid, offset) from Namespace#_add(client, auth),
- * which is wrapped here to note the client by the pid in its auth. Without
- * that method (another socket.io version) nothing is noted and nothing changes.
- */
-function watchRestoringClients (nsp) {
-  const byPid = new Map()
-  const restore = interceptNamespaceAdd(nsp, {
-    before (client, auth) {
-      if (auth && typeof auth.pid === 'string' && typeof auth.offset === 'string' && client && client.conn) byPid.set(auth.pid, client.conn)
-    },
-    after (client, auth) {
-      // restoreSession() took it in add's synchronous part, or will not: never kept.
-      if (auth && typeof auth.pid === 'string') byPid.delete(auth.pid)
-    }
-  })
-  return {
-    /** The connection restoring `pid`, once (restoreSession runs synchronously inside _add). */
-    take (pid) {
-      const conn = byPid.get(pid)
-      byPid.delete(pid)
-      return conn
-    },
-    stop () {
-      restore()
-      byPid.clear()
     }
   }
 }

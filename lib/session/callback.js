@@ -13,20 +13,37 @@ const debug = require('debug')('clusterize:session')
 
 const SUCCEEDED = 1
 const FAILED = 2
+
 /**
- * The outcome of the innermost of our store callbacks running right now (0: none is running).
- * express-session ends the response from inside its store callback, so the response holder
- * reads this to know, synchronously, whether a store error is still on its way.
+ * The outcome of the innermost of a store's callbacks running right now.
+ * express-session ends the response from inside its store callback, so the
+ * response holder (./hold-response.js), given the store's outcome, reads it
+ * to know synchronously whether a store error is still on its way.
  */
-let answering = 0
+class CallbackOutcome {
+  constructor () {
+    /** 0: no callback of this store is running; else SUCCEEDED or FAILED. */
+    this.answering = 0
+  }
+
+  /**
+   * True while one of the store's callbacks runs for an operation that
+   * succeeded: a response ended from there has no store error coming after it.
+   * @returns {boolean}
+   */
+  answeredSuccessfully () {
+    return this.answering === SUCCEEDED
+  }
+}
 
 /**
  * Wrap a store callback so it runs at most once and its exceptions escape.
  * @param {Function|undefined} cb the caller's callback (may be absent)
  * @param {string} op the store operation, for tracing
+ * @param {CallbackOutcome} [outcome] the store's, noted while the callback runs
  * @returns {(err: Error|null, value?: *) => void}
  */
-function callOnce (cb, op) {
+function callOnce (cb, op, outcome) {
   let called = false
   return function answerOnce (err, value) {
     if (called) {
@@ -35,7 +52,7 @@ function callOnce (cb, op) {
     }
     called = true
     try {
-      answer(cb, err, value)
+      answer(cb, err, value, outcome)
     } catch (appError) {
       // Thrown by the app, not by the store: rethrow it outside our promise
       // chains, once, unchanged.
@@ -45,30 +62,27 @@ function callOnce (cb, op) {
 }
 
 /**
- * Call a store callback now, noting its outcome while it runs (see answeredSuccessfully()).
+ * Call a store callback now, noting its outcome on the store's `outcome` while it runs.
  * @param {Function|undefined} cb
  * @param {Error|null|undefined} err
  * @param {*} [value]
+ * @param {CallbackOutcome} [outcome]
  */
-function answer (cb, err, value) {
+function answer (cb, err, value, outcome) {
   if (typeof cb !== 'function') return
-  const outer = answering
-  answering = err ? FAILED : SUCCEEDED
+  if (outcome === undefined) {
+    if (err) cb(err)
+    else cb(null, value)
+    return
+  }
+  const outer = outcome.answering
+  outcome.answering = err ? FAILED : SUCCEEDED
   try {
     if (err) cb(err)
     else cb(null, value)
   } finally {
-    answering = outer
+    outcome.answering = outer
   }
 }
 
-/**
- * True while one of our stores' callbacks runs for an operation that succeeded: a response ended
- * from there has no store error coming after it.
- * @returns {boolean}
- */
-function answeredSuccessfully () {
-  return answering === SUCCEEDED
-}
-
-module.exports = { callOnce, answer, answeredSuccessfully }
+module.exports = { callOnce, answer, CallbackOutcome }

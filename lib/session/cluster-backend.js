@@ -34,9 +34,8 @@ const SESSION_OP = Object.freeze({
   CLEAR: 'clear',
   CONFIGURE: 'configure'
 })
-const DEFAULT_MAX_SESSIONS = 100000
-/** Bound on the bytes of session JSON the primary holds in total. */
-const DEFAULT_MAX_TOTAL_BYTES = 128 * 1024 * 1024
+/** The defaults of clusterize()'s clusterStore option, which sets these bounds in the primary. */
+const { maxSessions: DEFAULT_MAX_SESSIONS, maxTotalBytes: DEFAULT_MAX_TOTAL_BYTES } = require('../config').DEFAULTS.clusterStore
 const DEFAULT_SWEEP_INTERVAL_MS = 60000
 
 /** One backend per bus: attaching twice (lead + single-process store) is harmless. */
@@ -97,7 +96,8 @@ class SessionBackend {
     const size = Buffer.byteLength(sess)
     if (size > this.maxTotalBytes) {
       // Storing it would mean evicting every other session and still not fit.
-      throw new RangeError(`cluster session store: a session of ${size} bytes cannot be stored: it is over the total bound of ${this.maxTotalBytes} bytes (session option maxTotalBytes)`)
+      // 413 (status crosses to the worker): the session's size is the fault, not an outage.
+      throw Object.assign(new RangeError(`cluster session store: a session of ${size} bytes cannot be stored: it is over the total bound of ${this.maxTotalBytes} bytes (session option maxTotalBytes) or clusterize() option clusterStore.maxTotalBytes`), { status: 413 })
     }
     const entry = this.sessions.get(sid)
     const growth = size - (entry === undefined ? 0 : entry.size)

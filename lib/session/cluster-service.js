@@ -1,54 +1,51 @@
 'use strict'
 
 /**
- * Where the cluster session backend meets the bus: the primary (or the single
- * process) attaches one backend per bus, answering the cluster store's
- * requests on the reserved topic.
+ * The cluster session store's primary-side service (lib/services/list.js):
+ * the primary (or the single process) holds one SessionBackend and answers
+ * the stores' requests, one method per operation (SESSION_OP). Requests
+ * arrive as plain data: the session is a JSON string the worker's store
+ * encoded once, and the IPC channel frames the message.
  */
 
 const debug = require('debug')('clusterize:session')
 const { SessionBackend, SESSION_OP } = require('./cluster-backend')
 
-const TOPIC = '$cz:session'
-const attached = new WeakMap()
+/** The service's name: what the stores' client asks for. */
+const SERVICE = 'session'
 
 /**
- * Create the cluster session backend and answer `$cz:session` requests on
- * `bus`. Call it once in the primary at startup (and in the single process
- * when `workers: 0`). Idempotent per bus: a second call returns the same
- * backend (and applies a new `maxSessions` / `maxTotalBytes`, if given).
- *
- * @param {{ handle: (topic: string, fn: Function) => any }} bus
- * @param {object} [options] see SessionBackend
- * @returns {SessionBackend}
+ * Every operation answers through the backend's dispatch (it reads `msg.op`).
+ * @param {SessionBackend} backend
+ * @returns {Object<string, Function>}
  */
-function attachSessionBackend (bus, options) {
-  if (!bus || typeof bus.handle !== 'function') {
-    throw new TypeError('attachSessionBackend(bus): bus must have a handle(topic, fn) method')
-  }
-  const existing = attached.get(bus)
-  if (existing) {
-    if (options && (options.maxSessions !== undefined || options.maxTotalBytes !== undefined)) {
-      existing.dispatch({ op: SESSION_OP.CONFIGURE, maxSessions: options.maxSessions, maxTotalBytes: options.maxTotalBytes })
+function sessionRequests (backend) {
+  const requests = {}
+  for (const op of Object.values(SESSION_OP)) {
+    requests[op] = function answerSessionRequest (msg) {
+      return backend.dispatch(msg)
     }
-    return existing
   }
-  const backend = new SessionBackend(options)
-  bus.handle(TOPIC, function answerSessionRequest (data) {
-    return backend.dispatch(data)
-  })
-  attached.set(bus, backend)
-  debug('cluster session backend attached (maxSessions %d)', backend.maxSessions)
-  return backend
+  return requests
 }
 
-/**
- * The backend attached to `bus`, if any.
- * @param {object} bus
- * @returns {SessionBackend|undefined}
- */
-function backendFor (bus) {
-  return attached.get(bus)
+const sessionService = {
+  name: SERVICE,
+  /**
+   * @param {{ config?: { clusterStore?: { maxSessions: number, maxTotalBytes: number } } }} context
+   * @returns {object} handlers; `api` is the backend (stats)
+   */
+  start: function startSessionService (context) {
+    // The bounds are clusterize() options (clusterStore), validated at startup; a store's own
+    // maxSessions/maxTotalBytes still reach the backend at runtime (deprecated, see cluster-store.js).
+    const backend = new SessionBackend((context && context.config && context.config.clusterStore) || undefined)
+    debug('cluster session backend started (maxSessions %d)', backend.maxSessions)
+    return {
+      requests: sessionRequests(backend),
+      api: backend,
+      close: () => backend.close()
+    }
+  }
 }
 
-module.exports = { attachSessionBackend, backendFor, TOPIC }
+module.exports = { sessionService, SERVICE }

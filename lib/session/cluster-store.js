@@ -3,21 +3,21 @@
 /**
  * The cluster session store: an express-session Store whose sessions live in
  * the primary (lib/session/cluster-backend.js). Every operation is exactly one
- * bus request: `internalBus.request('$cz:session', { op, ... }, { timeoutMs, raw: true })`:
- * the session is JSON-encoded once, by this store; the bus carries the message
- * as plain data (no second encoding) and the IPC channel frames it.
+ * request to the primary's session service (lib/services, ./cluster-service.js):
+ * the session is JSON-encoded once, by this store; the message travels as
+ * plain data (no second encoding) and the IPC channel frames it.
  * Sessions travel as JSON strings; expiry is computed here, from the cookie,
  * so the primary never parses a session.
  */
 
-const cluster = require('cluster')
 const { Store } = require('express-session')
 const debug = require('debug')('clusterize:session')
 const { SESSION_OP, DEFAULT_MAX_TOTAL_BYTES } = require('./cluster-backend')
-const { TOPIC, attachSessionBackend } = require('./cluster-service')
+const { SERVICE } = require('./cluster-service')
+const { serviceClient } = require('../services')
 const { toUnavailable } = require('./unavailable')
-const { sessionTooLarge } = require('./too-large')
-const { callOnce, answer } = require('./callback')
+const { sessionTooLarge, SessionTooLargeError } = require('./too-large')
+const { callOnce, answer, CallbackOutcome } = require('./callback')
 const { inflatableOrNull, whyNotInflatable, Unreadable } = require('./inflatable')
 const { promised } = require('./promised')
 
@@ -33,8 +33,10 @@ class ClusterStore extends Store {
    * @param {string} [options.prefix=''] namespace in the primary: stores with different prefixes share
    *   nothing (clear/length/all included); stores with the same one (every worker's) share sessions
    * @param {number} [options.ttl=86400] seconds a session lives when its cookie has no expiry
-   * @param {number} [options.maxSessions] bound on sessions held by the primary (sent to it once)
-   * @param {number} [options.maxTotalBytes] bound on the bytes of session JSON the primary holds (sent to it once)
+   * @param {number} [options.maxSessions] deprecated: clusterize({ clusterStore: { maxSessions } }) sets the
+   *   primary's bound at startup; given here, it is still sent to the primary once
+   * @param {number} [options.maxTotalBytes] deprecated like maxSessions (clusterStore.maxTotalBytes); also
+   *   checked here before sending
    * @param {number} [options.maxSessionBytes=524288] a bigger session is refused (413), checked here before sending
    * @param {(msg: object) => Promise<*>} [options.transport] internal: replaces the bus (tests)
    */
@@ -48,8 +50,10 @@ class ClusterStore extends Store {
     this.lastError = null
     this.maxSessionBytes = options.maxSessionBytes || DEFAULT_MAX_SESSION_BYTES
     this.maxTotalBytes = options.maxTotalBytes || DEFAULT_MAX_TOTAL_BYTES
+    /** How this store's callbacks are running right now (lib/session/hold-response.js reads it). */
+    this.outcome = new CallbackOutcome()
     const bounds = { maxSessions: options.maxSessions, maxTotalBytes: options.maxTotalBytes }
-    this.transport = options.transport || busTransport(this.timeoutMs, bounds)
+    this.transport = options.transport || serviceTransport(this.timeoutMs)
     if (options.maxSessions !== undefined || options.maxTotalBytes !== undefined) {
       this.call(Object.assign({ op: SESSION_OP.CONFIGURE }, bounds), function configured (err) {
         if (err) debug('could not send maxSessions/maxTotalBytes to the primary: %s', err.message)
@@ -63,7 +67,7 @@ class ClusterStore extends Store {
    */
   call (msg, cb) {
     if (this.prefix !== '') msg.prefix = this.prefix
-    cb = callOnce(cb, msg.op)
+    cb = callOnce(cb, msg.op, this.outcome)
     let pending
     try {
       pending = this.transport(msg)
@@ -81,6 +85,8 @@ class ClusterStore extends Store {
       if (err && err.code === 'ERR_CLUSTERIZE_BUS_TOO_LARGE') {
         return cb(sessionTooLarge(err.size, err.limit, 'bus.maxMessageBytes', 'clusterize() option'))
       }
+      // Over the primary's total bound (clusterize() option clusterStore.maxTotalBytes): refused, not an outage.
+      if (err && err.status === 413) return cb(new SessionTooLargeError(`session too large: ${err.message}`, { option: 'clusterStore.maxTotalBytes', cause: err }))
       const unavailable = toUnavailable(err, 'cluster')
       this.available = false
       this.lastError = unavailable.message
@@ -116,15 +122,15 @@ class ClusterStore extends Store {
     try {
       json = JSON.stringify(sess)
     } catch (err) {
-      return done(cb, err)
+      return done(cb, err, this.outcome)
     }
     // Checked here, before it crosses the bus: the primary holds every session in memory.
     if (json.length * 3 > Math.min(this.maxSessionBytes, this.maxTotalBytes)) {
       const size = Buffer.byteLength(json)
-      if (size > this.maxSessionBytes) return done(cb, sessionTooLarge(size, this.maxSessionBytes, 'maxSessionBytes'))
-      if (size > this.maxTotalBytes) return done(cb, sessionTooLarge(size, this.maxTotalBytes, 'maxTotalBytes'))
+      if (size > this.maxSessionBytes) return done(cb, sessionTooLarge(size, this.maxSessionBytes, 'maxSessionBytes'), this.outcome)
+      if (size > this.maxTotalBytes) return done(cb, sessionTooLarge(size, this.maxTotalBytes, 'maxTotalBytes'), this.outcome)
     }
-    this.call({ op: SESSION_OP.SET, sid, sess: json, expires: this.expiresAt(sess) }, doneWith(cb))
+    this.call({ op: SESSION_OP.SET, sid, sess: json, expires: this.expiresAt(sess) }, doneWith(cb, this.outcome))
   }
 
   /** Extend the expiry and refresh the stored cookie (as MemoryStore does); the data stays as stored. */
@@ -134,14 +140,14 @@ class ClusterStore extends Store {
     try {
       cookie = sess && sess.cookie ? JSON.stringify(sess.cookie) : undefined
     } catch (err) {
-      return done(cb, err)
+      return done(cb, err, this.outcome)
     }
-    this.call({ op: SESSION_OP.TOUCH, sid, expires: this.expiresAt(sess), cookie }, doneWith(cb))
+    this.call({ op: SESSION_OP.TOUCH, sid, expires: this.expiresAt(sess), cookie }, doneWith(cb, this.outcome))
   }
 
   destroy (sid, cb) {
     if (typeof cb !== 'function') return promised(this, 'destroy', [sid])
-    this.call({ op: SESSION_OP.DESTROY, sid }, doneWith(cb))
+    this.call({ op: SESSION_OP.DESTROY, sid }, doneWith(cb, this.outcome))
   }
 
   /** Every live session, as an array of session objects with their `id` (like connect-redis). */
@@ -169,7 +175,7 @@ class ClusterStore extends Store {
 
   clear (cb) {
     if (typeof cb !== 'function') return promised(this, 'clear', [])
-    this.call({ op: SESSION_OP.CLEAR }, doneWith(cb))
+    this.call({ op: SESSION_OP.CLEAR }, doneWith(cb, this.outcome))
   }
 
   /**
@@ -187,45 +193,26 @@ class ClusterStore extends Store {
   }
 }
 
-function doneWith (cb) {
+function doneWith (cb, outcome) {
   return function finished (err) {
-    done(cb, err)
+    done(cb, err, outcome)
   }
 }
 
-function done (cb, err) {
-  answer(cb, err || null)
+function done (cb, err, outcome) {
+  answer(cb, err || null, undefined, outcome)
 }
 
 /**
- * The default transport. In a worker: one bus request to the primary's
- * backend. Anywhere else (the primary, `workers: 0`, a plain `node app.js`,
- * tests) the backend lives in this process: it is attached to the bus (the
- * same instance the runtime attaches) and called directly, with no encoding.
+ * The default transport: one request to the primary's session service (in a
+ * worker over IPC; in the primary, with `workers: 0` or outside clusterize,
+ * in this process). Requests of one loop turn share one IPC write.
  */
-function busTransport (timeoutMs, bounds) {
-  let send = null
-  return function sendToBackend (msg) {
-    if (send === null) send = connect(timeoutMs, bounds)
-    return send(msg)
-  }
-}
-
-function connect (timeoutMs, bounds) {
-  const { internalBus: bus } = require('../bus')
-  if (cluster.isWorker) {
-    return function overBus (msg) {
-      // The session is JSON-encoded once, here; raw: the bus does not encode the message again,
-      // the IPC channel carries it as it is (it used to be JSON in JSON in JSON).
-      const bytes = typeof msg.sess === 'string' ? msg.sess.length : 0
-      return bus.request(TOPIC, msg, { timeoutMs, raw: true, bytes })
-    }
-  }
-  const backend = attachSessionBackend(bus, bounds)
-  return function inProcess (msg) {
-    return new Promise(function run (resolve) {
-      resolve(backend.dispatch(msg))
-    })
+function serviceTransport (timeoutMs) {
+  const client = serviceClient(SERVICE, { timeoutMs })
+  return function toSessionService (msg) {
+    // Sized for backpressure without encoding it: the session string is nearly all of it.
+    return client.request(msg.op, msg, { bytes: typeof msg.sess === 'string' ? msg.sess.length : 0 })
   }
 }
 

@@ -29,7 +29,6 @@
  */
 
 const debug = require('debug')('clusterize:session')
-const { answeredSuccessfully } = require('./callback')
 
 /**
  * @param {import('http').IncomingMessage} req
@@ -37,13 +36,14 @@ const { answeredSuccessfully } = require('./callback')
  * @param {(err: Error, headersWereSent: boolean, end: Function) => void} onFailure sends
  *   the error response with `end` (the response's own end, below every proxy) or,
  *   when the headers were already sent, cuts the response off
- * @param {boolean} [ownStore] the store is one of ours (lib/session/callback.js notes its outcomes)
+ * @param {import('./callback').CallbackOutcome|null} [storeOutcome] the store's, when it is one of
+ *   ours (lib/session/callback.js notes its callbacks' outcomes there)
  * @returns {{ afterSession: () => void, fail: (err: Error) => boolean }}
  *   afterSession(): call once express-session has passed the request on (its
  *   res.end proxy is in place); fail(err): a store error arrived, returns false
  *   when the response is not being held (the caller handles the error itself)
  */
-function holdResponse (req, res, onFailure, ownStore) {
+function holdResponse (req, res, onFailure, storeOutcome) {
   const realWriteHead = res.writeHead
   const realWrite = res.write
   const realEnd = res.end
@@ -67,7 +67,7 @@ function holdResponse (req, res, onFailure, ownStore) {
   res.end = function heldEnd () {
     if (!holding) return realEnd.apply(this, arguments)
     calls.push([realEnd, arguments])
-    if (ownStore && answeredSuccessfully()) release()
+    if (storeOutcome && storeOutcome.answeredSuccessfully()) release()
     else setImmediate(release)
     return this
   }

@@ -12,7 +12,7 @@
  * Redis Cluster it scans one node and sends MGET/DEL across slots (CROSSSLOT).
  * What would be left of it is a GET and a DEL.
  *
- * Layers: redis-availability.js (503 at once while Redis is down, a wait for
+ * Layers: lib/redis/availability.js's gate (503 at once while Redis is down, a wait for
  * the first connection), redis-touch.js (touch in one round trip),
  * redis-keys.js (the prefix's keys on one node or every Cluster master).
  *
@@ -23,11 +23,11 @@
 
 const { Store } = require('express-session')
 const debug = require('debug')('clusterize:session')
-const { toUnavailable } = require('./unavailable')
-const { callOnce } = require('./callback')
+const { toUnavailable, SessionStoreUnavailableError } = require('./unavailable')
+const { callOnce, CallbackOutcome } = require('./callback')
 const { promised } = require('./promised')
 const { inflatableOrNull, whyNotInflatable, Unreadable } = require('./inflatable')
-const { RedisAvailability } = require('./redis-availability')
+const { RedisGate } = require('../redis/availability')
 const { touchSession, cookieExpired } = require('./redis-touch')
 const { sessionKeys } = require('./redis-keys')
 const { parseRedisTarget, isClusterTarget, topologyOf } = require('../redis/target')
@@ -57,9 +57,11 @@ class ClusterizeRedisStore extends Store {
     this.prefix = options.prefix === undefined ? DEFAULT_PREFIX : options.prefix
     this.ttlMs = (options.ttl || DEFAULT_TTL_SECONDS) * 1000
     this.keys = sessionKeys(this.redis, isClusterTarget(target))
-    this.availabilityState = new RedisAvailability(this.redis, timeoutMs)
+    this.availabilityState = new RedisGate(this.redis, { timeoutMs, unavailableError: redisUnavailable })
     // session object -> { sid, deadline } of this store's last save of it (see redis-touch.js).
     this.justSet = new WeakMap()
+    /** How this store's callbacks are running right now (lib/session/hold-response.js reads it). */
+    this.outcome = new CallbackOutcome()
   }
 
   /** @returns {{ available: boolean, lastError: string|null }} */
@@ -86,7 +88,7 @@ class ClusterizeRedisStore extends Store {
    */
   run (op, args, cb, work) {
     if (typeof cb !== 'function') return promised(this, op, args)
-    const answer = callOnce(cb, op)
+    const answer = callOnce(cb, op, this.outcome)
     const fail = (err) => answer(toUnavailable(err, 'redis'))
     this.availabilityState.afterFirstConnection(fail, function runOperation () {
       // The answer runs outside this chain (callOnce rethrows an app exception on its own).
@@ -210,6 +212,11 @@ class ClusterizeRedisStore extends Store {
 function redisTarget (options, env) {
   if (options.redis !== undefined && options.redis !== null && options.redis !== false) return options.redis
   return env.REDIS_URL || undefined
+}
+
+/** A command refused while Redis is unreachable: a 503 (the session middleware's gate). */
+function redisUnavailable (reason) {
+  return new SessionStoreUnavailableError(`session store unavailable: redis: ${reason}`, { store: 'redis' })
 }
 
 module.exports = { ClusterizeRedisStore, redisTarget, DEFAULT_PREFIX }

@@ -16,8 +16,10 @@ const { prepareServer, drainServer } = require('./serve')
 const pitfalls = require('./pitfalls')
 const { createHealthSampler } = require('./heartbeat')
 const { listenServer } = require('./listen')
+const { createBalancedListener } = require('./balanced-listen')
 const { warmUpHttp } = require('./warm-up')
 const { busRuntime } = require('../bus')
+const services = require('../services')
 const { sessionStatus } = require('../session/status')
 const { setSessionLogger } = require('../session/log')
 const { createLogger } = require('../logger')
@@ -39,12 +41,15 @@ function startWorker (createApp, config) {
   const channel = new ipc.Channel(process)
   const handle = { app: null, server: null, id, generation, ready: null }
   let tracker = null
+  /** 'balanced': our own accepting on the shared socket. */
+  let balanced = null
   let sampler = null
   let heartbeatTimer = null
   let shuttingDown = false
 
   busRuntime.configure(config.bus, { logger: log, role: 'worker' })
   busRuntime.attachToPrimary({ channel, id, generation })
+  services.attachToPrimary({ channel, maxQueuedBytes: config.bus.maxQueuedBytes, config })
   setSessionLogger(log)
 
   const route = protocol.createRouter({
@@ -54,7 +59,13 @@ function startWorker (createApp, config) {
     },
     [protocol.KIND.DRAIN]: (_, message) => shutdown(message.timeoutMs, message.reason),
     [protocol.KIND.PROMOTE]: (_, message) => promote(message.slot),
-    [protocol.KIND.BUS]: (_, message) => busRuntime.onPrimaryMessage(message)
+    [protocol.KIND.BUS]: (_, message) => busRuntime.onPrimaryMessage(message),
+    [protocol.KIND.SERVICE]: (_, message) => services.onPrimaryMessage(message),
+    [protocol.KIND.LISTEN]: function onListenHandle (_, message, listenHandle) {
+      if (balanced) balanced.onListen(listenHandle)
+      else if (listenHandle) listenHandle.close()
+    },
+    [protocol.KIND.SHARE]: (_, message) => { if (balanced) balanced.onShare(message) }
   }, (_, message) => debug('ignoring %s from primary', message.kind))
   ipc.listen(process, (message, socketHandle) => route(null, message, socketHandle))
 
@@ -119,7 +130,12 @@ function startWorker (createApp, config) {
     return { id, generation, address }
   }
 
-  function listen () {
+  async function listen () {
+    if (listenMode === 'balanced') {
+      balanced = createBalancedListener({ server: handle.server, channel, heartbeatMs: config.health.heartbeatMs, heartbeatTimeoutMs: config.health.heartbeatTimeoutMs, workers: Number(process.env.CLUSTERIZE_WORKERS) || 1 })
+      await balanced.start()
+      return { port, balanced: true }
+    }
     return listenServer(handle.server, { port, host: config.host, reusePort: listenMode === 'reuseport' })
   }
 
@@ -154,7 +170,9 @@ function startWorker (createApp, config) {
     if (shuttingDown) return
     shuttingDown = true
     debug('worker %d draining (%s, %d ms)', id, reason, timeoutMs)
-    const timedOut = await drainServer({ server: handle.server, tracker, listening: listenMode !== 'handoff' && !spare, log }, timeoutMs, reason)
+    if (balanced) balanced.stop()
+    const listening = listenMode !== 'handoff' && listenMode !== 'balanced' && !spare
+    const timedOut = await drainServer({ server: handle.server, tracker, listening, log }, timeoutMs, reason)
     clearInterval(heartbeatTimer)
     if (sampler) sampler.stop()
     if (!channel.postNow(protocol.drained(timedOut), undefined, () => process.exit(0))) process.exit(0)

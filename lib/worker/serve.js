@@ -12,7 +12,7 @@ const { loadApp } = require('./load-app')
 const { trackConnections } = require('./connections')
 const { enforceServerTimeouts } = require('./server-timeouts')
 const poolRegistry = require('../pool/registry')
-const { runDrainHooks, runConnectionsClosedHooks } = require('./drain-hooks')
+const { runDrainHooks, runConnectionsClosedHooks } = require('../lifecycle')
 const { watchListenCalls } = require('./pitfalls')
 const { closeEngines } = require('../realtime/engines')
 

@@ -9,9 +9,8 @@ const EventEmitter = require('events')
 const { createHealthSampler } = require('./heartbeat')
 const { listenServer } = require('./listen')
 const { prepareServer, drainServer } = require('./serve')
-const { busRuntime, internalBus } = require('../bus')
-const { attachSessionBackend, backendFor } = require('../session/cluster-service')
-const { attachRecoveryService, recoveryOptions } = require('../realtime/recovery-service')
+const { busRuntime } = require('../bus')
+const { startServices, closeServices } = require('../services')
 const { setSessionLogger } = require('../session/log')
 const { handleSignals } = require('../signals')
 const { createLogger } = require('../logger')
@@ -33,8 +32,7 @@ function startStandalone (createApp, config) {
   // The bus and the cluster session store live in this process.
   busRuntime.configure(config.bus, { logger: log, role: 'local' })
   setSessionLogger(log)
-  attachSessionBackend(internalBus)
-  const recovery = attachRecoveryService(internalBus, recoveryOptions(config, log))
+  const services = startServices({ config, log })
   Object.defineProperty(handle, 'bus', { enumerable: true, get: () => require('../bus').bus })
 
   handle.ready = (async () => {
@@ -65,7 +63,7 @@ function startStandalone (createApp, config) {
     shutdownPromise = (async () => {
       const forced = await drainServer({ server: handle.server, tracker, listening: true, log }, config.shutdown.timeoutMs, 'shutdown')
       if (sampler) sampler.stop()
-      await recovery.close()
+      await closeServices()
       await busRuntime.close()
       log.info(forced ? 'shutdown forced at the deadline' : 'shutdown complete')
       return { code: forced ? 1 : 0, forced }
@@ -87,7 +85,7 @@ function startStandalone (createApp, config) {
       reloads: 0,
       workers: [{ id: 0, pid: process.pid, generation: 1, state: shutdownPromise ? 'stopping' : 'ready', uptimeMs: Math.round(process.uptime() * 1000), restarts: 0, heartbeat: figures }],
       bus: busRuntime.status(),
-      sessions: backendFor(internalBus) ? backendFor(internalBus).stats() : null
+      sessions: services.get('session') ? services.get('session').stats() : null
     }
   }
 

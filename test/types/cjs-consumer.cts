@@ -19,8 +19,21 @@ cz.clusterize(() => require('express')(), { maxIdleConnections: 2000 })
 // @ts-expect-error maxIdleConnections is a number or 'auto'
 cz.clusterize(() => require('express')(), { maxIdleConnections: 'lots' })
 if ('stats' in handle) {
+  // The primary's held connections and the dashboard's streams (#23).
+  const { connections, dashboard } = handle.stats()
+  if (connections) console.log(connections.pending + connections.pendingShed + connections.awaiting + connections.awaitingShed)
+  if (dashboard) console.log(dashboard.open + dashboard.evicted + dashboard.refused + dashboard.historyRefused)
+  // @ts-expect-error the stream counters are numbers
+  if (dashboard) dashboard.open.toUpperCase()
+}
+if ('stats' in handle) {
   const beat = handle.stats().workers[0].heartbeat
   if (beat) console.log(beat.idleConnections + beat.idleShed, beat.fdExhausted === true)
+}
+const balanced = cz.clusterize(() => require('express')(), { workers: 4, scheduling: 'balanced' })
+if ('stats' in balanced) {
+  const load = balanced.stats().workers[0].balance
+  if (load && load.accepting) console.log(load.open, load.limit)
 }
 // @ts-expect-error workers is a number or 'auto' (strings from WORKERS are parsed at run time)
 cz.clusterize(() => require('express')(), { workers: 'many' })
@@ -35,6 +48,12 @@ cz.session({ redis: new IORedis.Cluster([{ host: '10.0.0.1', port: 7000 }], { la
 cz.clusterize(() => require('express')(), { bus: { redis: 'redis+cluster://10.0.0.1:7000,10.0.0.2:7000', shardedPubSub: 'auto' } })
 // @ts-expect-error shardedPubSub is 'auto' or false
 cz.clusterize(() => require('express')(), { bus: { shardedPubSub: true } })
+// The primary's bounds for the cluster store and socket.io recovery, validated at startup.
+cz.clusterize(() => require('express')(), { clusterStore: { maxSessions: 50000, maxTotalBytes: 64 * 1024 * 1024 }, recovery: { maxPackets: 1000, maxSessions: 5000, liveWaitMs: 2000 } })
+// @ts-expect-error clusterStore.maxSessions is a number
+cz.clusterize(() => require('express')(), { clusterStore: { maxSessions: 'many' } })
+// @ts-expect-error recovery has no such bound
+cz.clusterize(() => require('express')(), { recovery: { maxRooms: 1 } })
 // @ts-expect-error a Redis target is not a number
 cz.session({ redis: 6379 })
 // metrics: the app's prom-client registries aggregated on the probes' /metrics.

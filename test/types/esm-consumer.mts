@@ -49,7 +49,7 @@ if (new ClusterizeOptionError('x', 'port') instanceof ClusterizeError) console.l
 
 // @ts-expect-error workers must be a number or 'auto'
 clusterize(createApp, { workers: true })
-// @ts-expect-error scheduling is one of the four modes
+// @ts-expect-error scheduling is one of the five modes
 clusterize(createApp, { scheduling: 'random' })
 // @ts-expect-error the first argument is a factory or a module path
 clusterize(42)
@@ -59,3 +59,15 @@ session({ secret: 'x', store: 'postgres' })
 offload({ threads: 'many' })
 // @ts-expect-error the bus needs a topic
 bus.broadcast()
+
+// The ESM entry's types (types/index.d.mts): the default export is the CommonJS module.exports,
+// the same values as the named exports; and the socket.io entry imports from ESM too.
+import clusterizeExpress from 'clusterize-express'
+import { createAdapter } from 'clusterize-express/socket.io'
+import { expectType } from './expect.mjs'
+expectType<typeof clusterize>()(clusterizeExpress.clusterize)
+expectType<typeof bus>()(clusterizeExpress.bus)
+const adapter: (nsp: any) => any = createAdapter({ recovery: { maxPackets: 100 } })
+void adapter
+// @ts-expect-error the default export has only what the package exports
+clusterizeExpress.notExported()

@@ -1,6 +1,10 @@
 'use strict'
 
 /**
+ * The process lifecycle that code running in a worker may hook into without
+ * depending on the worker runtime (lib/worker runs these hooks; realtime and
+ * app-state code register them).
+ *
  * The app's own goodbye before a worker drains: `onDrain(fn)` registers a
  * function that runs when this process starts draining (reload, recycle,
  * shutdown), before the default close of WebSockets and kept-alive
@@ -8,7 +12,7 @@
  * drain deadline (`reload.drainTimeoutMs`, or `shutdown.timeoutMs`).
  */
 
-const { ClusterizeError } = require('../errors')
+const { ClusterizeError } = require('./errors')
 
 const hooks = new Set()
 

@@ -8,8 +8,8 @@
  */
 
 const http = require('http')
-const { findPrimary, probesTarget, loopbackFor, CliRuntimeError } = require('../cli/control')
-const { printable } = require('./printable')
+const { findPrimary, probesTarget, loopbackFor, CliRuntimeError } = require('./control')
+const { printable } = require('../dashboard/printable')
 
 const SPARKS = '\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588'
 const HISTORY = 30

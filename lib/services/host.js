@@ -1,0 +1,173 @@
+'use strict'
+
+/**
+ * The primary's side of the service layer: the services started from one
+ * list (./list.js), answering their workers' calls and notifications. In
+ * single-process mode (`workers: 0`) the same host answers in-process calls.
+ *
+ * A service is `{ name, start(context) }`; start() returns its handlers:
+ *   requests:      { method: (data, caller) => value | Promise }   (client.request)
+ *   notifications: { method: (data, caller) => void }              (client.notify)
+ *   workerExit(caller)   a worker process exited: forget what it held
+ *   close()              shutdown (may return a Promise)
+ *   api                  what host.get(name) returns to the primary (stats)
+ * `caller` is `{ id, pid, generation }` of the worker (slot 0 and this pid in-process).
+ */
+
+const debug = require('debug')('clusterize:services')
+const { SERVICE_OP, service: envelope } = require('../protocol')
+const { ClusterizeBusError, errorToWire } = require('../bus/errors')
+const { decodeAppData } = require('./app-data')
+
+/**
+ * @param {Array<{ name: string, start: (context: object) => object }>} definitions
+ * @param {object} context handed to every start(): `{ config, log, isRetiringPid? }`
+ */
+function createServiceHost (definitions, context) {
+  /** @type {Map<string, { requests: Map<string, Function>, notifications: Map<string, Function>, started: object }>} */
+  const services = new Map()
+  /** Worker records that may still be answered (a reply to an exited worker is dropped). */
+  const records = new Set()
+  const log = (context && context.log) || { error () {} }
+
+  for (const definition of definitions) {
+    if (services.has(definition.name)) throw new Error(`service "${definition.name}" is in the list twice`)
+    const started = definition.start(context) || {}
+    services.set(definition.name, {
+      requests: new Map(Object.entries(started.requests || {})),
+      notifications: new Map(Object.entries(started.notifications || {})),
+      started
+    })
+    debug('service %s started', definition.name)
+  }
+
+  /**
+   * Run a request handler now: its value, or its Promise. Throws what the
+   * handler throws, or ERR_CLUSTERIZE_BUS_NO_HANDLER for a missing service or method.
+   */
+  function run (name, method, data, caller) {
+    const service = services.get(name)
+    const fn = service === undefined ? undefined : service.requests.get(method)
+    if (fn === undefined) {
+      throw new ClusterizeBusError(`service "${name}" has no request "${method}" in this process`, 'ERR_CLUSTERIZE_BUS_NO_HANDLER')
+    }
+    return fn(data, caller)
+  }
+
+  /**
+   * run() as a Promise: never throws.
+   * @returns {Promise<*>}
+   */
+  function call (name, method, data, caller) {
+    try {
+      return Promise.resolve(run(name, method, data, caller))
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  /** Run a notification handler; what it throws is logged, never propagated. */
+  function notify (name, method, data, caller) {
+    const service = services.get(name)
+    const fn = service === undefined ? undefined : service.notifications.get(method)
+    if (fn === undefined) {
+      debug('no notification %s.%s: dropped', name, method)
+      return
+    }
+    try {
+      const result = fn(data, caller)
+      if (result && typeof result.then === 'function') result.then(undefined, (err) => notificationFailed(name, method, err))
+    } catch (err) {
+      notificationFailed(name, method, err)
+    }
+  }
+
+  function notificationFailed (name, method, err) {
+    log.error(`service ${name}: notification "${method}" failed: ${err && err.message}`, { err })
+  }
+
+  /**
+   * An envelope of kind SERVICE from a worker. Malformed ones are ignored.
+   * @param {object} record the worker's record (its channel carries the reply)
+   * @param {object} message
+   */
+  function onWorkerMessage (record, message) {
+    if (typeof message.s !== 'string' || typeof message.m !== 'string') return
+    const caller = { id: record.id, pid: record.pid, generation: record.generation }
+    const isCall = message.op === SERVICE_OP.CALL && typeof message.id === 'number'
+    if (!isCall && message.op !== SERVICE_OP.NOTIFY) return
+    let data = message.d
+    if (message.x === 1) {
+      try {
+        data = decodeAppData(data)
+      } catch (err) {
+        debug('undecodable %s.%s from worker %s: %s', message.s, message.m, record.id, err.message)
+        if (isCall) reply(record, envelope.failure(message.id, errorToWire(err)))
+        return
+      }
+    }
+    if (!isCall) {
+      notify(message.s, message.m, data, caller)
+      return
+    }
+    const id = message.id
+    call(message.s, message.m, data, caller).then(function answer (value) {
+      reply(record, envelope.reply(id, value))
+    }, function failed (err) {
+      reply(record, envelope.failure(id, errorToWire(err)))
+    })
+  }
+
+  function reply (record, message) {
+    // A worker that exited meanwhile gets nothing: its call died with it.
+    if (!records.has(record)) return
+    // Calls come many per loop turn under load (the session store's): their answers share one write per turn.
+    record.channel.post(message)
+  }
+
+  return {
+    run,
+    call,
+    notify,
+    onWorkerMessage,
+
+    /** @param {object} record a forked worker's record, with its ipc.Channel */
+    addWorker (record) {
+      records.add(record)
+    },
+
+    /** A worker process exited: drop its replies, let every service forget it. */
+    removeWorker (record) {
+      if (!records.delete(record)) return
+      const caller = { id: record.id, pid: record.pid, generation: record.generation }
+      for (const [name, service] of services) {
+        if (typeof service.started.workerExit !== 'function') continue
+        try {
+          service.started.workerExit(caller)
+        } catch (err) {
+          log.error(`service ${name}: forgetting worker ${record.id} failed: ${err && err.message}`, { err })
+        }
+      }
+    },
+
+    /**
+     * @param {string} name
+     * @returns {*} the service's `api` (undefined when it has none or is not in the list)
+     */
+    get (name) {
+      const service = services.get(name)
+      return service === undefined ? undefined : service.started.api
+    },
+
+    /** Shutdown: close every service (Redis connections, timers). */
+    close () {
+      const closing = []
+      for (const service of services.values()) {
+        if (typeof service.started.close === 'function') closing.push(Promise.resolve().then(() => service.started.close()).catch((err) => debug('close failed: %s', err && err.message)))
+      }
+      return Promise.all(closing).then(() => undefined)
+    }
+  }
+}
+
+module.exports = { createServiceHost }

@@ -1,0 +1,110 @@
+'use strict'
+
+/**
+ * What the primary holds itself in 'rr' and 'sticky' scheduling is bounded
+ * by maxIdleConnections and counted in /stats and /metrics: connections
+ * waiting for a ready worker (the newest refused beyond the bound, logged
+ * once) and, with sticky.sid, connections still sending their request line
+ * (the oldest closed). Real clusters, HTTP on loopback.
+ */
+
+const { test, after } = require('node:test')
+const assert = require('node:assert')
+const fs = require('fs')
+const net = require('net')
+const os = require('os')
+const path = require('path')
+const { startCluster, stopAll } = require('./helpers/cluster')
+const { eventually } = require('./helpers/wait')
+
+const fixture = path.join(__dirname, 'fixtures/app-cluster.js')
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-primary-conns-'))
+
+after(async () => {
+  await stopAll()
+  fs.rmSync(tmp, { recursive: true, force: true })
+})
+
+/** Open `count` connections that each send `head` and collect what comes back until they close. */
+async function openClients (port, count, head) {
+  const sockets = await Promise.all(Array.from({ length: count }, () => new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1')
+    const entry = { socket, closed: false, data: '' }
+    socket.setEncoding('latin1')
+    socket.on('data', (chunk) => { entry.data += chunk })
+    socket.on('error', () => {})
+    socket.on('close', () => { entry.closed = true })
+    socket.on('connect', () => {
+      if (head) socket.write(head)
+      resolve(entry)
+    })
+    socket.on('close', () => resolve(entry))
+  })))
+  return {
+    sockets,
+    closed: () => sockets.filter((e) => e.closed).length,
+    destroy: () => { for (const e of sockets) e.socket.destroy() }
+  }
+}
+
+/** The value of one sample line in a Prometheus exposition. */
+function sample (text, line) {
+  const found = text.split('\n').find((l) => l.startsWith(line + ' '))
+  return found === undefined ? undefined : Number(found.slice(line.length + 1))
+}
+
+test("'rr': connections waiting for a ready worker are bounded by maxIdleConnections; the newest are refused, counted in /stats and /metrics, logged once", async () => {
+  const hold = path.join(tmp, 'hold')
+  const cluster = await startCluster(fixture, {
+    env: { CZ_BOOT_HOLD_FILE: hold, CZ_TEST_OPTIONS: JSON.stringify({ workers: 1, maxIdleConnections: 20, probes: { port: 0 } }) }
+  })
+  // The only worker crashes; its replacement stays in boot until the file goes.
+  fs.writeFileSync(hold, '')
+  const crashed = (await cluster.get('/crash')).json.pid
+  await cluster.waitEvent('worker:exit', (d) => d.pid === crashed)
+  const clients = await openClients(cluster.port, 30, 'GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
+  try {
+    const connections = await eventually(async () => {
+      const stats = await cluster.stats()
+      return stats.connections && stats.connections.pending + stats.connections.pendingShed === 30 && stats.connections
+    }, { what: () => '30 connections held or refused\n' + cluster.output })
+    assert.deepStrictEqual(connections, { pending: 20, pendingShed: 10, awaiting: 0, awaitingShed: 0 })
+    const metrics = (await cluster.probe('/metrics')).body
+    assert.strictEqual(sample(metrics, 'clusterize_primary_held_connections{queue="pending"}'), 20)
+    assert.strictEqual(sample(metrics, 'clusterize_primary_connections_shed_total{queue="pending"}'), 10)
+    assert.strictEqual(cluster.output.match(/connections are waiting for a ready worker: refusing new ones/g).length, 1, 'logged once')
+
+    // A worker is ready: every connection that waited is served, the refused ones got nothing.
+    fs.rmSync(hold)
+    await eventually(() => clients.closed() === 30, { what: () => 'every client answered or closed\n' + cluster.output })
+    const answered = clients.sockets.filter((e) => e.data.startsWith('HTTP/1.1 200')).length
+    assert.strictEqual(answered, 20)
+    assert.strictEqual(clients.sockets.filter((e) => e.data === '').length, 10)
+    assert.strictEqual((await cluster.stats()).connections.pending, 0)
+  } finally {
+    clients.destroy()
+    fs.rmSync(hold, { force: true })
+    await cluster.stop()
+  }
+})
+
+test("'sticky.sid': silent connections the primary closed for maxIdleConnections are counted in /stats and /metrics", async () => {
+  const cluster = await startCluster(fixture, {
+    env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 1, scheduling: 'sticky', sticky: { sid: true }, maxIdleConnections: 16, probes: { port: 0 } }) }
+  })
+  const silent = await openClients(cluster.port, 40, '')
+  try {
+    const connections = await eventually(async () => {
+      const stats = await cluster.stats()
+      return stats.connections.awaiting + stats.connections.awaitingShed === 40 && stats.connections
+    }, { what: () => '40 silent connections held or closed\n' + cluster.output })
+    assert.deepStrictEqual(connections, { pending: 0, pendingShed: 0, awaiting: 16, awaitingShed: 24 })
+    const metrics = (await cluster.probe('/metrics')).body
+    assert.strictEqual(sample(metrics, 'clusterize_primary_held_connections{queue="awaiting"}'), 16)
+    assert.strictEqual(sample(metrics, 'clusterize_primary_connections_shed_total{queue="awaiting"}'), 24)
+    assert.strictEqual((await cluster.get('/')).status, 200, 'a normal client is served')
+  } finally {
+    silent.destroy()
+    await cluster.stop()
+  }
+})

@@ -1,0 +1,78 @@
+'use strict'
+
+/**
+ * The bounds the primary enforces are clusterize() options, validated once
+ * at startup (clusterStore, recovery); the old runtime paths (a store's
+ * maxSessions/maxTotalBytes, createAdapter({ recovery })) still work.
+ */
+
+const { describe, it, before, after } = require('node:test')
+const assert = require('node:assert')
+const path = require('path')
+const { resolveConfig } = require('../lib/config')
+const { RecoveryService, recoveryOptions } = require('../lib/realtime/recovery-service')
+const { sessionService } = require('../lib/session/cluster-service')
+const { startCluster } = require('./helpers/cluster')
+
+const FIXTURE = path.join(__dirname, 'fixtures', 'session-big-cluster.js')
+
+describe('clusterStore and recovery options', () => {
+  it('are validated at startup, naming the option', () => {
+    assert.throws(() => resolveConfig({ clusterStore: { maxSessions: 0 } }), { code: 'ERR_CLUSTERIZE_CONFIG_OPTION', option: 'clusterStore.maxSessions' })
+    assert.throws(() => resolveConfig({ clusterStore: { maxTotalBytes: '1mb' } }), { option: 'clusterStore.maxTotalBytes' })
+    assert.throws(() => resolveConfig({ clusterStore: { max: 1 } }), { option: 'clusterStore.max' })
+    assert.throws(() => resolveConfig({ recovery: { maxPackets: 1.5 } }), { option: 'recovery.maxPackets' })
+    assert.throws(() => resolveConfig({ recovery: { liveWaitMs: -1 } }), { option: 'recovery.liveWaitMs' })
+    const config = resolveConfig({ clusterStore: { maxSessions: 7 }, recovery: { maxSessions: 9 } })
+    assert.deepStrictEqual(config.clusterStore, { maxSessions: 7, maxTotalBytes: 128 * 1024 * 1024 })
+    assert.deepStrictEqual(config.recovery, { maxPackets: 10000, maxSessions: 9, liveWaitMs: 5000 })
+  })
+
+  it("set the session service's backend bounds", () => {
+    const started = sessionService.start({ config: resolveConfig({ clusterStore: { maxSessions: 7, maxTotalBytes: 4096 } }) })
+    assert.strictEqual(started.api.maxSessions, 7)
+    assert.strictEqual(started.api.maxTotalBytes, 4096)
+    started.close()
+  })
+
+  it("set every namespace's recovery bounds; a worker's createAdapter({ recovery }) still applies (deprecated)", () => {
+    const config = resolveConfig({ recovery: { maxPackets: 3, maxSessions: 4, liveWaitMs: 50 } })
+    const service = new RecoveryService({ broadcast () {} }, recoveryOptions(config, undefined))
+    const state = service.namespace('/')
+    assert.deepStrictEqual([state.maxPackets, state.maxSessions, service.liveWaitMs], [3, 4, 50])
+    // An adapter that gives none of its own sends only socket.io's maxDisconnectionDuration.
+    service.onQueueMessage({ op: 'cfg', n: '/', d: 60000 }, {})
+    assert.deepStrictEqual([state.maxPackets, state.maxSessions, service.liveWaitMs, state.maxDisconnectionDuration], [3, 4, 50, 60000])
+    service.onQueueMessage({ op: 'cfg', n: '/a', d: 60000, p: 20, x: 30, l: 70 }, {})
+    const other = service.namespace('/a')
+    assert.deepStrictEqual([other.maxPackets, other.maxSessions, service.liveWaitMs], [20, 30, 70])
+    service.close()
+  })
+})
+
+describe('2-worker cluster with clusterize({ clusterStore })', () => {
+  let cluster
+  before(async () => {
+    cluster = await startCluster(FIXTURE, {
+      env: {
+        CZ_SESSION_OPTIONS: JSON.stringify({ store: 'cluster' }),
+        CZ_TEST_OPTIONS: JSON.stringify({ probes: { port: 0 }, clusterStore: { maxSessions: 2, maxTotalBytes: 200 * 1024 } })
+      }
+    })
+  })
+  after(async () => {
+    if (cluster) await cluster.stop()
+  })
+
+  it("the primary holds at most maxSessions; a session over maxTotalBytes is refused with 413, not 503", async () => {
+    for (let i = 0; i < 3; i++) assert.equal((await cluster.get('/big?kb=1', { method: 'POST' })).status, 200)
+    const stats = JSON.parse((await cluster.probe('/stats')).body)
+    assert.equal(stats.sessions.maxSessions, 2, 'the bound set at startup, no worker sent one')
+    assert.equal(stats.sessions.maxTotalBytes, 200 * 1024)
+    assert.equal(stats.sessions.sessions, 2)
+    assert.equal(stats.sessions.evicted, 1)
+    const big = await cluster.get('/big?kb=300', { method: 'POST' })
+    assert.equal(big.status, 413, big.body)
+    assert.match(big.json.error, /^session too large: .*clusterStore\.maxTotalBytes/)
+  })
+})
