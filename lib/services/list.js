@@ -8,7 +8,8 @@
 
 const SERVICES = [
   require('../session/cluster-service').sessionService,
-  require('../realtime/recovery-service').recoveryService
+  require('../realtime/recovery-service').recoveryService,
+  require('../state/metrics').metricsService
 ]
 
 module.exports = { SERVICES }
