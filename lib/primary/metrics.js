@@ -159,7 +159,12 @@ function createMetrics (supervisor, busStatus, primaryStatus = () => ({ connecti
         return appMetrics.renderWorker(query.worker)
       }
       if (!appMetrics) return exposition.metrics()
-      return Promise.all([exposition.metrics(), appMetrics.render()]).then(([own, app]) => own + app)
+      // Ask the workers first and let the question leave (IPC writes go out on the next turn),
+      // then write clusterize's own metrics while they read theirs.
+      const app = appMetrics.render()
+      return new Promise(setImmediate)
+        .then(() => exposition.metrics())
+        .then((own) => app.then((text) => own + text))
     },
     get contentType () {
       if (!exposition) exposition = build()
