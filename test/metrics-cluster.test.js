@@ -12,23 +12,13 @@ const assert = require('node:assert')
 const path = require('path')
 const { startCluster, stopAll } = require('./helpers/cluster')
 const { eventually } = require('./helpers/wait')
+const { parse } = require('./helpers/prometheus')
 
 const fixture = path.join(__dirname, 'fixtures/metrics-cluster.js')
 after(stopAll)
 
 function env (options, extra) {
   return Object.assign({ CZ_TEST_OPTIONS: JSON.stringify(Object.assign({ workers: 2, probes: { port: 0 } }, options)) }, extra)
-}
-
-/** Prometheus text -> Map of 'name{labels}' -> number. */
-function parse (text) {
-  const series = new Map()
-  for (const line of text.split('\n')) {
-    if (line === '' || line.startsWith('#')) continue
-    const at = line.lastIndexOf(' ')
-    series.set(line.slice(0, at), Number(line.slice(at + 1)))
-  }
-  return series
 }
 
 async function scrape (cluster, query) {

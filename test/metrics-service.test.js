@@ -17,6 +17,7 @@ const { RetainedTotals } = require('../lib/state/metrics/retained')
 const { aggregateLists, formatExposition } = require('../lib/state/metrics/exposition')
 const { renderAggregate, renderWorker } = require('../lib/state/metrics/render')
 const { startMetricsReporter, findRegistries } = require('../lib/state/metrics/reporter')
+const { parse } = require('./helpers/prometheus')
 
 /** One stand-in worker: its own registry with the app's usual metrics. */
 function makeWorker (slot) {
@@ -84,17 +85,6 @@ function makeCluster (count, options) {
   }
   for (let slot = 1; slot <= count; slot++) cluster.add(slot)
   return cluster
-}
-
-/** Prometheus text -> Map of 'name{labels}' -> number. */
-function parse (text) {
-  const series = new Map()
-  for (const line of text.split('\n')) {
-    if (line === '' || line.startsWith('#')) continue
-    const at = line.lastIndexOf(' ')
-    series.set(line.slice(0, at), Number(line.slice(at + 1)))
-  }
-  return series
 }
 
 test('counters and histograms are summed, gauges follow their aggregator, in one scrape', async (t) => {
