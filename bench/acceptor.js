@@ -22,8 +22,8 @@ const { machineLine } = require('./lib/machine')
 const { installCleanup, cpuMs, sleep } = require('./lib/proc')
 const { wrkClose } = require('./lib/wrk')
 
-const ROUNDS = arg('--rounds', 5)
-const SECONDS = arg('--seconds', 5)
+const ROUNDS = arg('--rounds', 5, 2)
+const SECONDS = arg('--seconds', 5, 2)
 const CONNECTIONS = arg('--connections', 32)
 
 const CONTENDERS = [

@@ -31,7 +31,7 @@ const cluster = require('cluster')
 const { numberArg } = require('./lib/args')
 const { pids, killForked: killAll, stopForked, waitCtl, wireBusWorker } = require('./lib/forked')
 const { underFifo } = require('./lib/realtime')
-const arg = (name, fallback) => numberArg('--' + name, fallback)
+const arg = (name, fallback, quick) => numberArg('--' + name, fallback, quick)
 
 const TOPIC = 'bench:tick'
 const SIZES = [{ label: '64 B', bytes: 64 }, { label: '1 KiB', bytes: 1024 }]
@@ -136,8 +136,8 @@ for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => { killAll()
 
 async function runPrimary () {
   const workers = arg('workers', 3)
-  const messages = arg('messages', 40000)
-  const rounds = arg('rounds', 3)
+  const messages = arg('messages', 40000, 10000)
+  const rounds = arg('rounds', 3, 1)
   const deadline = setTimeout(() => { console.error('bench/bus.js: over 85 s, giving up'); killAll(); process.exit(1) }, 85000)
   const only = process.env.BENCH_ONLY // 'naive' or 'ours', for profiling one side
   const modes = ['naive', 'ours'].filter((mode) => !only || mode === only)

@@ -21,8 +21,8 @@ const { fmt, median, ratio, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { installCleanup, sleep } = require('./lib/proc')
 
-const KILLS = arg('--kills', 5)
-const GAP_MS = arg('--gap-ms', 1500)
+const KILLS = arg('--kills', 5, 2)
+const GAP_MS = arg('--gap-ms', 1500, 1000)
 const CONCURRENCY = arg('--concurrency', 4)
 const WORKERS = os.availableParallelism()
 

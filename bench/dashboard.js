@@ -20,8 +20,8 @@ const { median, ratio, fmt, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { installCleanup, cpuMs, sleep } = require('./lib/proc')
 
-const ROUNDS = arg('--rounds', 3)
-const SECONDS = arg('--seconds', 10)
+const ROUNDS = arg('--rounds', 3, 1)
+const SECONDS = arg('--seconds', 10, 3)
 
 const CASES = [
   { label: 'probes on, dashboard off', dashboard: false, page: false },

@@ -10,7 +10,7 @@
  * per scrape (from /proc, 10 ms ticks, over the whole run). Rounds alternate
  * the order; medians are reported.
  *
- *   node bench/metrics.js [--rounds 3] [--scrapes 300]
+ *   node bench/metrics.js [--quick] [--rounds 3] [--scrapes 300]
  *
  * Loopback only, ~30 s, stops every process it started by PID.
  */
@@ -22,8 +22,10 @@ const { median, ratio, fmt, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { installCleanup, startProcess, waitForLine, stopProcess, cpuMs, sleep } = require('./lib/proc')
 
-const ROUNDS = arg('--rounds', 3)
-const SCRAPES = arg('--scrapes', 300)
+// --quick (npm run bench -- --quick): fewer rounds and scrapes.
+const QUICK = process.argv.includes('--quick')
+const ROUNDS = arg('--rounds', QUICK ? 2 : 3)
+const SCRAPES = arg('--scrapes', QUICK ? 100 : 300)
 
 const CONTENDERS = [
   { label: 'prom-client AggregatorRegistry, raw node:cluster (anchor)', mode: 'anchor' },

@@ -33,10 +33,10 @@ const { installCleanup, node24, sleep, cpuMs } = require('./lib/proc')
 const { BLOCK_MS } = require('./lib/apps')
 const { hasWrk, wrkClose } = require('./lib/wrk')
 
-const ROUNDS = arg('--rounds', 3)
-const SECONDS = arg('--seconds', 2.5)
-const MIXED_SECONDS = arg('--mixed-seconds', 6)
-const MIXED_ROUNDS = arg('--mixed-rounds', 2)
+const ROUNDS = arg('--rounds', 3, 2)
+const SECONDS = arg('--seconds', 2.5, 1)
+const MIXED_SECONDS = arg('--mixed-seconds', 6, 2.5)
+const MIXED_ROUNDS = arg('--mixed-rounds', 2, 1)
 const CONNECTIONS = 50
 const MIXED_CONCURRENCY = 16
 const HEAVY_EVERY = 20

@@ -1,36 +1,39 @@
 'use strict'
 
 /**
- * Sessions side by side, one run: requests/s with a session read + write per
- * request (GET /count: visits++), for
- *   - express-session's MemoryStore, single process (the anchor)
+ * Sessions side by side, one run: requests/s and p99 with a session read +
+ * write per request (GET /count: visits++), 20 connections each with its own
+ * session, for
+ *   - the recipe most users run today, the anchor: express-session +
+ *     connect-redis + ioredis on raw node:cluster, 2 workers
  *   - express-session's MemoryStore in 2 workers (per-worker sessions: broken
- *     semantics, shown only as the cluster scaling reference on this machine)
- *   - our cluster store, 1 worker and 2 workers (per-worker throughput too)
- *   - our Redis store, single process and 2 workers (needs Redis at REDIS_URL
- *     or redis://127.0.0.1:6379; skipped with a note otherwise)
- *   - our Redis store, 2 workers, on a 3-master Redis Cluster (+ 3 replicas) and
- *     on a Sentinel-managed primary (+ 2 replicas, 3 sentinels), both started
- *     here on loopback from redis-server (skipped when it is not installed)
- * Then a failover table: 2 workers under session traffic while the Redis
- * primary (Sentinel) or a cluster master is killed: 503s, wrong answers and
- * the time from the kill to the last 503 (median of --failovers runs).
- * Prints Markdown tables with ratios. Loopback only, bounded (< 3 min), every
- * process started is stopped by PID.
+ *     semantics, shown only as the ceiling of a store that costs nothing)
+ *   - our cluster store and our Redis store, 2 workers
+ *   - (not with --quick) our Redis store on a 3-master Redis Cluster and on a
+ *     Sentinel-managed primary, started here on loopback from redis-server
+ *   - with --ab <dir> (or BENCH_CLUSTERIZE_MODULE=<dir>): our two stores again,
+ *     loaded from another checkout, as A/B rows of the same run
+ * Every server is started first, then measured in rounds with the order
+ * rotated each round; medians of the rounds, and the median of same-round
+ * ratios against the recipe. Then CPU per request of each process at a fixed
+ * rate, and (not with --quick) a failover table: 2 workers under session
+ * traffic while the Redis primary (Sentinel) or a cluster master is killed.
+ * Needs Redis at REDIS_URL or redis://127.0.0.1:6379 (rows that need it are
+ * skipped with a note otherwise). Loopback only, bounded, every process
+ * started is stopped by PID.
  *
  * --read-only measures GET /read instead (the session is read, not
- * modified: express-session touches it, which is where the Redis store's
- * touch round trips show).
+ * modified: express-session touches it). --max-age <ms> gives every server's
+ * cookie that maxAge (without it: browser-session cookies, each store's
+ * default ttl; session() skips a needless touch only with an expiry).
  *
- * Then CPU per request of each process (primary, workers, redis-server) at a
- * fixed rate (--cpu-rate req/s for --cpu-seconds), for the 2-worker rows.
- *
- *   node bench/sessions.js [--duration 3] [--passes 3] [--connections 20] [--failovers 3] [--read-only]
- *                          [--cpu-rate 2000] [--cpu-seconds 4]
+ *   node bench/sessions.js [--quick] [--duration 3] [--passes 4] [--connections 20] [--failovers 3]
+ *                          [--read-only] [--max-age ms] [--cpu-rate 2000] [--cpu-seconds 4] [--ab <dir>]
  */
 
-const { numberArg: arg } = require('./lib/args')
-const { cpuMs } = require('./lib/proc')
+const { numberArg: arg, isQuick } = require('./lib/args')
+const { threadsCpuMs } = require('./lib/proc')
+const { median, ratio, fmt, markdownTable } = require('./lib/table')
 const path = require('path')
 const crypto = require('crypto')
 const http = require('http')
@@ -39,6 +42,7 @@ const { fork } = require('child_process')
 const SECRET = 'bench-secret-0123456789-abcdefghijklmnop'
 const REDIS_URL = process.env.REDIS_URL || 'redis://127.0.0.1:6379'
 const SESSIONS_PER_RUN = 20
+const RECIPE = 'recipe: express-session + connect-redis + ioredis, raw node:cluster'
 
 if (process.argv[2] === '--serve') {
   serve(process.argv[3], JSON.parse(process.argv[4] || '{}'))
@@ -51,19 +55,30 @@ if (process.argv[2] === '--serve') {
 
 // ---------------------------------------------------------------- server side
 
-function createApp (store, prefix, redis) {
+/** The session middleware each kind of server runs. */
+function sessionMiddleware (spec) {
+  const expressSession = require('express-session')
+  // --max-age: the same cookie.maxAge everywhere (without it, browser-session cookies and each store's default ttl).
+  const cookie = spec.maxAge ? { maxAge: spec.maxAge } : undefined
+  if (spec.store === 'raw-memory') {
+    return expressSession({ secret: SECRET, resave: false, saveUninitialized: false, cookie, store: new expressSession.MemoryStore() })
+  }
+  if (spec.store === 'recipe') {
+    // As the recipe is written (seed 002, connect-redis's README): its defaults, a plain ioredis client.
+    const { RedisStore } = require('connect-redis')
+    const Redis = require('ioredis')
+    const client = new Redis(spec.redis || REDIS_URL)
+    return expressSession({ secret: SECRET, resave: false, saveUninitialized: false, cookie, store: new RedisStore({ client, prefix: spec.prefix }) })
+  }
+  // BENCH_CLUSTERIZE_MODULE / --ab: the same rows from another checkout.
+  const { session } = require(spec.module || '..')
+  return session({ secret: SECRET, cookie, store: spec.store, redis: spec.store === 'redis' ? (spec.redis || REDIS_URL) : undefined, prefix: spec.prefix })
+}
+
+function createApp (spec) {
   const express = require('express')
   const app = express()
-  if (store === 'raw-memory') {
-    // TCP_NODELAY as session() sets it, so the reference is not skewed by Nagle stalls
-    // on the split writes express-session makes (see middleware/session.js).
-    app.use((req, res, next) => { req.socket.setNoDelay(true); next() })
-    const expressSession = require('express-session')
-    app.use(expressSession({ secret: SECRET, resave: false, saveUninitialized: false, store: new expressSession.MemoryStore() }))
-  } else {
-    const { session } = require('..')
-    app.use(session({ secret: SECRET, store, redis: store === 'redis' ? (redis || REDIS_URL) : undefined, prefix }))
-  }
+  app.use(sessionMiddleware(spec))
   app.post('/login', (req, res) => {
     req.session.user = { name: 'bench', roles: ['reader'] }
     req.session.visits = 0
@@ -81,13 +96,14 @@ function createApp (store, prefix, redis) {
 
 function serve (mode, spec) {
   if (spec.workers === undefined) {
-    const server = http.createServer(createApp(spec.store, spec.prefix, spec.redis))
+    const server = http.createServer(createApp(spec))
     server.keepAliveTimeout = 65000
     server.listen(0, '127.0.0.1', () => process.send({ port: server.address().port, pids: [process.pid] }))
     return
   }
-  const { clusterize } = require('..')
-  const handle = clusterize(() => createApp(spec.store, spec.prefix, spec.redis), { port: 0, host: '127.0.0.1', workers: spec.workers, bus: spec.bus, logger: false })
+  if (spec.store === 'recipe') return serveRawCluster(spec)
+  const { clusterize } = require(spec.module || '..')
+  const handle = clusterize(() => createApp(spec), { port: 0, host: '127.0.0.1', workers: spec.workers, logger: false })
   if (!handle.ready || typeof handle.on !== 'function') return // a worker
   handle.ready.then((info) => {
     process.send({ port: info.port, pids: [process.pid].concat(info.workers.map((w) => w.pid)) })
@@ -95,6 +111,39 @@ function serve (mode, spec) {
     process.send({ error: err.message })
   })
   process.on('SIGTERM', () => handle.shutdown().then(() => process.exit(0)))
+}
+
+/** The textbook node:cluster server: fork N, each worker listens (port 0 is shared by the workers). */
+function serveRawCluster (spec) {
+  const cluster = require('cluster')
+  if (cluster.isWorker) {
+    const server = http.createServer(createApp(spec))
+    server.keepAliveTimeout = 65000
+    server.listen(0, '127.0.0.1')
+    // The Redis client would keep it alive after the primary's disconnect (see SIGTERM below).
+    process.once('disconnect', () => server.close(() => process.exit(0)))
+    return
+  }
+  const workers = []
+  let listening = 0
+  for (let i = 0; i < spec.workers; i++) {
+    const worker = cluster.fork()
+    workers.push(worker)
+    worker.once('listening', (address) => {
+      if (++listening === spec.workers) process.send({ port: address.port, pids: [process.pid].concat(workers.map((w) => w.process.pid)) })
+    })
+  }
+  process.on('SIGTERM', () => {
+    // Disconnect lets each worker exit on its own (and write a --cpu-prof profile); SIGKILL if it does not.
+    for (const worker of workers) worker.disconnect()
+    setTimeout(() => {
+      for (const worker of workers) worker.process.kill('SIGKILL')
+      process.exit(0)
+    }, 3000).unref()
+    cluster.on('exit', () => {
+      if (Object.keys(cluster.workers).length === 0) process.exit(0)
+    })
+  })
 }
 
 // ---------------------------------------------------------------- bench side
@@ -170,7 +219,7 @@ function runLoad (port, cookies, load) {
 
 async function measure (port, cookies, duration, connections) {
   const result = await runLoad(port, cookies, { duration, connections })
-  return { rps: result.requests.average, non2xx: result.non2xx, errors: result.errors, p99: result.latency.p99 }
+  return { rps: result.requests.total / result.duration, non2xx: result.non2xx, errors: result.errors + result.timeouts, p99: result.latency.p99 }
 }
 
 async function redisReachable () {
@@ -196,7 +245,7 @@ async function localRedisPid () {
   try {
     await client.connect()
     const pid = Number(/process_id:(\d+)/.exec(await client.info('server'))[1])
-    return Number.isNaN(cpuMs(pid)) ? null : pid
+    return Number.isNaN(threadsCpuMs(pid)) ? null : pid
   } catch {
     return null
   } finally {
@@ -212,40 +261,18 @@ async function localRedisPid () {
 async function measureCpu (server, cookies, rate, seconds, redisPid) {
   const workers = server.pids.slice(1)
   const pids = server.pids.concat(redisPid === null ? [] : [redisPid])
-  const before = pids.map(cpuMs)
+  const before = pids.map(threadsCpuMs)
   const result = await runLoad(server.port, cookies, { duration: seconds, connections: 20, overallRate: rate })
-  const spent = pids.map((pid, i) => (cpuMs(pid) - before[i]) * 1000)
+  const spent = pids.map((pid, i) => (threadsCpuMs(pid) - before[i]) * 1000)
   const n = result.requests.total || 1
   const perRequest = (i) => spent[i] / n
   return {
+    achieved: result.requests.total / result.duration,
     primary: perRequest(0),
     workers: workers.reduce((sum, pid, i) => sum + perRequest(i + 1), 0),
     redis: redisPid === null ? null : perRequest(pids.length - 1),
     errors: result.errors + result.non2xx
   }
-}
-
-function printCpu (rows, run) {
-  const measured = rows.filter((r) => r.cpu && r.cpu.length > 0)
-  if (measured.length === 0) return
-  const total = (c) => c.primary + c.workers + (c.redis || 0)
-  const medianOf = (r, key) => median(r.cpu.map(key))
-  const anchor = measured.find((r) => r.scalingRef)
-  const anchorTotal = anchor ? medianOf(anchor, total) : NaN
-  const out = []
-  out.push(`### Where the time goes: CPU per request at a fixed ${run.rate} req/s (2 workers, ${run.seconds} s, median of ${run.passes}; user + system from /proc, 10 ms ticks)`)
-  out.push('')
-  out.push('| store | primary µs/req | workers µs/req | redis-server µs/req | total µs/req | total vs MemoryStore, 2 workers | errors |')
-  out.push('|---|---:|---:|---:|---:|---:|---:|')
-  for (const r of measured) {
-    const t = medianOf(r, total)
-    const redis = r.cpu[0].redis === null ? '-' : medianOf(r, (c) => c.redis).toFixed(1)
-    const errors = r.cpu.reduce((sum, c) => sum + c.errors, 0)
-    out.push(`| ${r.name} | ${medianOf(r, (c) => c.primary).toFixed(1)} | ${medianOf(r, (c) => c.workers).toFixed(1)} | ${redis} | ${t.toFixed(1)} | ${(t / anchorTotal).toFixed(2)}x | ${errors} |`)
-  }
-  out.push('')
-  out.push('The load generator (autocannon, in this process) is not counted; on these 2-core machines it takes a share of the same CPUs, so every extra microsecond per request in any of these processes lowers the req/s above.')
-  console.log(out.join('\n') + '\n')
 }
 
 async function cleanRedis (prefix) {
@@ -258,88 +285,6 @@ async function cleanRedis (prefix) {
     if (keys.length) await client.del(keys)
   } while (cursor !== '0')
   client.disconnect()
-}
-
-async function main () {
-  const duration = arg('--duration', 3)
-  const passes = arg('--passes', 3)
-  const connections = arg('--connections', 20)
-  const cpuRate = arg('--cpu-rate', 2000)
-  const cpuSeconds = arg('--cpu-seconds', 4)
-  const prefix = `cz-bench:${process.pid}:${crypto.randomBytes(3).toString('hex')}:`
-  const haveRedis = await redisReachable()
-  const scenarios = [
-    { name: 'express-session MemoryStore, 1 process', spec: { store: 'raw-memory' }, workers: 1, anchor: true },
-    { name: 'express-session MemoryStore, 2 workers (per-worker sessions: reference only)', spec: { store: 'raw-memory', workers: 2 }, workers: 2, scalingRef: true },
-    { name: 'cluster store, 1 worker', spec: { store: 'cluster', workers: 1 }, workers: 1 },
-    { name: 'cluster store, 2 workers', spec: { store: 'cluster', workers: 2 }, workers: 2 },
-    { name: 'Redis store, 1 process', spec: { store: 'redis', prefix }, workers: 1, redis: true },
-    { name: 'Redis store, 2 workers', spec: { store: 'redis', prefix, workers: 2 }, workers: 2, redis: true },
-    { name: 'Redis store, 2 workers, Redis Cluster (3 masters + 3 replicas)', spec: { store: 'redis', prefix, workers: 2 }, workers: 2, topology: 'cluster' },
-    { name: 'Redis store, 2 workers, Sentinel (primary + 2 replicas)', spec: { store: 'redis', prefix, workers: 2 }, workers: 2, topology: 'sentinel' }
-  ]
-  const topologies = await startTopologies()
-  for (const scenario of scenarios) {
-    if (!scenario.topology) continue
-    if (!topologies) scenario.skipped = 'redis-server is not installed'
-    else scenario.spec.redis = topologies[scenario.topology].url
-  }
-  const started = Date.now()
-  const live = []
-  try {
-    // Every server is started first and measured in interleaved passes (best of
-    // `passes`), so a burst of load from elsewhere on a shared machine does not
-    // land on one store only. Idle servers cost next to nothing.
-    for (const scenario of scenarios) {
-      if (scenario.redis && !haveRedis) {
-        scenario.skipped = `no Redis at ${REDIS_URL}`
-        continue
-      }
-      try {
-        scenario.server = await startServer(scenario.name, scenario.spec)
-        live.push(scenario.server)
-        scenario.cookies = await prepare(scenario.server.port)
-        await measure(scenario.server.port, scenario.cookies, 1, connections) // warm-up
-      } catch (err) {
-        scenario.skipped = 'failed: ' + err.message.split('\n')[0]
-      }
-    }
-    for (let pass = 0; pass < passes; pass++) {
-      for (const scenario of scenarios) {
-        if (scenario.skipped) continue
-        const result = await measure(scenario.server.port, scenario.cookies, duration, connections)
-        if (!scenario.best || result.rps > scenario.best.rps) scenario.best = result
-        scenario.errors = (scenario.errors || 0) + result.errors + result.non2xx
-      }
-    }
-    // Where the time goes: CPU per request of each process, at a fixed rate every server can hold.
-    const redisPid = haveRedis ? await localRedisPid() : null
-    for (let pass = 0; pass < passes; pass++) {
-      for (const scenario of scenarios) {
-        if (scenario.skipped || scenario.workers !== 2 || scenario.topology) continue
-        const cpu = await measureCpu(scenario.server, scenario.cookies, cpuRate, cpuSeconds, scenario.spec.store === 'redis' ? redisPid : null)
-        ;(scenario.cpu = scenario.cpu || []).push(cpu)
-      }
-    }
-  } finally {
-    for (const server of live) await stopServer(server)
-    if (haveRedis) await cleanRedis(prefix)
-  }
-  const rows = scenarios.map((scenario) => scenario.skipped
-    ? scenario
-    : Object.assign({}, scenario, scenario.best, { errors: scenario.errors, non2xx: 0 }))
-  print(rows, { duration, passes, connections, seconds: (Date.now() - started) / 1000 })
-  printCpu(rows, { rate: cpuRate, seconds: cpuSeconds, passes })
-  if (!topologies) return
-  try {
-    const failovers = []
-    for (const kind of ['sentinel', 'cluster']) {
-      failovers.push(await measureFailovers(kind, topologies[kind], arg('--failovers', 3)))
-    }
-    printFailovers(failovers)
-  } finally {
-    await topologies.stop()
-  }
 }
 
 /** A Redis Cluster and a Sentinel setup on loopback, or null without redis-server. */
@@ -407,11 +352,6 @@ async function measureFailovers (kind, topology, runs) {
   return { kind, results }
 }
 
-function median (values) {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.floor(sorted.length / 2)]
-}
-
 function printFailovers (failovers) {
   const out = ['', '### Redis failover under session traffic (2 workers, 20 users, checked answers; median of ' + failovers[0].results.length + ' runs)', '']
   out.push('| topology | kill -> replica promoted, ms | requests answered 503 (+ Retry-After) | wrong answers | answers rolled back by async replication | kill -> last 503, ms | right answers | sessions readable after |')
@@ -425,26 +365,202 @@ function printFailovers (failovers) {
   process.stdout.write(out.join('\n') + '\n')
 }
 
-function print (rows, run) {
-  const anchor = rows.find((r) => r.anchor)
-  const ref = rows.find((r) => r.scalingRef && !r.skipped)
-  const out = []
-  out.push(`### Sessions: ${process.argv.includes('--read-only') ? 'read only (GET /read: express-session touches)' : 'read + write'} per request (node ${process.version}, ${require('os').availableParallelism ? require('os').availableParallelism() : require('os').cpus().length} CPUs, ${run.connections} connections, best of ${run.passes} interleaved ${run.duration} s runs, ${SESSIONS_PER_RUN} sessions)`)
-  out.push('')
-  out.push('| store | req/s | per worker | vs MemoryStore (1 process) | per worker vs MemoryStore, same worker count | p99 ms | errors + non-2xx |')
-  out.push('|---|---:|---:|---:|---:|---:|---:|')
-  for (const row of rows) {
-    if (row.skipped) {
-      out.push(`| ${row.name} | skipped: ${row.skipped} | | | | | |`)
-      continue
-    }
-    const perWorker = row.rps / row.workers
-    const sameCount = row.workers === 1 ? anchor : ref
-    const vsSame = sameCount && !row.anchor && !row.scalingRef ? (row.rps / sameCount.rps).toFixed(2) + 'x' : ''
-    out.push(`| ${row.name} | ${Math.round(row.rps)} | ${Math.round(perWorker)} | ${(row.rps / anchor.rps).toFixed(2)}x | ${vsSame} | ${row.p99} | ${row.errors} |`)
+/** The scenarios of this run: the recipe first (the anchor), then ours, then the A/B rows. */
+function scenarios (prefix, abDir) {
+  const list = [
+    { name: RECIPE, spec: { store: 'recipe', prefix: prefix + 'recipe:', workers: 2 }, redis: true, anchor: true },
+    { name: 'express-session MemoryStore, 2 workers (per-worker sessions: ceiling, not a store)', spec: { store: 'raw-memory', workers: 2 } },
+    { name: 'clusterize, cluster store, 2 workers', spec: { store: 'cluster', workers: 2 }, goal: { rps: 1.3, p99: true } },
+    { name: 'clusterize, Redis store, 2 workers', spec: { store: 'redis', prefix: prefix + 'ours:', workers: 2 }, redis: true, goal: { rps: 1.0 } }
+  ]
+  if (abDir) {
+    const label = path.basename(path.resolve(abDir))
+    list.push(
+      { name: `clusterize, cluster store, 2 workers (A/B: ${label})`, spec: { store: 'cluster', workers: 2, module: path.resolve(abDir) } },
+      { name: `clusterize, Redis store, 2 workers (A/B: ${label})`, spec: { store: 'redis', prefix: prefix + 'ab:', workers: 2, module: path.resolve(abDir) }, redis: true }
+    )
   }
+  if (!isQuick()) {
+    list.push(
+      { name: 'clusterize, Redis store, 2 workers, Redis Cluster (3 masters + 3 replicas)', spec: { store: 'redis', prefix, workers: 2 }, topology: 'cluster' },
+      { name: 'clusterize, Redis store, 2 workers, Sentinel (primary + 2 replicas)', spec: { store: 'redis', prefix, workers: 2 }, topology: 'sentinel' }
+    )
+  }
+  return list
+}
+
+/** Round r runs the scenarios starting at r (mod n): each one goes first once in n rounds. */
+function rotated (list, round) {
+  const k = round % list.length
+  return list.slice(k).concat(list.slice(0, k))
+}
+
+async function main () {
+  const duration = arg('--duration', 3, 1.5)
+  const passes = arg('--passes', 4, 3)
+  const connections = arg('--connections', 20)
+  const cpuRate = arg('--cpu-rate', 2000)
+  const cpuSeconds = arg('--cpu-seconds', 4, 2)
+  const cpuPasses = arg('--cpu-passes', 3, 2)
+  const abIndex = process.argv.indexOf('--ab')
+  const abDir = abIndex > 0 ? process.argv[abIndex + 1] : process.env.BENCH_CLUSTERIZE_MODULE
+  const prefix = `cz-bench:${process.pid}:${crypto.randomBytes(3).toString('hex')}:`
+  const haveRedis = await redisReachable()
+  const list = scenarios(prefix, abDir)
+  const maxAge = arg('--max-age', 0)
+  if (maxAge) for (const scenario of list) scenario.spec.maxAge = maxAge
+  const topologies = list.some((s) => s.topology) ? await startTopologies() : null
+  for (const scenario of list) {
+    if (!scenario.topology) continue
+    if (!topologies) scenario.skipped = 'redis-server is not installed'
+    else scenario.spec.redis = topologies[scenario.topology].url
+  }
+  const started = Date.now()
+  const loadAtStart = require('os').loadavg()[0]
+  const live = []
+  try {
+    // Every server is started first and measured in rotated rounds, so a burst of
+    // load from elsewhere on a shared machine does not land on one store only.
+    // Idle servers cost next to nothing.
+    for (const scenario of list) {
+      if (scenario.redis && !haveRedis) {
+        scenario.skipped = `no Redis at ${REDIS_URL}`
+        continue
+      }
+      try {
+        scenario.server = await startServer(scenario.name, scenario.spec)
+        live.push(scenario.server)
+        scenario.cookies = await prepare(scenario.server.port)
+        await measure(scenario.server.port, scenario.cookies, 1, connections) // warm-up
+      } catch (err) {
+        scenario.skipped = 'failed: ' + err.message.split('\n')[0]
+      }
+      scenario.rounds = []
+    }
+    const measured = list.filter((s) => !s.skipped)
+    for (let pass = 0; pass < passes; pass++) {
+      const round = {}
+      for (const scenario of rotated(measured, pass)) {
+        round[scenario.name] = await measure(scenario.server.port, scenario.cookies, duration, connections)
+      }
+      for (const scenario of measured) scenario.rounds.push(round[scenario.name])
+    }
+    // Where the time goes: CPU per request of each process, at a fixed rate every server can hold.
+    const redisPid = haveRedis ? await localRedisPid() : null
+    for (let pass = 0; pass < cpuPasses; pass++) {
+      for (const scenario of rotated(measured.filter((s) => !s.topology), pass)) {
+        const usesRedis = scenario.spec.store === 'redis' || scenario.spec.store === 'recipe'
+        const cpu = await measureCpu(scenario.server, scenario.cookies, cpuRate, cpuSeconds, usesRedis ? redisPid : null)
+        ;(scenario.cpu = scenario.cpu || []).push(cpu)
+      }
+    }
+  } finally {
+    for (const server of live) await stopServer(server)
+    if (haveRedis) await cleanRedis(prefix)
+  }
+  print(list, { duration, passes, connections, maxAge, loadAtStart, seconds: (Date.now() - started) / 1000 })
+  printCpu(list, { rate: cpuRate, seconds: cpuSeconds, passes: cpuPasses })
+  if (!topologies) return
+  try {
+    const failovers = []
+    for (const kind of ['sentinel', 'cluster']) {
+      failovers.push(await measureFailovers(kind, topologies[kind], arg('--failovers', 3)))
+    }
+    printFailovers(failovers)
+  } finally {
+    await topologies.stop()
+  }
+}
+
+/**
+ * 'met' / 'not met' for a row with a goal: both the ratio of the medians and
+ * the median of same-round ratios must reach it (and p99 where the goal says
+ * so). On a busy box a 'met' is marked as not a claim.
+ */
+function goalCell (row, anchor, sameRound, busy) {
+  if (!row.goal) return ''
+  const parts = [`>= ${row.goal.rps.toFixed(1)}x`]
+  let met = row.rps / anchor.rps >= row.goal.rps && sameRound >= row.goal.rps
+  if (row.goal.p99) {
+    parts.push('p99 <= recipe')
+    met = met && row.p99 <= anchor.p99
+  }
+  if (!met) return `${parts.join(', ')}: **not met**`
+  return `${parts.join(', ')}: ${busy ? 'met in this run, on a busy box: not a claim' : '**met**'}`
+}
+
+/** Was the box busy (1-minute load average over half a task per core) at the start or the end? */
+function busyBox (loadAtStart) {
+  const cores = require('os').availableParallelism()
+  return Math.max(loadAtStart, require('os').loadavg()[0]) / cores > 0.5
+}
+
+function print (list, run) {
+  const rows = list.map((s) => s.skipped
+    ? s
+    : Object.assign({}, s, {
+      rps: median(s.rounds.map((r) => r.rps)),
+      p99: median(s.rounds.map((r) => r.p99)),
+      errors: s.rounds.reduce((sum, r) => sum + r.errors + r.non2xx, 0)
+    }))
+  const anchor = rows.find((r) => r.anchor)
+  const table = rows.map((row) => {
+    if (row.skipped) return [row.name, 'skipped: ' + row.skipped, '', '', '', '', '', '', '']
+    if (!anchor || anchor.skipped) return [row.name, fmt(row.rps), 'n/a', 'n/a', row.p99, 'n/a', row.rounds.map((r) => fmt(r.rps)).join(' / '), row.errors, '']
+    const sameRound = median(row.rounds.map((r, i) => r.rps / anchor.rounds[i].rps))
+    return [
+      row.name,
+      fmt(row.rps),
+      ratio(row.rps, anchor.rps),
+      Number.isFinite(sameRound) ? sameRound.toFixed(2) + 'x' : 'n/a',
+      row.p99,
+      ratio(row.p99, anchor.p99),
+      row.rounds.map((r) => fmt(r.rps)).join(' / '),
+      row.errors,
+      goalCell(row, anchor, sameRound, busyBox(run.loadAtStart))
+    ]
+  })
+  const out = []
+  out.push(`### Sessions: ${process.argv.includes('--read-only') ? 'read only (GET /read: express-session touches)' : 'a read + write per request (GET /count)'}${run.maxAge ? `, cookie maxAge ${run.maxAge} ms` : ''} against the recipe (Node ${process.version}, ${require('os').availableParallelism()} CPUs, ${run.connections} connections each with its own session, ${run.passes} rounds x ${run.duration} s, order rotated each round; medians)`)
   out.push('')
-  out.push('"per worker vs MemoryStore, same worker count": the store\'s cost per worker, against express-session\'s MemoryStore run with the same number of processes (1 process for 1 worker; MemoryStore in 2 workers for 2 workers).')
-  out.push(`Total run time ${run.seconds.toFixed(1)} s.`)
+  out.push(markdownTable(['store', 'req/s (median)', 'vs recipe', 'median of same-round ratios', 'p99 ms (median)', 'p99 vs recipe', 'req/s per round', 'errors + non-2xx', 'goal'], table))
+  out.push('')
+  out.push(`The recipe: express-session (resave false, saveUninitialized false) with connect-redis ${connectRedisVersion()}'s RedisStore on a plain ioredis client, in 2 workers forked by node:cluster that each listen. Ours: session() with its defaults in clusterize's 2 workers. autocannon runs in the bench process on the same cores. Total run time ${run.seconds.toFixed(1)} s.`)
+  process.stdout.write(out.join('\n') + '\n\n')
+}
+
+/** connect-redis does not export its package.json: read it from beside its entry point. */
+function connectRedisVersion () {
+  try {
+    const entry = require.resolve('connect-redis')
+    const file = path.join(entry.slice(0, entry.lastIndexOf(path.sep + 'dist' + path.sep)), 'package.json')
+    return JSON.parse(require('fs').readFileSync(file, 'utf8')).version
+  } catch {
+    return '(version unknown)'
+  }
+}
+
+function printCpu (list, run) {
+  const measured = list.filter((r) => r.cpu && r.cpu.length > 0)
+  if (measured.length === 0) return
+  const total = (c) => c.primary + c.workers + (c.redis || 0)
+  const medianOf = (r, key) => median(r.cpu.map(key))
+  const anchor = measured.find((r) => r.anchor)
+  const rows = measured.map((r) => [
+    r.name,
+    fmt(medianOf(r, (c) => c.primary), 1),
+    fmt(medianOf(r, (c) => c.workers), 1),
+    r.cpu[0].redis === null ? '-' : fmt(medianOf(r, (c) => c.redis), 1),
+    fmt(medianOf(r, total), 1),
+    fmt(medianOf(r, (c) => c.achieved)),
+    anchor ? ratio(medianOf(r, total), medianOf(anchor, total)) : 'n/a',
+    r.cpu.reduce((sum, c) => sum + c.errors, 0)
+  ])
+  const out = []
+  out.push(`### Where the time goes: CPU per request at a fixed rate of ${run.rate} req/s offered (2 workers, ${run.seconds} s, median of ${run.passes} rotated passes; every thread's time on a CPU from /proc/<pid>/task/*/schedstat)`)
+  out.push('')
+  out.push(markdownTable(['store', 'primary µs/req', 'workers µs/req', 'redis-server µs/req', 'total µs/req', 'req/s reached', 'total vs recipe', 'errors'], rows))
+  out.push('')
+  out.push('The load generator (autocannon, in this process) is not counted; on a 2-core machine it takes a share of the same CPUs, so every extra microsecond per request in any of these processes lowers the req/s above.')
   process.stdout.write(out.join('\n') + '\n')
 }

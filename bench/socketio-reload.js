@@ -26,11 +26,11 @@ const { median, fmt, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { numberArg } = require('./lib/args')
 
-const CLIENTS = numberArg('--clients', 100)
+const CLIENTS = numberArg('--clients', 100, 50)
 const RATE = numberArg('--rate', 200)
-const ROUNDS = numberArg('--rounds', 3)
-const RELOADS = numberArg('--reloads', 3)
-const GAP_MS = numberArg('--gap', 2500)
+const ROUNDS = numberArg('--rounds', 3, 1)
+const RELOADS = numberArg('--reloads', 3, 2)
+const GAP_MS = numberArg('--gap', 2500, 1500)
 /** After measuring, wait up to this long for clients still disconnected and say when they came back (diagnostics). */
 const LINGER_MS = numberArg('--linger', 0)
 const ROOM = 'r'

@@ -22,15 +22,15 @@ const { median, ratio, fmt, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { installCleanup, sleep, cpuMs } = require('./lib/proc')
 
-const ROUNDS = arg('--rounds', 5)
-const SECONDS = arg('--seconds', 4)
+const ROUNDS = arg('--rounds', 5, 2)
+const SECONDS = arg('--seconds', 4, 1)
 const CONNECTIONS = arg('--connections', 50)
 const WORKERS = os.availableParallelism()
 const BASELINE = 'raw node:cluster'
 const FIXED_RATE = arg('--rate', 1500)
-const FIXED_SECONDS = 5
+const FIXED_SECONDS = arg('--fixed-seconds', 5, 2)
 const RECONNECT_EVERY = 2
-const CPU_ROUNDS = 3
+const CPU_ROUNDS = arg('--cpu-rounds', 3, 1)
 
 async function startAll () {
   const contenders = []

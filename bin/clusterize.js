@@ -41,5 +41,10 @@ main(process.argv.slice(2), io).then(function onDone (code) {
   const usage = err instanceof CliUsageError
   io.stderr.write(`clusterize: ${err.message}\n${usage ? 'Run clusterize --help for usage.\n' : ''}`)
   if (!usage && !err.exitCode) io.stderr.write((err.stack || '') + '\n')
-  process.exit(err.exitCode || 1)
+  // Started by `clusterize upgrade`: the old primary reports why (and keeps serving).
+  const { readInherited } = require('../lib/primary/inherit')
+  let replacing = false
+  try { replacing = readInherited().source === 'upgrade' } catch {}
+  if (!replacing) return process.exit(err.exitCode || 1)
+  require('../lib/primary/upgrade').reportFailure(err.message, () => process.exit(err.exitCode || 1))
 })

@@ -11,7 +11,7 @@ const os = require('os')
 const { ClusterizeOptionError, MAX_TIMER_MS } = require('./errors')
 const { createChecks } = require('./check-options')
 const { availableCpus } = require('./cpus')
-const { RELOAD_SIGNALS } = require('./signals')
+const { RELOAD_SIGNALS, UPGRADE_SIGNALS } = require('./signals')
 const { defaultMaxIdleConnections } = require('./fd-limit')
 
 const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky', 'balanced']
@@ -48,6 +48,10 @@ const DEFAULTS = {
     /** Derived from health when not given: see resolveReloadHeartbeatTimeout(). */
     heartbeatTimeoutMs: undefined,
     batch: 1
+  },
+  upgrade: {
+    signal: 'SIGURG',
+    timeoutMs: 60000
   },
   shutdown: {
     timeoutMs: 25000,
@@ -250,6 +254,13 @@ function resolveConfig (options, env) {
   reload.heartbeatTimeoutMs = resolveReloadHeartbeatTimeout(reload.heartbeatTimeoutMs, health)
   checkInteger('reload.batch', reload.batch, 1)
   config.reload = reload
+
+  const upgrade = group('upgrade', options.upgrade, DEFAULTS.upgrade)
+  if (upgrade.signal !== null && upgrade.signal !== false && !UPGRADE_SIGNALS.includes(upgrade.signal)) {
+    throw fail('upgrade.signal', `${UPGRADE_SIGNALS.map((name) => `'${name}'`).join(', ')} or false`, upgrade.signal)
+  }
+  checkInteger('upgrade.timeoutMs', upgrade.timeoutMs, 1, MAX_TIMER_MS)
+  config.upgrade = upgrade
 
   const shutdown = group('shutdown', options.shutdown, DEFAULTS.shutdown)
   checkInteger('shutdown.timeoutMs', shutdown.timeoutMs, 0, MAX_TIMER_MS - 2000)

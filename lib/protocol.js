@@ -5,9 +5,10 @@
  * a builder for each, so senders and the routing tables agree on one name.
  * The envelope itself (`{ $cz: 1, kind, ...fields }`, batching) is lib/ipc.js.
  *
- *   worker -> primary: READY, HEARTBEAT, BOOT_ERROR, DRAINED, BUS, SERVICE, LISTEN_ASK, LOAD
+ *   worker -> primary: READY, HEARTBEAT, BOOT_ERROR, DRAINED, BUS, SERVICE, LISTEN_ASK, LOAD,
+ *                      LISTENING (with a handle)
  *   primary -> worker: CONN (with a socket handle), DRAIN, PROMOTE, BUS, SERVICE,
- *                      LISTEN (with the listening handle), SHARE
+ *                      LISTEN (with the listening handle), SHARE, SHARE_LISTENING
  */
 
 const { envelope, MARK } = require('./ipc')
@@ -38,7 +39,11 @@ const KIND = Object.freeze({
   /** 'balanced': how many open connections the worker may hold, and whether its event loop is late. `{ l, late }` */
   SHARE: 'share',
   /** The library's services (lib/services/*): calls, notifications and replies, ops in SERVICE_OP. */
-  SERVICE: 'svc'
+  SERVICE: 'svc',
+  /** 'none': send the listening socket node:cluster shared with you, for an upgrade. */
+  SHARE_LISTENING: 'share-listening',
+  /** The answer: the listening socket as the message's handle (none when there is none). */
+  LISTENING: 'listening'
 })
 
 /**
@@ -158,6 +163,8 @@ module.exports = {
   drained: (timedOut) => envelope(KIND.DRAINED, { timedOut }),
   drain: (timeoutMs, reason) => envelope(KIND.DRAIN, { timeoutMs, reason }),
   promote: (slot) => envelope(KIND.PROMOTE, { slot }),
+  shareListening: () => envelope(KIND.SHARE_LISTENING),
+  listening: () => envelope(KIND.LISTENING),
   conn: () => CONN_MESSAGE,
   listenAsk: () => envelope(KIND.LISTEN_ASK),
   listen: () => envelope(KIND.LISTEN),

@@ -13,6 +13,14 @@
  * it. The CLI sends nothing else, whatever a pid file says.
  */
 const RELOAD_SIGNALS = ['SIGUSR2', 'SIGHUP', 'SIGUSR1']
+/**
+ * The upgrade signal (a new primary replaces this one): SIGURG is used by
+ * neither Node nor a terminal (SIGWINCH comes with every resize), a reload
+ * cannot be bound to it, and its default action is to be ignored, so one
+ * sent to a process without a handler harms nothing. The kernel raises it
+ * only for a socket whose owner was set with F_SETOWN, which libuv never does.
+ */
+const UPGRADE_SIGNALS = ['SIGURG']
 
 /**
  * @param {object} options
@@ -20,6 +28,8 @@ const RELOAD_SIGNALS = ['SIGUSR2', 'SIGHUP', 'SIGUSR1']
  * @param {string|false|null} options.reloadSignal
  * @param {() => Promise<{ code: number }>} options.shutdown
  * @param {() => Promise<object>} options.reload
+ * @param {string|false|null} [options.upgradeSignal]
+ * @param {() => Promise<object>} [options.upgrade] replace the primary (lib/primary/upgrade.js)
  * @param {() => void} [options.forceExit] called before exiting on a second signal
  * @param {object} options.log internal logger
  * @returns {() => void} removes the handlers
@@ -50,9 +60,15 @@ function handleSignals (options) {
       options.reload().catch((err) => log.error(`reload failed: ${err.message}`))
     })
   }
+  if (options.upgradeSignal && options.upgrade) {
+    on(options.upgradeSignal, function onUpgradeSignal () {
+      // The upgrade logs its own outcome.
+      options.upgrade().catch((err) => log.error(`upgrade failed: ${err.message}`))
+    })
+  }
   return function removeSignalHandlers () {
     for (const [signal, handler] of installed) process.removeListener(signal, handler)
   }
 }
 
-module.exports = { handleSignals, RELOAD_SIGNALS }
+module.exports = { handleSignals, RELOAD_SIGNALS, UPGRADE_SIGNALS }

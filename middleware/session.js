@@ -18,6 +18,7 @@ const { isUnavailable, toUnavailable, sendUnavailable, SessionStoreUnavailableEr
 const { registerStatus, sessionStatus } = require('../lib/session/status')
 const { holdResponse, sendStoreFailure } = require('../lib/session/hold-response')
 const { sessionLog } = require('../lib/session/log')
+const { skipNeedlessTouches } = require('../lib/session/touch-skip')
 
 /**
  * @param {object} [options] express-session options plus store, redis, prefix, ttl, timeoutMs, maxSessions,
@@ -27,11 +28,13 @@ const { sessionLog } = require('../lib/session/log')
 function session (options) {
   const opts = resolveSessionOptions(options, process.env)
   const made = createStore(opts, process.env)
+  const ownStore = made.kind === 'cluster' || made.kind === 'redis'
+  // Only on our own stores: a store the app passed in is the app's object, left as it is.
+  if (ownStore) skipNeedlessTouches(made.store)
   const inner = expressSession(Object.assign({}, opts.expressSession, { store: made.store }))
   const unregister = registerStatus(made.kind, made.availability)
   const gate = made.gate
   const retryAfter = opts.retryAfter
-  const ownStore = made.kind === 'cluster' || made.kind === 'redis'
 
   function clusterizeSession (req, res, next) {
     if (req.session) return next()

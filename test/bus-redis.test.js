@@ -122,6 +122,10 @@ test('the bridge survives Redis stopping and starting again; no process crashes'
   const B = { name: 'B', run: runB }
   const before = await exchange(A, B, 'before-outage')
   assert.strictEqual(count(before.B[1], 'before-outage'), 1)
+  // A hears from B (its first frame makes A count the channel's subscribers
+  // again), so the flush after the outage waits for B's subscriber.
+  await exchange(B, A, 'hello-from-b')
+  await eventually(async () => (await runA('primary', 'status')).bridge.subscribers >= 2, { what: "A to count B's subscriber" })
 
   await redis.stop()
   const down = await eventually(async () => {

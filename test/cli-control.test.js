@@ -68,7 +68,7 @@ test('clusterize reload answers with the result through the 0600 control socket;
   assert.strictEqual(result.generation, 3)
 
   const bad = await sendControl(info.controlSocket, { cmd: 'explode' }, 5000)
-  assert.deepStrictEqual(bad, { ok: false, error: 'unknown cmd: use reload, status or stop' })
+  assert.deepStrictEqual(bad, { ok: false, error: 'unknown cmd: use reload, upgrade, status or stop' })
 
   // Without the socket file the CLI sends the recorded signal and follows /stats.
   fs.unlinkSync(info.controlSocket)

@@ -88,6 +88,9 @@ test('one validation toolkit: every option error is a ClusterizeOptionError nami
   const session = require('../middleware/session')
   const cases = [
     [() => resolveConfig({ reload: { batch: 0 } }, {}), 'reload.batch'],
+    // SIGUSR2 is the reload's: one signal cannot do both.
+    [() => resolveConfig({ upgrade: { signal: 'SIGUSR2' } }, {}), 'upgrade.signal'],
+    [() => resolveConfig({ upgrade: { timeoutMs: 0 } }, {}), 'upgrade.timeoutMs'],
     [() => offload.pool({ threads: 0 }), 'threads'],
     [() => offload({ niceness: 42 }), 'niceness'],
     [() => session({ secret: 'x'.repeat(32), ttl: -5 }), 'ttl']

@@ -110,6 +110,16 @@ export interface ReloadOptions {
   batch?: number
 }
 
+/** The signal that starts a primary upgrade: SIGURG (ignored by default, used by neither Node nor a terminal). */
+export type UpgradeSignal = 'SIGURG'
+
+export interface UpgradeOptions {
+  /** Signal that replaces the primary with a new one started from what is on disk; false to disable. Default 'SIGURG'. */
+  signal?: UpgradeSignal | false
+  /** The new primary must have every worker ready and take over within this, or it is killed and the old one keeps serving. Default 60000. */
+  timeoutMs?: number
+}
+
 export interface ShutdownOptions {
   /** Workers still draining after this are killed and the exit code is 1. Default 25000. */
   timeoutMs?: number
@@ -185,6 +195,8 @@ export interface ClusterizeOptions {
   health?: HealthOptions
   restart?: RestartOptions
   reload?: ReloadOptions
+  /** `clusterize upgrade`, handle.upgrade() and the upgrade signal (primary only). */
+  upgrade?: UpgradeOptions
   shutdown?: ShutdownOptions
   /** /live, /ready, /stats, /metrics served by the primary. Off by default. */
   probes?: ProbesOptions | null | false
@@ -392,6 +404,33 @@ export interface ReadyInfo {
   workers: WorkerInfo[]
 }
 
+/** What handle.upgrade() (and `clusterize upgrade`) may change about the new primary. */
+export interface UpgradeRequest {
+  /** The node binary the new primary runs. Default process.execPath (read anew: a binary replaced on disk is the new one). */
+  node?: string
+  /** Arguments appended to the old primary's (for the CLI: start flags such as ['--workers', '4']). */
+  args?: string[]
+}
+
+/** 'upgrade:start': a new primary is being started. */
+export interface UpgradeStartEvent {
+  node: string
+}
+
+/** handle.upgrade()'s result, also the 'upgrade:done' event. */
+export interface UpgradeResult {
+  ok: boolean
+  /** Why the old primary keeps serving (ok false). */
+  reason?: string
+  /** The primary serving now: the new one, or this one when the upgrade failed. */
+  pid: number
+  previousPid: number
+  /** The new primary's process.version. */
+  node?: string
+  generation?: number
+  durationMs: number
+}
+
 export interface ShutdownResult {
   /** 0 when every worker drained in time, 1 when some were killed at the deadline. */
   code: number
@@ -402,6 +441,12 @@ export interface ShutdownResult {
 export interface PrimaryHandle extends EventEmitter {
   readonly ready: Promise<ReadyInfo>
   reload(): Promise<ReloadResult>
+  /**
+   * Replace this primary with a new one started from what is on disk now: it inherits the
+   * listening sockets and the cluster store's sessions; this one then drains and exits.
+   * Absent in single-process mode (workers: 0).
+   */
+  upgrade?(request?: UpgradeRequest): Promise<UpgradeResult>
   shutdown(): Promise<ShutdownResult>
   stats(): ClusterStats
   address(): { port: number, host?: string }
@@ -410,6 +455,8 @@ export interface PrimaryHandle extends EventEmitter {
   on(event: 'worker:exit', listener: (event: WorkerExitEvent) => void): this
   on(event: 'reload:start', listener: (event: ReloadStartEvent) => void): this
   on(event: 'reload:done', listener: (result: ReloadResult) => void): this
+  on(event: 'upgrade:start', listener: (event: UpgradeStartEvent) => void): this
+  on(event: 'upgrade:done', listener: (result: UpgradeResult) => void): this
   on(event: 'crashloop', listener: (info: CrashLoopEvent) => void): this
   on(event: 'bridge:up', listener: (state: BridgeUpEvent) => void): this
   on(event: 'bridge:down', listener: (state: BridgeDownEvent) => void): this
@@ -421,6 +468,8 @@ export interface PrimaryHandle extends EventEmitter {
   once(event: 'worker:exit', listener: (event: WorkerExitEvent) => void): this
   once(event: 'reload:start', listener: (event: ReloadStartEvent) => void): this
   once(event: 'reload:done', listener: (result: ReloadResult) => void): this
+  once(event: 'upgrade:start', listener: (event: UpgradeStartEvent) => void): this
+  once(event: 'upgrade:done', listener: (result: UpgradeResult) => void): this
   once(event: 'crashloop', listener: (info: CrashLoopEvent) => void): this
   once(event: 'bridge:up', listener: (state: BridgeUpEvent) => void): this
   once(event: 'bridge:down', listener: (state: BridgeDownEvent) => void): this
@@ -649,6 +698,8 @@ export interface BusBridgeStatus {
   /** Their bytes (bounded by bus.outageBufferBytes). */
   bufferedBytes: number
   outageBufferBytes: number
+  /** Subscribers of the channel (every host's bridge) when last counted: a flush after an outage waits for them (at most 5 s). */
+  subscribers: number
   /** Broadcasts published from the outage buffer so far. */
   flushed: number
 }

@@ -1,14 +1,28 @@
 'use strict'
 
 /**
- * A numeric command-line flag: `numberArg('--rounds', 3)` reads `--rounds 5`.
- * @param {string} name the flag, with its dashes
- * @param {number} fallback when the flag is absent
- * @returns {number}
+ * Command-line flags shared by the benches. `--quick` (passed down by
+ * `npm run bench -- --quick`) swaps each script's defaults for shorter runs
+ * with fewer rounds; a flag given explicitly still wins.
  */
-function numberArg (name, fallback) {
-  const i = process.argv.indexOf(name)
-  return i > 0 ? Number(process.argv[i + 1]) : fallback
+
+/** @returns {boolean} whether this run was asked to be quick */
+function isQuick () {
+  return process.argv.includes('--quick')
 }
 
-module.exports = { numberArg }
+/**
+ * A numeric command-line flag: `numberArg('--rounds', 3, 2)` reads
+ * `--rounds 5`, else 2 under `--quick`, else 3.
+ * @param {string} name the flag, with its dashes
+ * @param {number} fallback when the flag is absent
+ * @param {number} [quick] when the flag is absent and the run is quick
+ * @returns {number}
+ */
+function numberArg (name, fallback, quick) {
+  const i = process.argv.indexOf(name)
+  if (i > 0) return Number(process.argv[i + 1])
+  return quick !== undefined && isQuick() ? quick : fallback
+}
+
+module.exports = { numberArg, isQuick }

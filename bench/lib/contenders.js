@@ -15,11 +15,12 @@ const SERVERS = path.join(__dirname, 'servers.js')
 
 /**
  * @param {'single'|'cluster'|'clusterize'} kind
- * @param {{ app?: string, options?: object, node?: string, label?: string, env?: object, execArgv?: string[] }} [spec]
+ * @param {{ app?: string, options?: object, node?: string, label?: string, env?: object, execArgv?: string[], port?: number }} [spec]
  */
 async function startLocal (kind, spec) {
   spec = spec || {}
-  const port = await freePort()
+  // spec.port: start again on the port a stopped contender used (bench/upgrade.js).
+  const port = spec.port || await freePort()
   // Node flags (say --max-old-space-size) go before the script; cluster workers inherit them.
   const args = (spec.execArgv || []).concat([SERVERS, kind, String(port), spec.app || 'hello'])
   if (spec.options) args.push(JSON.stringify(spec.options))

@@ -99,6 +99,7 @@ function runClusterize () {
       process.exit(1)
     })
   handle.on('reload:done', (result) => console.log('RELOAD_DONE ' + JSON.stringify(result)))
+  handle.on('upgrade:done', (result) => console.log('UPGRADE_DONE ' + JSON.stringify(result)))
 }
 
 function runPm2App () {

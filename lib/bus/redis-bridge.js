@@ -34,6 +34,8 @@ const SUBSCRIBERS_WAIT_MS = 5000
 const SUBSCRIBERS_POLL_MS = 50
 /** How often the subscriber count is refreshed while Redis is healthy (on publish, never on a timer). */
 const SUBSCRIBERS_REFRESH_MS = 2000
+/** Bound on the set of other hosts' instances remembered (a fleet is far smaller; restarts mint new ones). */
+const MAX_PEERS_HEARD = 4096
 /** bus.outageBufferBytes when the caller gives none: lib/config.js's default. */
 const DEFAULT_OUTAGE_BUFFER_BYTES = require('../config').DEFAULTS.bus.outageBufferBytes
 
@@ -69,6 +71,8 @@ function createRedisBridge (options) {
   let bufferFullLogged = false
   /** Subscribers of the channel when Redis was last healthy: a flush waits for them. */
   let knownSubscribers = 0
+  /** Other hosts' bridge instances heard from: the first frame of a new one refreshes knownSubscribers. */
+  const peersHeard = new Set()
   let subscribersCheckedAt = 0
   /** @type {Array<Function>} waiting for an acknowledgement (the flush, when queuedBytes is at the bound) */
   let ackWaiters = []
@@ -131,6 +135,13 @@ function createRedisBridge (options) {
     if (header.i === instance) {
       stats.echoes++
       return
+    }
+    if (!peersHeard.has(header.i)) {
+      // A host that subscribed after our last count: count again now, so an
+      // outage soon after does not flush the buffer before it is back.
+      if (peersHeard.size >= MAX_PEERS_HEARD) peersHeard.clear()
+      peersHeard.add(header.i)
+      refreshSubscribers(true)
     }
     const body = frame.subarray(end + 1)
     if (body.length > codec.maxMessageBytes) {
@@ -311,6 +322,8 @@ function createRedisBridge (options) {
         buffered: buffer.length,
         bufferedBytes,
         outageBufferBytes,
+        /** Subscribers of the channel when last counted while healthy: what a flush after an outage waits for. */
+        subscribers: knownSubscribers,
         flushed: stats.flushed
       }
     },

@@ -11,7 +11,7 @@ const { RELOAD_SIGNALS } = require('../signals')
 const { MAX_TIMER_MS } = require('../errors')
 const { CliUsageError } = require('./errors')
 
-const COMMANDS = ['reload', 'stop', 'status', 'top']
+const COMMANDS = ['reload', 'upgrade', 'stop', 'status', 'top']
 /** 0.1's default, in the working directory; now only pointed at in messages. */
 const LEGACY_PID_FILE = 'clusterize.pid'
 
@@ -26,28 +26,32 @@ const FLAGS = {
   '--redis': { key: 'redis', value: 'string', for: ['start'] },
   '--reload-signal': { key: 'reloadSignal', value: 'signal', for: ['start'] },
   '--sessions': { key: 'sessions', value: 'sessions', for: ['start'] },
-  '--pid-file': { key: 'pidFile', value: 'string', for: ['start', 'reload', 'stop', 'status', 'top'] },
-  '--timeout': { key: 'timeout', value: 'seconds', for: ['reload', 'stop'] },
-  '--json': { key: 'json', for: ['start', 'reload', 'stop', 'status'] },
-  '--help': { key: 'help', for: ['start', 'reload', 'stop', 'status', 'top'] },
-  '--version': { key: 'version', for: ['start', 'reload', 'stop', 'status', 'top'] }
+  '--pid-file': { key: 'pidFile', value: 'string', for: ['start', 'reload', 'upgrade', 'stop', 'status', 'top'] },
+  '--main-pid-file': { key: 'mainPidFile', value: 'string', for: ['start'] },
+  '--node': { key: 'node', value: 'string', for: ['upgrade'] },
+  '--timeout': { key: 'timeout', value: 'seconds', for: ['reload', 'upgrade', 'stop'] },
+  '--json': { key: 'json', for: ['start', 'reload', 'upgrade', 'stop', 'status'] },
+  '--help': { key: 'help', for: ['start', 'reload', 'upgrade', 'stop', 'status', 'top'] },
+  '--version': { key: 'version', for: ['start', 'reload', 'upgrade', 'stop', 'status', 'top'] }
 }
 const ALIASES = { '-h': '--help', '-v': '--version' }
 
 /**
  * Parse `process.argv.slice(2)`.
  * @param {string[]} argv
- * @returns {{ command: 'start'|'reload'|'stop'|'status'|'top', app: string|null, flags: object }}
+ * @returns {{ command: 'start'|'reload'|'upgrade'|'stop'|'status'|'top', app: string|null, flags: object }}
+ *   for upgrade, what follows `--` is in `flags.args`: start flags the new primary adds to the old ones
  * @throws {CliUsageError}
  */
 function parseArgs (argv) {
   const flags = {}
   const positionals = []
+  let afterDashes = []
   const seen = new Map()
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]
     if (arg === '--') {
-      positionals.push(...argv.slice(i + 1))
+      afterDashes = argv.slice(i + 1)
       break
     }
     if (!arg.startsWith('-') || arg === '-') {
@@ -82,6 +86,11 @@ function parseArgs (argv) {
   if (positionals[0] === 'start' && positionals.length > 1) positionals.shift()
   let command = 'start'
   if (positionals.length > 0 && COMMANDS.includes(positionals[0])) command = positionals.shift()
+  if (command === 'upgrade') {
+    if (afterDashes.length > 0) flags.args = afterDashes
+  } else {
+    positionals.push(...afterDashes)
+  }
   const app = command === 'start' && positionals.length > 0 ? positionals.shift() : null
   if (flags.help || flags.version) return { command, app, flags }
   if (positionals.length > 0) {

@@ -6,6 +6,8 @@
  * can use it) answering one line of JSON per request:
  *
  *   {"cmd":"reload"}  -> {"ok":true,"result":{ ok, rolledBack, reason, replaced, durationMs, generation }}
+ *   {"cmd":"upgrade","node"?:"/path/to/node","args"?:["--workers","4"]}
+ *                     -> {"ok":true,"result":{ ok, reason?, pid, previousPid, node, durationMs }}
  *   {"cmd":"status"}  -> {"ok":true,"result": stats()}
  *   {"cmd":"stop"}    -> {"ok":true} then a graceful shutdown
  *
@@ -15,22 +17,29 @@
 
 const fs = require('fs')
 const net = require('net')
+const path = require('path')
 const debug = require('debug')('clusterize:cli')
+const { descriptorOf } = require('../primary/inherit')
 
 /** Longest unix socket path Linux and macOS accept. */
 const MAX_SOCKET_PATH = 103
 
 /**
  * @param {string} socketPath
- * @param {{ reload: () => Promise<object>, stats: () => object, shutdown: () => Promise<{ code: number }> }} handle
- * @returns {Promise<{ path: string, close: () => void }|null>} null when the path is too long for a socket
+ * @param {{ reload: () => Promise<object>, upgrade?: (options: object) => Promise<object>, stats: () => object, shutdown: () => Promise<{ code: number }> }} handle
+ * @param {{ fd?: number }} [options] `fd`: the socket, inherited from the primary this one replaces (`clusterize upgrade`)
+ * @returns {Promise<{ path: string, close: () => void, release: () => void, descriptor: () => number|null }|null>}
+ *   null when the path is too long for a socket. release() stops answering
+ *   but leaves the socket file to the primary that inherited it.
  */
-async function startControlServer (socketPath, handle) {
-  if (Buffer.byteLength(socketPath) > MAX_SOCKET_PATH) {
+async function startControlServer (socketPath, handle, options) {
+  const fd = options && options.fd !== undefined && options.fd !== null ? options.fd : undefined
+  if (Buffer.byteLength(socketPath) > MAX_SOCKET_PATH || Buffer.byteLength(path.join(path.dirname(socketPath), `.${process.pid}.bind.sock`)) > MAX_SOCKET_PATH) {
     debug('no control socket: %s is longer than %d bytes', socketPath, MAX_SOCKET_PATH)
     return null
   }
-  await removeStaleSocket(socketPath)
+  // An inherited socket is already bound at that path, and the old primary still answers on it.
+  if (fd === undefined) await removeStaleSocket(socketPath)
   // allowHalfOpen: a client may shut down its sending side right after the
   // command (socat, nc -N); the answer must still reach it, however long a
   // reload takes. The connection ends after the one answer.
@@ -68,38 +77,72 @@ async function startControlServer (socketPath, handle) {
     try {
       switch (request && request.cmd) {
         case 'reload': return { ok: true, result: await handle.reload() }
+        case 'upgrade': {
+          const bad = upgradeRequestProblem(request)
+          if (bad) return { ok: false, error: bad }
+          return { ok: true, result: await handle.upgrade({ node: request.node, args: request.args }) }
+        }
         case 'status': return { ok: true, result: handle.stats() }
         case 'stop':
           setImmediate(() => handle.shutdown().then((result) => process.exit(result.code)))
           return { ok: true }
-        default: return { ok: false, error: 'unknown cmd: use reload, status or stop' }
+        default: return { ok: false, error: 'unknown cmd: use reload, upgrade, status or stop' }
       }
     } catch (err) {
       return { ok: false, error: err.message }
     }
   }
 
-  // The socket file is created by listen(): no moment where others could open it.
-  const umask = process.umask(0o177)
-  try {
-    await new Promise((resolve, reject) => {
-      server.once('error', reject)
-      server.listen(socketPath, () => {
-        server.removeListener('error', reject)
-        resolve()
-      })
-    })
-  } finally {
-    process.umask(umask)
+  if (fd !== undefined) {
+    await listenOn(server, { fd })
+  } else {
+    // Bound under a temporary name, then renamed: libuv unlinks the path a
+    // socket was bound to when it closes, and after an upgrade that path is
+    // the new primary's. The file is created by listen() with the umask
+    // set: no moment where others could open it.
+    const bindPath = path.join(path.dirname(socketPath), `.${process.pid}.bind.sock`)
+    const umask = process.umask(0o177)
+    try {
+      await listenOn(server, bindPath)
+    } finally {
+      process.umask(umask)
+    }
+    fs.chmodSync(bindPath, 0o600)
+    fs.renameSync(bindPath, socketPath)
   }
-  fs.chmodSync(socketPath, 0o600)
+  let owned = true
   return {
     path: socketPath,
+    descriptor: () => descriptorOf(server._handle),
+    release () {
+      owned = false
+      server.close()
+    },
     close () {
       server.close()
+      if (!owned) return
       try { fs.unlinkSync(socketPath) } catch {}
     }
   }
+}
+
+function listenOn (server, where) {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(where, () => {
+      server.removeListener('error', reject)
+      resolve()
+    })
+  })
+}
+
+/** The control socket is its owner's only, but what it starts must still be a plain request. */
+function upgradeRequestProblem (request) {
+  if (request.node !== undefined && (typeof request.node !== 'string' || request.node === '')) return 'upgrade: "node" must be the path of a node binary'
+  if (request.args !== undefined && (!Array.isArray(request.args) || request.args.some((arg) => typeof arg !== 'string') || request.args.length > 64)) {
+    return 'upgrade: "args" must be an array of start flags (strings)'
+  }
+  return null
 }
 
 /**

@@ -1,7 +1,7 @@
 'use strict'
 
 /**
- * `clusterize reload | stop | status`: find the running primary through its
+ * `clusterize reload | upgrade | stop | status`: find the running primary through its
  * pid file (or, for status, a probes port) and signal or query it.
  */
 
@@ -15,7 +15,7 @@ const pidFile = require('./pid-file')
 const { defaultPidFile } = require('./runtime-dir')
 const { sendControl } = require('./control-server')
 const { isAlive } = require('../process-alive')
-const { RELOAD_SIGNALS } = require('../signals')
+const { RELOAD_SIGNALS, UPGRADE_SIGNALS } = require('../signals')
 const { CliRuntimeError } = require('./errors')
 
 const POLL_MS = 100
@@ -152,6 +152,44 @@ async function reportReload (io, flags, info, result) {
 }
 
 /**
+ * Replace the primary with a new one started from what is on disk now
+ * (lib/primary/upgrade.js), through the control socket; without it, send the
+ * upgrade signal and follow the pid file.
+ * @returns {Promise<number>} exit code: 0 done, 1 the old primary keeps serving
+ */
+async function upgrade (flags, io) {
+  const { file, info } = findPrimary(flags, io.env)
+  const timeoutMs = (flags.timeout || 180) * 1000
+  const request = { cmd: 'upgrade' }
+  if (flags.node !== undefined) request.node = path.resolve(flags.node)
+  if (flags.args !== undefined) request.args = flags.args
+  const reply = await askControl(info, request, timeoutMs)
+  if (reply) {
+    const result = reply.result
+    if (!result.ok) {
+      report(io, flags, result, `upgrade failed: ${result.reason}\nprimary ${info.pid} keeps serving\n`)
+      return 1
+    }
+    const stats = await sendControl(info.controlSocket, { cmd: 'status' }, STATUS_TIMEOUT_MS).then((r) => r.result, () => null)
+    const table = stats && stats.workers ? '\n' + formatWorkersTable(stats.workers) : ''
+    report(io, flags, result, `upgrade done: primary ${result.previousPid} -> ${result.pid} (Node ${result.node}) in ${result.durationMs} ms; ` +
+      `primary ${result.previousPid} drains its workers and exits\n${table}`)
+    return 0
+  }
+  if (request.node || request.args) throw new CliRuntimeError(`--node and start flags need the control socket, and primary ${info.pid} has none (${info.controlSocket || 'not recorded'})`)
+  await confirmPrimary(info, io.env)
+  signal(info.pid, UPGRADE_SIGNALS[0])
+  const next = await poll(() => {
+    let now = null
+    try { now = pidFile.readPidFile(file) } catch {}
+    return Promise.resolve(now && now.pid !== info.pid ? now : null)
+  }, timeoutMs)
+  if (!next) throw new CliRuntimeError(`no new primary took over within ${timeoutMs / 1000} s (${UPGRADE_SIGNALS[0]} sent to ${info.pid}); it may have failed: see the primary's logs`)
+  report(io, flags, { ok: true, pid: next.pid, previousPid: info.pid }, `upgrade done: primary ${info.pid} -> ${next.pid}\n`)
+  return 0
+}
+
+/**
  * SIGTERM the primary and wait (bounded) for it to exit.
  * @returns {Promise<number>} exit code
  */
@@ -249,7 +287,7 @@ function loopbackFor (host) {
 
 function signal (pid, name) {
   // readPidFile refuses other reload signals; this keeps it so for any caller.
-  if (name !== 'SIGTERM' && !RELOAD_SIGNALS.includes(name)) throw new CliRuntimeError(`refusing to send ${name}: not a signal clusterize uses`)
+  if (name !== 'SIGTERM' && !RELOAD_SIGNALS.includes(name) && !UPGRADE_SIGNALS.includes(name)) throw new CliRuntimeError(`refusing to send ${name}: not a signal clusterize uses`)
   try {
     process.kill(pid, name)
     debug('sent %s to %d', name, pid)
@@ -305,4 +343,4 @@ function report (io, flags, json, text) {
   io.stdout.write(flags.json ? JSON.stringify(json) + '\n' : text)
 }
 
-module.exports = { reload, stop, status, findPrimary, pidFilePath, confirmPrimary, fetchStats, probesTarget, loopbackFor, CliRuntimeError }
+module.exports = { reload, upgrade, stop, status, findPrimary, pidFilePath, confirmPrimary, fetchStats, probesTarget, loopbackFor, CliRuntimeError }

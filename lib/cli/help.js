@@ -12,6 +12,10 @@ Usage
   clusterize <app.js> [flags]          start app.js (an Express app, a factory or an http.Server)
   clusterize [start] ecosystem.config.js [flags]   start the app a PM2 ecosystem file describes
   clusterize reload [--pid-file F]     replace every worker, one by one, without dropping requests
+  clusterize upgrade [--pid-file F] [--node PATH] [-- START FLAGS]
+                                       replace the primary itself (new Node, new clusterize, new
+                                       options): a new primary started from what is on disk takes
+                                       the sockets and sessions, then the old one drains and exits
   clusterize stop   [--pid-file F]     graceful shutdown: drain requests, then exit
   clusterize status [--pid-file F | --probes-port P]   print the workers table
   clusterize top    [--pid-file F | --probes-port P]   live view of the workers (q quits)
@@ -39,6 +43,7 @@ Start flags
                        redis://host:6379, redis+sentinel://host:26379,.../name,
                        redis+cluster://host:7000,host:7001
   --reload-signal SIG  the signal that starts a rolling reload: SIGUSR2, SIGHUP or SIGUSR1 [default SIGUSR2]
+  --main-pid-file F    also write the bare pid here, for systemd's PIDFile= (follows upgrades)
   --pid-file F         where the primary writes its pid file (and F.sock, its control socket)
                        [default $XDG_RUNTIME_DIR/clusterize/<dir>-<hash>.pid, or
                        <tmp>/clusterize-<uid>/...: a 0700 directory, one file per working directory]
@@ -49,8 +54,10 @@ Command flags
                        refused if another user owns it or may write to it
   --probes-port P      status only: ask this probes port directly (no pid file needed)
   --probes-host H      status only: probes address                              [default 127.0.0.1]
-  --timeout S          reload/stop: seconds to wait for the result              [default: reload 120, stop 60]
-  --json               status/reload/stop: print the result as JSON
+  --node PATH          upgrade: the node binary the new primary runs      [default: the old one's path]
+  -- START FLAGS       upgrade: start flags added to the old ones, e.g. -- --workers 8
+  --timeout S          reload/upgrade/stop: seconds to wait        [default: reload 120, upgrade 180, stop 60]
+  --json               status/reload/upgrade/stop: print the result as JSON
 
 General
   -h, --help           this help
@@ -59,10 +66,12 @@ General
 Signals (to the primary)
   SIGUSR2              rolling reload (or --reload-signal); \`clusterize reload\` asks through
                        the control socket and sends this signal only when there is none
+  SIGURG               upgrade the primary (what \`clusterize upgrade\` asks through the control socket)
   SIGTERM, SIGINT      graceful shutdown (what \`clusterize stop\` sends); a second one exits at once
 
 Exit codes
-  0 ok, 1 runtime failure (startup failed, stop timed out, reload rolled back), 2 bad usage or options
+  0 ok, 1 runtime failure (startup failed, stop timed out, reload rolled back, upgrade failed),
+  2 bad usage or options
 
 Examples
   clusterize app.js                                 # every core, port 3000 (or $PORT)
@@ -71,6 +80,8 @@ Examples
   clusterize app.js --scheduling sticky --redis redis://127.0.0.1:6379
   clusterize app.js --probes-port 9090 --probes-host 0.0.0.0   # Kubernetes probes
   clusterize reload                                 # after a deploy: new code, no dropped requests
+  clusterize upgrade --node /usr/local/bin/node     # a new Node (or clusterize) for the primary too
+  systemd-socket-activate -l 8080 clusterize app.js # serves on the socket it is given (LISTEN_FDS)
   clusterize status
   clusterize stop --pid-file /run/myapp.pid
 `

@@ -20,9 +20,12 @@ const { isEcosystemFile, applyEcosystem, mergeOptions } = require('./ecosystem')
 const { CliRuntimeError } = require('./errors')
 const { createJsonLogger } = require('./json-logger')
 const pidFile = require('./pid-file')
+const { writeMainPid, removeMainPid } = require('./main-pid-file')
 const { pidFilePath } = require('./control')
 const { ensurePrivateDir } = require('./runtime-dir')
 const { startControlServer } = require('./control-server')
+const { readInherited } = require('../primary/inherit')
+const upgrades = require('../primary/upgrade')
 const { version } = require('./help')
 
 /**
@@ -57,13 +60,20 @@ async function start (parsed, io) {
   checkAppFile(appPath, parsed.app)
   const file = pidFilePath(flags, io.env)
   preparePidFileDir(file, !flags.pidFile)
-  refuseIfRunning(file)
+  // A primary started by `clusterize upgrade` takes over the pid file of the one it replaces.
+  const inherited = readInherited()
+  refuseIfRunning(file, inherited.source === 'upgrade' ? inherited.from : null)
 
   const startedAt = Date.now()
   const handle = clusterize(appPath, options)
+  const mainPidFile = flags.mainPidFile ? path.resolve(flags.mainPidFile) : null
   process.on('exit', function onExit () {
     pidFile.removePidFile(file, process.pid)
+    if (mainPidFile) removeMainPid(mainPidFile, process.pid)
   })
+  // Replacing a primary: the pid file and the control socket become this
+  // one's before the old one is told to drain (handle.ready waits for it).
+  if (inherited.source === 'upgrade') upgrades.onTakeover((ready) => takeOver(ready))
   let info
   try {
     info = await handle.ready
@@ -74,24 +84,7 @@ async function start (parsed, io) {
     debug('shutdown after failed start: %o', result)
     process.exit(1)
   }
-  const control = await startControlServer(file + '.sock', handle).catch((err) => {
-    io.stderr.write(`clusterize: no control socket (${err.message}); clusterize reload falls back to the signal\n`)
-    return null
-  })
-  if (control) process.on('exit', control.close)
-  pidFile.writePidFile(file, {
-    pid: process.pid,
-    controlSocket: control ? control.path : null,
-    reloadSignal: config.reload.signal || null,
-    port: info.port,
-    host: config.host || null,
-    probesPort: info.probesPort || null,
-    probesHost: info.probesPort ? config.probes.host : null,
-    app: appPath,
-    script: path.basename(process.argv[1]),
-    workers: config.workers,
-    startedAt: new Date(startedAt).toISOString()
-  })
+  if (inherited.source !== 'upgrade') await takeOver(info)
   await waitForHeartbeats(handle, Math.min(2000, config.health.heartbeatMs * 2))
   const stats = handle.stats()
   if (flags.json) {
@@ -108,6 +101,36 @@ async function start (parsed, io) {
       startupMs: Date.now() - startedAt,
       color: Boolean(io.stdout.isTTY) && !io.env.NO_COLOR
     }) + '\n')
+  }
+
+  /** Answer on the control socket (the inherited one after an upgrade), then write the pid file. */
+  async function takeOver (ready) {
+    const control = await startControlServer(file + '.sock', handle, { fd: inherited.control }).catch((err) => {
+      io.stderr.write(`clusterize: no control socket (${err.message}); clusterize reload falls back to the signal\n`)
+      return null
+    })
+    if (control) {
+      process.on('exit', control.close)
+      upgrades.registerControl(control)
+    }
+    writeInfo(control, ready)
+  }
+
+  function writeInfo (control, info) {
+    pidFile.writePidFile(file, {
+      pid: process.pid,
+      controlSocket: control ? control.path : null,
+      reloadSignal: config.reload.signal || null,
+      port: info.port,
+      host: config.host || null,
+      probesPort: info.probesPort || null,
+      probesHost: info.probesPort ? config.probes.host : null,
+      app: appPath,
+      script: path.basename(process.argv[1]),
+      workers: config.workers,
+      startedAt: new Date(startedAt).toISOString()
+    })
+    if (mainPidFile) writeMainPid(mainPidFile, process.pid)
   }
 }
 
@@ -154,8 +177,12 @@ function shortPath (file) {
   return relative && !relative.startsWith('..') && !path.isAbsolute(relative) ? relative : file
 }
 
-/** Two primaries sharing one pid file would make reload/stop ambiguous. */
-function refuseIfRunning (file) {
+/**
+ * Two primaries sharing one pid file would make reload/stop ambiguous.
+ * @param {string} file
+ * @param {number|null} replacing the pid of the primary this one replaces (upgrade)
+ */
+function refuseIfRunning (file, replacing) {
   let existing
   try {
     existing = pidFile.readPidFile(file)
@@ -163,6 +190,7 @@ function refuseIfRunning (file) {
     throw new CliUsageError(`${err.message}; choose another --pid-file`)
   }
   if (!existing) return
+  if (existing.pid === replacing) return
   if (pidFile.isPrimaryAlive(existing)) {
     throw new CliRuntimeError(`already running: primary pid ${existing.pid} owns ${file}. ` +
       'Stop it with `clusterize stop`, or give this instance its own --pid-file.')

@@ -171,6 +171,8 @@ function describe (e) {
     case 'worker-exit': return `worker ${e.id} exited: ${e.reason} (pid ${e.pid})`
     case 'reload-start': return `reload started (generation ${e.generation})`
     case 'reload-done': return e.ok ? `reload done in ${e.durationMs} ms` : `reload ${e.rolledBack ? 'rolled back' : 'stopped'}: ${e.reason}`
+    case 'upgrade-start': return `upgrade started (${e.node})`
+    case 'upgrade-done': return e.ok ? `upgrade done: primary ${e.previousPid} -> ${e.pid} (Node ${e.node})` : `upgrade failed: ${e.reason}`
     case 'crashloop': return `crash loop (generation ${e.generation}): ${e.lastError}`
     default: return e.type
   }

@@ -71,6 +71,8 @@ function createDashboard (options) {
     'worker:exit': (e) => record('worker-exit', { id: e.id, pid: e.pid, generation: e.generation, reason: e.reason, code: e.code, signal: e.signal }),
     'reload:start': (r) => record('reload-start', { generation: r.generation }),
     'reload:done': (r) => record('reload-done', { ok: r.ok, rolledBack: r.rolledBack, reason: r.reason, durationMs: r.durationMs, generation: r.generation, replaced: r.replaced }),
+    'upgrade:start': (u) => record('upgrade-start', { node: u.node }),
+    'upgrade:done': (u) => record('upgrade-done', { ok: u.ok, reason: u.reason, pid: u.pid, previousPid: u.previousPid, node: u.node, durationMs: u.durationMs }),
     crashloop: (i) => record('crashloop', { generation: i.generation, crashes: i.crashes, lastError: i.lastError }),
     'session:down': (s) => record('session-down', s),
     'session:up': (s) => record('session-up', s),

@@ -20,6 +20,7 @@ const net = require('net')
 const debug = require('debug')('clusterize:scheduling')
 const protocol = require('../protocol')
 const { pickRendezvous } = require('./rendezvous')
+const { descriptorOf } = require('./inherit')
 
 /**
  * Connections held while no worker is ready (boot, crash of the only worker), at most; fewer
@@ -44,7 +45,8 @@ class Handoffs {
 }
 
 /**
- * @param {{ mode: 'rr'|'sticky', port: number, host?: string, sid?: boolean, maxAwaiting?: number, log?: object }} options
+ * @param {{ mode: 'rr'|'sticky', port: number, host?: string, fd?: number, sid?: boolean, maxAwaiting?: number, log?: object }} options
+ *   `fd`: an inherited listening socket to accept on instead of binding the port (upgrade, systemd)
  *   `maxAwaiting`: with sid routing, connections held while they send their
  *   request line, at most (the oldest goes first); default no bound. It also
  *   lowers the bound on connections waiting for a ready worker (the newest
@@ -232,7 +234,8 @@ function createDispatcher (options, supervisor, health) {
       const server = net.createServer()
       return new Promise((resolve, reject) => {
         server.once('error', reject)
-        server.listen({ port: options.port, host: options.host }, () => {
+        const where = options.fd !== undefined ? { fd: options.fd } : { port: options.port, host: options.host }
+        server.listen(where, () => {
           server.removeListener('error', reject)
           const address = server.address()
           // Take the listening handle over, as node:cluster's round robin does:
@@ -261,6 +264,8 @@ function createDispatcher (options, supervisor, health) {
      * @returns {{ pending: number, pendingShed: number, awaiting: number, awaitingShed: number }}
      */
     status: () => ({ pending: pending.length, pendingShed, awaiting: awaiting.size, awaitingShed }),
+    /** The listening socket's descriptor (to pass to a new primary), or null. */
+    descriptor: () => descriptorOf(listenHandle),
     /** Connections handed to this worker so far. */
     connectionsHanded: (record) => (byRecord.has(record) ? byRecord.get(record).total : 0)
   }

@@ -25,6 +25,9 @@ const { buildStats } = require('./stats')
 const { busRuntime } = require('../bus')
 const { startServices, closeServices } = require('../services')
 const { handleSignals } = require('../signals')
+const { readInherited, checkInheritedPort } = require('./inherit')
+const { createSocketPasser, inheritedScheduling } = require('./pass-sockets')
+const upgrades = require('./upgrade')
 const { createLogger } = require('../logger')
 const { explainListenError, ClusterizeError, ClusterizeAppError } = require('../errors')
 
@@ -34,6 +37,8 @@ const { explainListenError, ClusterizeError, ClusterizeAppError } = require('../
  * @fires PrimaryHandle#worker:exit
  * @fires PrimaryHandle#reload:done
  * @fires PrimaryHandle#crashloop
+ * @fires PrimaryHandle#upgrade:start
+ * @fires PrimaryHandle#upgrade:done
  */
 class PrimaryHandle extends EventEmitter {}
 
@@ -46,16 +51,29 @@ function startPrimary (createApp, config) {
   if (typeof createApp === 'string') require.resolve(path.resolve(createApp))
   const log = createLogger(config.logger, '')
   const handle = new PrimaryHandle()
-  const { mode, listenMode } = resolveScheduling(config, log)
-  const state = { mode, listenMode, port: config.port, probesPort: undefined, shuttingDown: false, reloads: 0, readySettled: false }
+  const inherited = readInherited()
+  checkInheritedPort(config, inherited)
+  const { mode, listenMode } = inheritedScheduling(resolveScheduling(config, log), inherited, log)
+  const state = { mode, listenMode, port: inherited.port !== null ? inherited.port : config.port, probesPort: undefined, shuttingDown: false, reloads: 0, readySettled: false }
   const parts = { dispatcher: null, balancer: null, probes: null, health: null, dashboard: null }
-  const runtime = { listenMode, port: config.port, route: null, fork: (env) => cluster.fork(env) }
+  // listenFd: with 'none', workers listen on the inherited socket through node:cluster.
+  const runtime = { listenMode, port: state.port, listenFd: listenMode === 'cluster' ? inherited.http : null, route: null, fork: (env) => cluster.fork(env) }
   const supervisor = new Supervisor(config, log, runtime)
   // The app's own prom-client metrics come from the metrics service (lib/state/metrics), started below.
   const metrics = createMetrics(supervisor, () => busRuntime.status(), primaryStatus, () => services.get('metrics'))
   const reloader = createReloader(config, supervisor, log)
   const sessions = watchSessionStores(supervisor, log, (name, info) => handle.emit(name, info))
   const reloads = createReloadQueue()
+  const passer = createSocketPasser({ listenMode, inherited, parts, state, config, supervisor })
+  const upgrader = upgrades.createUpgrader({
+    config,
+    log,
+    emit: (name, info) => handle.emit(name, info),
+    sockets: () => passer.passable(),
+    sessions: () => services.get('session'),
+    isShuttingDown: () => state.shuttingDown,
+    retire: (reason) => shutdown(0, reason)
+  })
   let shutdownPromise = null
 
   runtime.route = createRoutes()
@@ -69,7 +87,8 @@ function startPrimary (createApp, config) {
   handle.ready = start()
   handle.ready.catch(() => {})
   handle.reload = reloads.request
-  handle.shutdown = shutdown
+  handle.shutdown = () => shutdown()
+  handle.upgrade = upgrader.upgrade
   handle.stats = stats
   handle.address = () => ({ port: state.port, host: config.host })
   handleSignals({
@@ -77,6 +96,8 @@ function startPrimary (createApp, config) {
     reloadSignal: config.reload.signal,
     shutdown: () => shutdown(),
     reload: handle.reload,
+    upgradeSignal: config.upgrade.signal,
+    upgrade: () => handle.upgrade(),
     forceExit: () => { for (const record of supervisor.liveRecords()) record.worker.process.kill('SIGKILL') },
     log
   })
@@ -92,7 +113,8 @@ function startPrimary (createApp, config) {
       [protocol.KIND.BUS]: (record, message) => busRuntime.onWorkerMessage(record, message),
       [protocol.KIND.SERVICE]: (record, message) => services.onWorkerMessage(record, message),
       [protocol.KIND.LISTEN_ASK]: (record) => { if (parts.balancer) parts.balancer.onListenAsk(record) },
-      [protocol.KIND.LOAD]: (record, message) => { if (parts.balancer) parts.balancer.onLoad(record, message) }
+      [protocol.KIND.LOAD]: (record, message) => { if (parts.balancer) parts.balancer.onLoad(record, message) },
+      [protocol.KIND.LISTENING]: (record, message, socketHandle) => passer.onListening(record, socketHandle)
     }, (record, message) => debug('ignoring %s from worker %d', message.kind, record.id))
   }
 
@@ -112,12 +134,52 @@ function startPrimary (createApp, config) {
       busRuntime.removeWorker(record)
       services.removeWorker(record)
     })
+    // 'none' on an inherited socket: only the workers' listen says which port it is.
+    if (runtime.listenFd !== null && inherited.port === null) supervisor.on('record:ready', learnPort)
     supervisor.on('crashloop', onCrashLoop)
     supervisor.on('record:gone', exitIfNothingServes)
     supervisor.once('boot-fatal', onBootFatal)
   }
 
+  function learnPort (record) {
+    if (!record.address || !Number.isInteger(record.address.port)) return
+    state.port = runtime.port = record.address.port
+    supervisor.removeListener('record:ready', learnPort)
+  }
+
   async function start () {
+    // A new primary replacing another accepts nothing until its workers are
+    // ready and the old one says go: the old one serves meanwhile.
+    const replacing = inherited.source === 'upgrade'
+    if (!replacing) await listenAll()
+    parts.health = watchHealth(config, supervisor, log, reloader)
+    supervisor.start()
+    log.info(`primary ${process.pid} starting ${config.workers} workers on port ${state.port}`, { scheduling: mode })
+    try {
+      await allWorkersReady()
+      if (replacing) {
+        await upgrades.awaitGo({ log, sessions: () => services.get('session'), generation: supervisor.generation })
+        await listenAll()
+      }
+    } catch (err) {
+      if (replacing) upgrades.reportFailure(err.message)
+      throw err
+    }
+    state.readySettled = true
+    if (config.banner && config.logger === undefined) {
+      log.info(require('../cli/banner').formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, redis: config.bus.redis }).trimEnd())
+    }
+    const info = { port: state.port, probesPort: state.probesPort, workers: supervisor.readyRecords().map((record) => record.publicView()) }
+    if (replacing) {
+      await upgrades.announceServing(info)
+      // This primary's own timeline (dashboard) starts with the upgrade that made it.
+      handle.emit('upgrade:done', { ok: true, pid: process.pid, previousPid: inherited.from, node: process.version, generation: supervisor.generation, durationMs: Math.round(process.uptime() * 1000) })
+    }
+    return info
+  }
+
+  /** The app's port, then the probes server. */
+  async function listenAll () {
     await listen()
     if (config.probes) {
       // http is loaded only when probes are on: the primary stays small otherwise.
@@ -125,18 +187,10 @@ function startPrimary (createApp, config) {
         ? require('../dashboard').createDashboard({ probes: config.probes, intervalMs: config.health.heartbeatMs, stats, handle, reload: handle.reload })
         : null
       parts.dashboard = dashboard
-      parts.probes = await require('./probes').startProbes(config.probes, { stats, metrics, isLive, isReady, degradation: sessions.degradation, dashboard })
+      const probesOptions = inherited.probes !== null ? Object.assign({}, config.probes, { fd: inherited.probes }) : config.probes
+      parts.probes = await require('./probes').startProbes(probesOptions, { stats, metrics, isLive, isReady, degradation: sessions.degradation, dashboard })
       state.probesPort = parts.probes.port
     }
-    parts.health = watchHealth(config, supervisor, log, reloader)
-    supervisor.start()
-    log.info(`primary ${process.pid} starting ${config.workers} workers on port ${state.port}`, { scheduling: mode })
-    await allWorkersReady()
-    state.readySettled = true
-    if (config.banner && config.logger === undefined) {
-      log.info(require('../cli/banner').formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, redis: config.bus.redis }).trimEnd())
-    }
-    return { port: state.port, probesPort: state.probesPort, workers: supervisor.readyRecords().map((record) => record.publicView()) }
   }
 
   /** Bind the port: our acceptor for 'rr'/'sticky', the shared socket for 'balanced'; otherwise agree on one for the workers. */
@@ -153,7 +207,8 @@ function startPrimary (createApp, config) {
       }
     } else if (listenMode === 'handoff') {
       const health = { isOverloaded: (record) => (parts.health ? parts.health.isOverloaded(record) : false) }
-      parts.dispatcher = createDispatcher({ mode, port: config.port, host: config.host, sid: mode === 'sticky' && config.sticky.sid, maxAwaiting: config.maxIdleConnections, log }, supervisor, health)
+      const fd = inherited.http !== null ? inherited.http : undefined
+      parts.dispatcher = createDispatcher({ mode, port: config.port, host: config.host, fd, sid: mode === 'sticky' && config.sticky.sid, maxAwaiting: config.maxIdleConnections, log }, supervisor, health)
       try {
         state.port = (await parts.dispatcher.listen()).port
       } catch (err) {
@@ -161,11 +216,14 @@ function startPrimary (createApp, config) {
         log.error(`cannot listen: ${err.message}`)
         throw err
       }
-    } else if (config.port === 0) {
+    } else if (config.port === 0 && inherited.port === null) {
       // Workers bind the port themselves: they must all agree on one.
       state.port = await findFreePort(config.host)
     }
     runtime.port = state.port
+    if (inherited.source === 'systemd' && listenMode === 'handoff' && state.port !== config.port) {
+      log.info(`serving on the socket systemd passed (LISTEN_FDS), port ${state.port}; the port option (${config.port}) is not used`)
+    }
   }
 
   /** Resolve once every slot is ready; reject on a crash loop or an app that cannot load. */
@@ -260,17 +318,26 @@ function startPrimary (createApp, config) {
    * @param {number} [exitCode] the code the caller will exit with (0 by default)
    * @returns {Promise<{ code: number, forced: boolean }>}
    */
-  function shutdown (exitCode) {
+  function shutdown (exitCode, reason) {
     if (shutdownPromise) return shutdownPromise
+    reason = reason || 'shutdown'
     state.shuttingDown = true
+    upgrader.abort()
     supervisor.stop()
-    log.info('shutting down', { workers: supervisor.liveRecords().length })
+    log.info(reason === 'upgrade' ? 'draining after the upgrade' : 'shutting down', { workers: supervisor.liveRecords().length })
     handle.emit('shutdown')
     shutdownPromise = (async () => {
       const timeoutMs = config.shutdown.timeoutMs
       const closing = parts.dispatcher ? parts.dispatcher.close() : parts.balancer ? parts.balancer.close() : Promise.resolve()
+      // The new primary answers on the shared probes socket from now on.
+      if (reason === 'upgrade' && parts.probes) {
+        const probes = parts.probes
+        parts.probes = null
+        await probes.close()
+      }
       const retiring = supervisor.liveRecords()
-      await Promise.all(retiring.map((record) => supervisor.retire(record, 'shutdown', timeoutMs)))
+      // After an upgrade, WebSockets close as on a reload (1012): the service goes on.
+      await Promise.all(retiring.map((record) => supervisor.retire(record, reason, timeoutMs)))
       await closing
       const forced = retiring.some((record) => record.forced || record.drainTimedOut)
       if (parts.health) parts.health.stop()

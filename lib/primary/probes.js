@@ -9,9 +9,11 @@
 const crypto = require('crypto')
 const http = require('http')
 const { isLoopback } = require('../config')
+const { descriptorOf } = require('./inherit')
 
 /**
- * @param {{ port: number, host: string, token?: string, guardStats?: boolean }} options
+ * @param {{ port: number, host: string, fd?: number, token?: string, guardStats?: boolean }} options
+ *   `fd`: an inherited listening socket to serve on instead of binding the port
  * @param {{ stats: Function, metrics: object, isLive: Function, isReady: Function, degradation: Function, dashboard?: object }} sources
  * @returns {Promise<{ port: number, close: () => Promise<void> }>}
  */
@@ -60,10 +62,11 @@ function startProbes (options, sources) {
   server.keepAliveTimeout = 5000
   return new Promise((resolve, reject) => {
     server.once('error', reject)
-    server.listen({ port: options.port, host: options.host }, () => {
+    server.listen(options.fd !== undefined ? { fd: options.fd } : { port: options.port, host: options.host }, () => {
       server.removeListener('error', reject)
       resolve({
         port: server.address().port,
+        descriptor: () => descriptorOf(server._handle),
         close: () => new Promise((resolve) => {
           if (sources.dashboard) sources.dashboard.close()
           server.close(() => resolve())

@@ -164,6 +164,11 @@ function createReloader (config, supervisor, log) {
       bootFailure = err.message
     }
     const canaryFailure = bootFailure || watch.failure
+    if (canaryFailure && supervisor.isStopped()) {
+      // The shutdown stopped the canary: nothing failed, and no slot is handed back to a worker that drains too.
+      log.info('reload stopped: the primary is shutting down')
+      return finish({ ok: false, rolledBack: false, reason: 'shutting down', replaced: 0 })
+    }
     if (canaryFailure) {
       rollBack(touched, generation, retiring)
       const reason = `${canaryFailure} (reload.bakeMs is ${bakeMs})`

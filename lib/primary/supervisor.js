@@ -116,6 +116,7 @@ class Supervisor extends EventEmitter {
       CLUSTERIZE_WORKERS: String(this.slots.length),
       CLUSTERIZE_LISTEN: this.runtime.listenMode,
       CLUSTERIZE_PORT: String(this.runtime.port),
+      CLUSTERIZE_LISTEN_FD: this.runtime.listenFd != null ? String(this.runtime.listenFd) : '',
       CLUSTERIZE_SPARE: spare ? '1' : ''
     })
     const record = new WorkerRecord(slot, worker, generation, spare ? 0 : this.restarts[slot])

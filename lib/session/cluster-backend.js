@@ -60,6 +60,8 @@ class SessionBackend {
     this.heap = new ExpiryHeap()
     this.evicted = 0
     this.timer = null
+    /** Told of every write a worker asks for (a primary upgrade forwards them to the new primary). */
+    this.onWrite = null
     const every = options.sweepIntervalMs === undefined ? DEFAULT_SWEEP_INTERVAL_MS : options.sweepIntervalMs
     if (every > 0) {
       this.timer = setInterval(() => this.sweep(), every)
@@ -245,6 +247,7 @@ class SessionBackend {
    * @returns {*} a JSON-serialisable answer
    */
   dispatch (msg) {
+    if (this.onWrite !== null && msg && WRITES.has(msg.op)) this.onWrite(msg)
     // Messages with no prefix (older workers) are in the default namespace ''.
     const prefix = msg && typeof msg.prefix === 'string' ? msg.prefix : ''
     switch (msg && msg.op) {
@@ -261,6 +264,36 @@ class SessionBackend {
         return true
       default: throw new Error(`cluster session store: unknown operation ${JSON.stringify(msg && msg.op)}`)
     }
+  }
+
+  /**
+   * Every live session, to hand to another primary (`clusterize upgrade`).
+   * @returns {Array<[string, string, number, string]>} [key, JSON, expires, prefix]
+   */
+  snapshot () {
+    const now = this.now()
+    const out = []
+    for (const [key, entry] of this.sessions) if (entry.expires > now) out.push([key, entry.sess, entry.expires, entry.prefix])
+    return out
+  }
+
+  /**
+   * Take sessions from snapshot(); the bounds apply as to any write.
+   * @param {Array<[string, string, number, string]>} entries
+   * @returns {number} how many were taken
+   */
+  restore (entries) {
+    let taken = 0
+    for (const entry of entries) {
+      if (!Array.isArray(entry) || typeof entry[0] !== 'string' || typeof entry[1] !== 'string' || typeof entry[2] !== 'number') continue
+      try {
+        this.set(entry[0], entry[1], entry[2], typeof entry[3] === 'string' ? entry[3] : '')
+        taken++
+      } catch (err) {
+        debug('session not restored: %s', err.message)
+      }
+    }
+    return taken
   }
 
   /**
@@ -287,6 +320,9 @@ class SessionBackend {
     this.heap.push(expires, sid)
   }
 }
+
+/** The operations that change what is stored. */
+const WRITES = new Set([SESSION_OP.SET, SESSION_OP.TOUCH, SESSION_OP.DESTROY, SESSION_OP.CLEAR])
 
 /** [sid, expires] of every stored session. */
 function * liveExpiries (sessions) {

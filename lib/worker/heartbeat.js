@@ -12,8 +12,9 @@ const { oldGenerationLimit } = require('./heap-limit')
 
 /**
  * @param {{ inFlight: number, served: number, connections: number }} tracker
- * @param {{ onFdExhausted?: (err: Error) => void }} [options] called once, the
- *   first time the process is out of file descriptors
+ * @param {{ onFdExhausted?: (err: Error) => void, intervalMs?: number }} [options] onFdExhausted:
+ *   called once, the first time the process is out of file descriptors; intervalMs: how often
+ *   sample() is called (its timer's lateness counts as event-loop delay)
  * @returns {{ sample: () => object, stop: () => void }}
  */
 function createHealthSampler (tracker, options) {
@@ -23,8 +24,16 @@ function createHealthSampler (tracker, options) {
   const heapOldLimit = oldGenerationLimit(v8.getHeapStatistics().heap_size_limit)
   const heapLimit = v8.getHeapStatistics().heap_size_limit
   const memory = readMemory(options && options.onFdExhausted)
+  const intervalMs = (options && options.intervalMs) || 0
+  let lastSampleAt = performance.now()
 
   function sample () {
+    // How late this sample's own timer ran: a lower bound on the loop's delay. The histogram
+    // alone can come back empty after a long block (on Node 24 its sampling timer and ours
+    // fire in either order), which would report a blocked loop as 0 ms.
+    const now = performance.now()
+    const lateMs = intervalMs > 0 ? Math.max(0, now - lastSampleAt - intervalMs) : 0
+    lastSampleAt = now
     const elu = performance.eventLoopUtilization(lastElu)
     lastElu = performance.eventLoopUtilization()
     const { rss, heapUsed, fdExhausted } = memory()
@@ -34,8 +43,8 @@ function createHealthSampler (tracker, options) {
       heapLimit,
       // true while the process is out of descriptors (rss is then the last one read)
       fdExhausted,
-      eventLoopDelayP99Ms: delay.count > 0 ? round(delay.percentile(99) / 1e6) : 0,
-      eventLoopDelayMaxMs: delay.count > 0 ? round(delay.max / 1e6) : 0,
+      eventLoopDelayP99Ms: round(Math.max(lateMs, delay.count > 0 ? delay.percentile(99) / 1e6 : 0)),
+      eventLoopDelayMaxMs: round(Math.max(lateMs, delay.count > 0 ? delay.max / 1e6 : 0)),
       eventLoopUtilization: round(elu.utilization),
       inFlight: tracker.inFlight,
       served: tracker.served,

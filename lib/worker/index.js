@@ -67,7 +67,8 @@ function startWorker (createApp, config) {
       if (balanced) balanced.onListen(listenHandle)
       else if (listenHandle) listenHandle.close()
     },
-    [protocol.KIND.SHARE]: (_, message) => { if (balanced) balanced.onShare(message) }
+    [protocol.KIND.SHARE]: (_, message) => { if (balanced) balanced.onShare(message) },
+    [protocol.KIND.SHARE_LISTENING]: () => shareListening()
   }, (_, message) => debug('ignoring %s from primary', message.kind))
   ipc.listen(process, (message, socketHandle) => route(null, message, socketHandle))
 
@@ -126,7 +127,7 @@ function startWorker (createApp, config) {
     await reportBounded(metricsReporter)
     if (spare) await warmUpHttp()
     const address = listenMode === 'handoff' || spare ? { port, handoff: listenMode === 'handoff' } : await listen()
-    sampler = createHealthSampler(tracker, { onFdExhausted: (err) => log.warn(fdExhaustedMessage(err), { pid: process.pid }) })
+    sampler = createHealthSampler(tracker, { intervalMs: config.health.heartbeatMs, onFdExhausted: (err) => log.warn(fdExhaustedMessage(err), { pid: process.pid }) })
     channel.postNow(protocol.ready(address))
     sendHeartbeat()
     heartbeatTimer = setInterval(sendHeartbeat, config.health.heartbeatMs)
@@ -135,13 +136,26 @@ function startWorker (createApp, config) {
     return { id, generation, address }
   }
 
+  /**
+   * 'none': the primary upgrades and needs the socket node:cluster shares;
+   * only the workers hold it. Node has no public accessor for a server's
+   * handle: without one the answer comes with none, and the upgrade says so.
+   */
+  function shareListening () {
+    const listening = handle.server && handle.server.listening && handle.server._handle
+    const ok = Boolean(listening) && typeof listening.fd === 'number' && listening.fd >= 0
+    channel.postNow(protocol.listening(), ok ? listening : undefined)
+  }
+
   async function listen () {
     if (listenMode === 'balanced') {
       balanced = createBalancedListener({ server: handle.server, channel, heartbeatMs: config.health.heartbeatMs, heartbeatTimeoutMs: config.health.heartbeatTimeoutMs, workers: Number(process.env.CLUSTERIZE_WORKERS) || 1 })
       await balanced.start()
       return { port, balanced: true }
     }
-    return listenServer(handle.server, { port, host: config.host, reusePort: listenMode === 'reuseport' })
+    // An inherited socket (upgrade, systemd) with 'none': node:cluster shares the primary's descriptor.
+    const fd = process.env.CLUSTERIZE_LISTEN_FD ? Number(process.env.CLUSTERIZE_LISTEN_FD) : undefined
+    return listenServer(handle.server, { port, host: config.host, fd, reusePort: listenMode === 'reuseport' })
   }
 
   /** A spare takes its slot: with 'none'/'reuseport' it starts listening now. */

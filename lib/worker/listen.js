@@ -6,7 +6,8 @@ const { explainListenError } = require('../errors')
  * Listen and resolve with the bound address, or reject with a clear
  * error (EADDRINUSE names the port and what to do).
  * @param {import('net').Server} server
- * @param {{ port: number, host?: string, reusePort?: boolean }} options
+ * @param {{ port: number, host?: string, fd?: number, reusePort?: boolean }} options
+ *   `fd`: a descriptor open in the primary to listen on (node:cluster shares it) instead of the port
  * @returns {Promise<{ port: number, address: string, family: string }>}
  */
 function listenServer (server, options) {
@@ -21,6 +22,7 @@ function listenServer (server, options) {
     }
     server.once('error', onError)
     server.once('listening', onListening)
+    if (options.fd !== undefined) return server.listen({ fd: options.fd })
     const listenOptions = { port: options.port }
     if (options.host) listenOptions.host = options.host
     if (options.reusePort) {

@@ -7,7 +7,7 @@ import {
 } from 'clusterize-express'
 import type {
   PrimaryHandle, ClusterizeOptions, ReloadStartEvent, ReloadResult, BridgeUpEvent, BridgeDownEvent,
-  SessionDownEvent, SessionUpEvent, WorkerExitEvent, ClusterizeBusErrorCode
+  SessionDownEvent, SessionUpEvent, WorkerExitEvent, ClusterizeBusErrorCode, UpgradeResult, UpgradeStartEvent
 } from 'clusterize-express'
 import { expectType } from './expect.mjs'
 
@@ -26,6 +26,12 @@ handle.on('session:down', (event) => expectType<SessionDownEvent>()(event))
 handle.on('session:down', (event) => expectType<string | null>()(event.lastError))
 handle.on('session:up', (event) => expectType<SessionUpEvent>()(event))
 handle.once('session:up', (event) => expectType<number>()(event.id))
+handle.on('upgrade:start', (event) => expectType<UpgradeStartEvent>()(event))
+handle.on('upgrade:done', (result) => expectType<UpgradeResult>()(result))
+handle.once('upgrade:done', (result) => expectType<string | undefined>()(result.reason))
+if (handle.upgrade) handle.upgrade({ node: '/usr/bin/node', args: ['--workers', '4'] }).then((result) => expectType<UpgradeResult>()(result))
+// @ts-expect-error upgrade args are strings
+if (handle.upgrade) handle.upgrade({ args: [4] })
 // @ts-expect-error reload:start carries the generation, not a result
 handle.on('reload:start', (event) => expectType<ReloadResult>()(event))
 // @ts-expect-error the checker itself: assignable is not equal

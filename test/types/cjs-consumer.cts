@@ -87,6 +87,9 @@ cz.clusterize(() => require('express')(), { probes: { port: 9090, guardStats: 'y
 cz.clusterize(() => require('express')(), { reload: { signal: 'SIGHUP' } })
 // @ts-expect-error a reload cannot be bound to SIGKILL
 cz.clusterize(() => require('express')(), { reload: { signal: 'SIGKILL' } })
+cz.clusterize(() => require('express')(), { upgrade: { signal: false, timeoutMs: 120000 } })
+// @ts-expect-error the upgrade signal is SIGURG (reload's signals are taken)
+cz.clusterize(() => require('express')(), { upgrade: { signal: 'SIGUSR2' } })
 sio.createAdapter({ strict: true })
 // @ts-expect-error strict is a boolean
 sio.createAdapter({ strict: 1 })

@@ -1,0 +1,78 @@
+'use strict'
+
+/**
+ * The benchmarks `npm run bench` runs, in order, with the area each belongs
+ * to and a short note on what its figures mean (the longer measured
+ * explanations are in bench/README.md). A script not listed here still runs,
+ * after these.
+ */
+
+const AREAS = [
+  {
+    script: 'throughput',
+    title: 'Throughput and scheduling',
+    notes: 'Anchor: raw node:cluster. The load generator (autocannon, single-threaded) takes most of one of the two cores, so a single process can look as fast as a cluster here; the median of same-round ratios cancels slow drift between rounds.'
+  },
+  {
+    script: 'scheduling',
+    title: 'Throughput and scheduling',
+    notes: 'Keep-alive pins a client to a worker, so modes differ only on new connections; the mixed workload (1 request in 20 blocks a worker ~50 ms) opens one per request. \'none\' lets the kernel pick the accepting worker, which can spread few long-lived connections very unevenly.'
+  },
+  {
+    script: 'acceptor',
+    title: 'Throughput and scheduling',
+    notes: 'Anchor: raw node:cluster\'s round robin, a new connection per request (wrk). Counted with strace, the primary makes 2 IPC messages per handed-off connection (Node makes 3) and its CPU per connection is at parity; see bench/README.md, "Where the time goes".'
+  },
+  {
+    script: 'upgrade',
+    title: 'Upgrade',
+    notes: 'Replacing the primary itself under load: clusterize upgrade against the textbook stop-and-start, a raw node:cluster restart and pm2 update + pm2 reload.'
+  },
+  {
+    script: 'reload',
+    title: 'Reload',
+    notes: 'Anchors: PM2\'s `pm2 reload` and the textbook SIGUSR2 rolling restart. A failed request is a connection error, a reset or a non-2xx answer.'
+  },
+  {
+    script: 'crash',
+    title: 'Reload',
+    notes: 'A respawned worker costs a fork and an app load plus the slot\'s restart backoff; a warm spare (`spare: 1`) skips both, and most of what is left is its first (cold) request.'
+  },
+  {
+    script: 'sessions',
+    title: 'Sessions',
+    notes: 'Anchor: the recipe most users run (express-session + connect-redis + ioredis on raw node:cluster, 2 workers). Every process, Redis and the load generator share the two cores, so each microsecond a store adds per request comes off req/s; the fixed-rate CPU table shows the cost apart from how fast the box was during the run.'
+  },
+  {
+    script: 'bus',
+    title: 'Bus',
+    notes: 'Anchor: a naive relay through the primary. Under the normal scheduler on a loaded box the milliseconds of p99 are two IPC hops waiting for a core, not either relay\'s code (bench/bus-trace.js, `--rt`: ~0.3 ms p99 for both).'
+  },
+  {
+    script: 'offload',
+    title: 'Offload',
+    notes: 'Anchor: piscina. /health\'s tail while the pool is saturated is mostly the event-loop thread waiting for a CPU (schedstat), not the pool\'s own work; see bench/README.md.'
+  },
+  {
+    script: 'socketio',
+    title: 'socket.io',
+    notes: 'Anchor: @socket.io/cluster-adapter + @socket.io/sticky, the canonical setup. The bare client costs far less per message than socket.io-client, so its rows show the servers\' pace.'
+  },
+  {
+    script: 'socketio-reload',
+    title: 'socket.io',
+    notes: 'Anchor: @socket.io/cluster-adapter + @socket.io/sticky with the textbook rolling restart; connection-state recovery on.'
+  },
+  {
+    script: 'dashboard',
+    title: 'Probes and dashboard',
+    notes: 'The primary\'s CPU with the dashboard off, on with no page open, and with one page (an SSE client) open.'
+  },
+  {
+    script: 'metrics',
+    title: 'Probes and dashboard',
+    notes: 'Anchor: prom-client\'s AggregatorRegistry in a raw node:cluster primary. clusterize\'s response also carries its own metrics; the metrics: false row is what those cost alone.'
+  }
+]
+
+module.exports = { AREAS }

@@ -1,0 +1,429 @@
+'use strict'
+
+/**
+ * `clusterize upgrade`: a new primary, started from what is on disk, takes
+ * the listening sockets, the pid file, the control socket and the cluster
+ * store's sessions; the old one drains and exits. If the new one cannot
+ * start, the old one keeps serving and the result says why. Real CLI
+ * primaries on loopback; every process a test starts (both primaries and
+ * their workers) is killed by PID at the end.
+ */
+
+const { test, after } = require('node:test')
+const assert = require('node:assert')
+const { spawn, execFile, execFileSync } = require('child_process')
+const fs = require('fs')
+const os = require('os')
+const path = require('path')
+const { freePort, waitForPort } = require('./helpers/net')
+const { eventually } = require('./helpers/wait')
+const { startLoad } = require('./helpers/load')
+const { request } = require('./helpers/cluster')
+const { isAlive } = require('../lib/process-alive')
+const { sendControl } = require('../lib/cli/control-server')
+
+const BIN = path.join(__dirname, '..', 'bin', 'clusterize.js')
+const APP = path.join(__dirname, 'fixtures', 'upgrade-app.js')
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-upgrade-'))
+/** Every pid a test saw: primaries and workers. */
+const pids = new Set()
+const outputs = []
+
+after(async () => {
+  for (const pid of pids) {
+    if (isAlive(pid)) {
+      try { process.kill(pid, 'SIGKILL') } catch {}
+    }
+  }
+  fs.rmSync(tmp, { recursive: true, force: true })
+})
+
+/** `clusterize APP` on loopback with its own pid file, output kept for failure messages. */
+function startPrimary (name, port, args, env) {
+  const pidFile = path.join(tmp, name + '.pid')
+  const child = spawn(process.execPath, [BIN, APP, '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile, ...args], {
+    cwd: tmp,
+    env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }, env),
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  pids.add(child.pid)
+  const out = { text: '' }
+  outputs.push(out)
+  child.stdout.on('data', (chunk) => { out.text += chunk })
+  child.stderr.on('data', (chunk) => { out.text += chunk })
+  return { child, pidFile, out }
+}
+
+async function primaryInfo (pidFile, notPid) {
+  const info = await eventually(() => {
+    try {
+      const info = JSON.parse(fs.readFileSync(pidFile, 'utf8'))
+      return info.pid !== notPid ? info : null
+    } catch {
+      return null
+    }
+  }, { timeoutMs: 30000, what: 'the pid file' })
+  pids.add(info.pid)
+  return info
+}
+
+function run (args) {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [BIN, ...args], { cwd: tmp, timeout: 120000, env: Object.assign({}, process.env, { NO_COLOR: '1' }) }, (err, stdout, stderr) => {
+      resolve({ code: err ? (typeof err.code === 'number' ? err.code : -1) : 0, stdout, stderr })
+    })
+  })
+}
+
+/** One request after another, each on a new connection, until stop(). */
+function newConnectionLoad (port) {
+  const results = { ok: 0, failures: [], primaries: new Set() }
+  let stopped = false
+  const done = (async () => {
+    while (!stopped) {
+      try {
+        const res = await request(port, '/')
+        if (res.status === 200) {
+          results.ok++
+          results.primaries.add(res.json.primary)
+          pids.add(res.json.pid)
+        } else {
+          results.failures.push(`HTTP ${res.status}`)
+        }
+      } catch (err) {
+        results.failures.push(err.code || err.message)
+      }
+    }
+    return results
+  })()
+  return { results, stop () { stopped = true; return done } }
+}
+
+function get (port, urlPath, headers) {
+  return request(port, urlPath, { headers }).then((res) => {
+    if (res.json && res.json.pid) pids.add(res.json.pid)
+    return res
+  })
+}
+
+test('clusterize upgrade under new-connection and keep-alive load, with 2 s requests in flight: 0 failed, a new primary owns the pid file and the control socket, the old one is gone', async () => {
+  const port = await freePort()
+  const { child, pidFile, out } = startPrimary('load', port, ['--workers', '2'])
+  const before = await primaryInfo(pidFile)
+  assert.strictEqual(before.pid, child.pid)
+
+  const fresh = newConnectionLoad(port)
+  const keepAlive = startLoad({ port, connections: 4, durationMs: 120000, paceMs: 2 })
+  await keepAlive.served(50)
+  // Slow requests on old workers: they must finish while those drain.
+  const slow = Array.from({ length: 4 }, () => get(port, '/slow'))
+  await eventually(async () => {
+    const stats = JSON.parse((await run(['status', '--pid-file', pidFile, '--json'])).stdout)
+    return stats.workers.reduce((sum, w) => sum + ((w.heartbeat && w.heartbeat.inFlight) || 0), 0) >= 4
+  }, { timeoutMs: 20000, what: 'the slow requests in flight' })
+
+  const upgrade = await run(['upgrade', '--pid-file', pidFile])
+  assert.strictEqual(upgrade.code, 0, upgrade.stderr + out.text)
+  assert.match(upgrade.stdout, new RegExp(`upgrade done: primary ${before.pid} -> \\d+`))
+  const after = await primaryInfo(pidFile, before.pid)
+  assert.notStrictEqual(after.pid, before.pid)
+  assert.strictEqual(after.controlSocket, before.controlSocket)
+  assert.strictEqual(after.port, port)
+
+  // Served by the new primary's workers, over new and kept-alive connections alike.
+  await eventually(() => fresh.results.primaries.has(after.pid), { timeoutMs: 20000, what: 'a response from the new primary\'s workers' })
+  const slowResults = await Promise.all(slow)
+  assert.deepStrictEqual(slowResults.map((r) => r.status), [200, 200, 200, 200])
+  assert.ok(slowResults.every((r) => r.json.primary === before.pid), 'the slow requests were served by the old workers')
+  await eventually(() => !isAlive(before.pid), { timeoutMs: 30000, what: `the old primary ${before.pid} to exit\n${out.text}` })
+  const exit = await new Promise((resolve) => child.exitCode !== null ? resolve(child.exitCode) : child.once('exit', resolve))
+  assert.strictEqual(exit, 0, out.text)
+  await keepAlive.served(50)
+  const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
+  assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
+  assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
+  assert.strictEqual(keepAliveResults.failed, 0)
+  for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
+
+  const status = await run(['status', '--pid-file', pidFile])
+  assert.strictEqual(status.code, 0, status.stderr)
+  assert.match(status.stdout, new RegExp(`^primary ${after.pid}: ready, port ${port}`))
+  // The probes socket moved too: the new primary's dashboard timeline starts with the upgrade.
+  assert.strictEqual(after.probesPort, before.probesPort)
+  const history = await request(after.probesPort, '/dashboard/history')
+  const upgraded = JSON.parse(history.body).events.find((e) => e.type === 'upgrade-done')
+  assert.deepStrictEqual([upgraded.ok, upgraded.pid, upgraded.previousPid], [true, after.pid, before.pid], history.body)
+  const stop = await run(['stop', '--pid-file', pidFile])
+  assert.strictEqual(stop.code, 0, stop.stderr)
+  assert.ok(!fs.existsSync(pidFile), 'the new primary removes the pid file when it stops')
+  assert.ok(!fs.existsSync(after.controlSocket), 'and its control socket')
+})
+
+test('a new primary that cannot start is killed and the old one keeps serving, with 0 failed requests; the result names the cause', async () => {
+  const port = await freePort()
+  const breakFile = path.join(tmp, 'broken')
+  const { pidFile, out } = startPrimary('fail', port, ['--workers', '1'], { UPGRADE_BREAK_FILE: breakFile })
+  const before = await primaryInfo(pidFile)
+  const fresh = newConnectionLoad(port)
+  const keepAlive = startLoad({ port, connections: 2, durationMs: 120000, paceMs: 2 })
+  await keepAlive.served(20)
+
+  // Options the new primary refuses (appended to the old ones, as at a first start).
+  const badOptions = await run(['upgrade', '--pid-file', pidFile, '--', '--scheduling', 'fastest'])
+  assert.strictEqual(badOptions.code, 1, badOptions.stderr)
+  assert.match(badOptions.stdout, /upgrade failed: the new primary could not start: --scheduling must be one of/)
+  assert.match(badOptions.stdout, new RegExp(`primary ${before.pid} keeps serving`))
+
+  const otherPort = await run(['upgrade', '--pid-file', pidFile, '--', '--port', String(await freePort())])
+  assert.strictEqual(otherPort.code, 1)
+  assert.match(otherPort.stdout, /option "port" \(\d+\) differs from the port the upgraded primary serves/)
+
+  // The app on disk is broken: the new primary's workers cannot load it.
+  fs.writeFileSync(breakFile, 'a syntax error in the new release')
+  const brokenApp = await run(['upgrade', '--pid-file', pidFile, '--json'])
+  assert.strictEqual(brokenApp.code, 1, brokenApp.stderr)
+  const result = JSON.parse(brokenApp.stdout)
+  assert.strictEqual(result.ok, false)
+  assert.match(result.reason, /a syntax error in the new release/)
+  fs.unlinkSync(breakFile)
+
+  // A node binary that does not exist.
+  const noNode = await run(['upgrade', '--pid-file', pidFile, '--node', path.join(tmp, 'no-such-node')])
+  assert.strictEqual(noNode.code, 1)
+  assert.match(noNode.stdout, /upgrade failed: cannot start .*no-such-node: spawn .* ENOENT/)
+
+  await keepAlive.served(20)
+  const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
+  assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
+  assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
+  assert.deepStrictEqual([...freshResults.primaries], [before.pid], 'only the old primary served')
+  for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
+  const info = JSON.parse(fs.readFileSync(pidFile, 'utf8'))
+  assert.strictEqual(info.pid, before.pid, 'the pid file still names the old primary')
+  const status = await run(['status', '--pid-file', pidFile])
+  assert.match(status.stdout, new RegExp(`^primary ${before.pid}: ready`), status.stderr + out.text)
+  // It can still be upgraded once the code on disk is fixed.
+  const fixed = await run(['upgrade', '--pid-file', pidFile])
+  assert.strictEqual(fixed.code, 0, fixed.stdout + fixed.stderr + out.text)
+  const next = await primaryInfo(pidFile, before.pid)
+  const stop = await run(['stop', '--pid-file', pidFile])
+  assert.strictEqual(stop.code, 0, stop.stderr)
+  assert.ok(!isAlive(next.pid))
+})
+
+test('a session in the cluster store is still logged in after the upgrade', async () => {
+  const port = await freePort()
+  const { pidFile } = startPrimary('sessions', port, ['--workers', '2', '--sessions', 'cluster'])
+  const before = await primaryInfo(pidFile)
+  const login = await request(port, '/login?user=ada', { method: 'POST' })
+  assert.strictEqual(login.status, 200)
+  const cookie = login.headers['set-cookie'][0].split(';')[0]
+  const me = await get(port, '/me', { cookie })
+  assert.deepStrictEqual([me.status, me.json.user, me.json.primary], [200, 'ada', before.pid])
+
+  const upgrade = await run(['upgrade', '--pid-file', pidFile])
+  assert.strictEqual(upgrade.code, 0, upgrade.stdout + upgrade.stderr)
+  const after = await primaryInfo(pidFile, before.pid)
+  await eventually(() => !isAlive(before.pid), { timeoutMs: 30000, what: 'the old primary to exit' })
+  const again = await get(port, '/me', { cookie })
+  assert.deepStrictEqual([again.status, again.json.user, again.json.primary], [200, 'ada', after.pid])
+  const stranger = await get(port, '/me')
+  assert.strictEqual(stranger.status, 401, 'and a client without the cookie is not')
+  await run(['stop', '--pid-file', pidFile])
+})
+
+/** The node binary of `pkg` (node@24...) through npx: CI installs Node 24 (.ci/run); a missing one fails the test. */
+function nodeBinary (pkg) {
+  return execFileSync('npx', ['-y', pkg, '-e', 'process.stdout.write(process.execPath)'], { encoding: 'utf8', timeout: 180000, stdio: ['ignore', 'pipe', 'ignore'] }).trim()
+}
+
+test('clusterize upgrade --node moves the cluster to another Node version', async () => {
+  const other = process.versions.node.startsWith('24.') ? 'node@22' : 'node@24'
+  const otherNode = nodeBinary(other)
+  const otherVersion = execFileSync(otherNode, ['--version'], { encoding: 'utf8' }).trim()
+  assert.notStrictEqual(otherVersion, process.version)
+  const port = await freePort()
+  const { pidFile } = startPrimary('node', port, ['--workers', '1'])
+  const before = await primaryInfo(pidFile)
+  assert.strictEqual((await get(port, '/version')).json.version, process.version)
+  const upgrade = await run(['upgrade', '--pid-file', pidFile, '--node', otherNode, '--json'])
+  assert.strictEqual(upgrade.code, 0, upgrade.stdout + upgrade.stderr)
+  assert.strictEqual(JSON.parse(upgrade.stdout).node, otherVersion)
+  const after = await primaryInfo(pidFile, before.pid)
+  const version = await get(port, '/version')
+  assert.deepStrictEqual([version.json.version, version.json.primary], [otherVersion, after.pid])
+  await run(['stop', '--pid-file', pidFile])
+})
+
+for (const scheduling of ['sticky', 'none']) {
+  test(`systemd socket activation (${scheduling}): serves on the passed socket, then reloads and upgrades with no failed request`, async () => {
+    const port = await freePort()
+    const pidFile = path.join(tmp, `activated-${scheduling}.pid`)
+    // systemd-socket-activate (Debian's systemd package) binds, then execs the primary with LISTEN_FDS on the first connection.
+    const mainPidFile = path.join(tmp, `activated-${scheduling}.main.pid`)
+    const child = spawn('systemd-socket-activate', ['-l', `127.0.0.1:${port}`, process.execPath, BIN, APP, '--workers', '2', '--scheduling', scheduling, '--pid-file', pidFile, '--main-pid-file', mainPidFile], {
+      cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: ['ignore', 'pipe', 'pipe']
+    })
+    pids.add(child.pid)
+    let output = ''
+    child.stdout.on('data', (chunk) => { output += chunk })
+    child.stderr.on('data', (chunk) => { output += chunk })
+    const spawned = await new Promise((resolve) => { child.once('spawn', () => resolve(true)); child.once('error', (err) => resolve(err)) })
+    assert.strictEqual(spawned, true, 'systemd-socket-activate must be installed (apt-get install systemd)')
+    // It has bound the port once a connection succeeds (that one starts the primary).
+    await waitForPort(port, { timeoutMs: 10000 })
+
+    const keepAlive = startLoad({ port, connections: 3, durationMs: 120000, paceMs: 2 })
+    const before = await primaryInfo(pidFile)
+    assert.strictEqual(before.pid, child.pid, 'the primary is the activated process')
+    assert.strictEqual(before.port, port)
+    // systemd's PIDFile= reads the bare pid.
+    assert.strictEqual(fs.readFileSync(mainPidFile, 'utf8'), `${before.pid}\n`)
+    await keepAlive.served(30)
+    const fresh = newConnectionLoad(port)
+    const reload = await run(['reload', '--pid-file', pidFile])
+    assert.strictEqual(reload.code, 0, reload.stdout + reload.stderr + output)
+    const upgrade = await run(['upgrade', '--pid-file', pidFile])
+    assert.strictEqual(upgrade.code, 0, upgrade.stdout + upgrade.stderr + output)
+    const after = await primaryInfo(pidFile, before.pid)
+    // Rewritten before the old primary exits: systemd reads it again when its main pid exits.
+    assert.strictEqual(fs.readFileSync(mainPidFile, 'utf8'), `${after.pid}\n`)
+    await eventually(() => fresh.results.primaries.has(after.pid), { timeoutMs: 20000, what: 'a response from the new primary\'s workers' })
+    await eventually(() => !isAlive(before.pid), { timeoutMs: 30000, what: 'the old primary to exit\n' + output })
+    assert.strictEqual(fs.readFileSync(mainPidFile, 'utf8'), `${after.pid}\n`, 'the old primary leaves the new one\'s pid there')
+    await keepAlive.served(30)
+    const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
+    assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
+    assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
+    for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
+    const stop = await run(['stop', '--pid-file', pidFile])
+    assert.strictEqual(stop.code, 0, stop.stderr)
+    assert.ok(!fs.existsSync(mainPidFile))
+  })
+}
+
+test("scheduling 'none' on a plain start: a worker passes on the socket node:cluster shares, and the upgrade loses no request", async () => {
+  const port = await freePort()
+  const { pidFile, out } = startPrimary('none', port, ['--workers', '2', '--scheduling', 'none'])
+  const before = await primaryInfo(pidFile)
+  const fresh = newConnectionLoad(port)
+  const keepAlive = startLoad({ port, connections: 3, durationMs: 120000, paceMs: 2 })
+  await keepAlive.served(30)
+  const upgrade = await run(['upgrade', '--pid-file', pidFile])
+  assert.strictEqual(upgrade.code, 0, upgrade.stdout + upgrade.stderr + out.text)
+  const after = await primaryInfo(pidFile, before.pid)
+  await eventually(() => fresh.results.primaries.has(after.pid), { timeoutMs: 20000, what: 'a response from the new primary\'s workers' })
+  await eventually(() => !isAlive(before.pid), { timeoutMs: 30000, what: 'the old primary to exit\n' + out.text })
+  // And again from the new primary, which was given its socket.
+  const second = await run(['upgrade', '--pid-file', pidFile])
+  assert.strictEqual(second.code, 0, second.stdout + second.stderr + out.text)
+  const third = await primaryInfo(pidFile, after.pid)
+  await eventually(() => fresh.results.primaries.has(third.pid), { timeoutMs: 20000, what: 'a response from the third primary\'s workers' })
+  await keepAlive.served(30)
+  const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
+  // Linux resets connections still queued in a SO_REUSEPORT socket that closes (an old worker's)
+  // unless net.ipv4.tcp_migrate_req is 1 (README, Upgrading the primary): never a refusal.
+  const migrate = readSysctl('net/ipv4/tcp_migrate_req') === '1'
+  if (migrate) assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
+  else assert.deepStrictEqual(freshResults.failures.filter((code) => code !== 'ECONNRESET'), [], 'new-connection load')
+  assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
+  for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
+  const stop = await run(['stop', '--pid-file', pidFile])
+  assert.strictEqual(stop.code, 0, stop.stderr)
+})
+
+function readSysctl (name) {
+  try { return fs.readFileSync('/proc/sys/' + name, 'utf8').trim() } catch { return null }
+}
+
+test("scheduling 'reuseport' (Node 24): the new workers bind next to the old ones; no connection is refused, kept-alive ones lose nothing", async () => {
+  const node24 = process.versions.node.startsWith('24.') ? process.execPath : nodeBinary('node@24')
+  const port = await freePort()
+  const pidFile = path.join(tmp, 'reuseport.pid')
+  const child = spawn(node24, [BIN, APP, '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile, '--workers', '2', '--scheduling', 'reuseport'], {
+    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: ['ignore', 'pipe', 'pipe']
+  })
+  pids.add(child.pid)
+  let output = ''
+  child.stdout.on('data', (chunk) => { output += chunk })
+  child.stderr.on('data', (chunk) => { output += chunk })
+  const before = await primaryInfo(pidFile)
+  const status = await run(['status', '--pid-file', pidFile])
+  assert.match(status.stdout, /scheduling reuseport/, status.stdout + output)
+  const fresh = newConnectionLoad(port)
+  const keepAlive = startLoad({ port, connections: 3, durationMs: 120000, paceMs: 2 })
+  await keepAlive.served(30)
+  const upgrade = await run(['upgrade', '--pid-file', pidFile])
+  assert.strictEqual(upgrade.code, 0, upgrade.stdout + upgrade.stderr + output)
+  const after = await primaryInfo(pidFile, before.pid)
+  await eventually(() => fresh.results.primaries.has(after.pid), { timeoutMs: 20000, what: 'a response from the new primary\'s workers' })
+  await eventually(() => !isAlive(before.pid), { timeoutMs: 30000, what: 'the old primary to exit\n' + output })
+  await keepAlive.served(30)
+  const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
+  // Linux resets connections still queued in a SO_REUSEPORT socket that closes (an old worker's)
+  // unless net.ipv4.tcp_migrate_req is 1 (README, Upgrading the primary): never a refusal.
+  const migrate = readSysctl('net/ipv4/tcp_migrate_req') === '1'
+  if (migrate) assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
+  else assert.deepStrictEqual(freshResults.failures.filter((code) => code !== 'ECONNRESET'), [], 'new-connection load')
+  assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
+  for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
+  const stop = await run(['stop', '--pid-file', pidFile])
+  assert.strictEqual(stop.code, 0, stop.stderr)
+})
+
+function readSysctl (name) {
+  try { return fs.readFileSync('/proc/sys/' + name, 'utf8').trim() } catch { return null }
+}
+
+test('as PID 1 (a container) the upgrade is refused with a message that points to a rolling update or an init', async () => {
+  const port = await freePort()
+  const pidFile = path.join(tmp, 'pid1.pid')
+  // A new pid namespace makes the primary PID 1; --kill-child takes it (and so its namespace) down with unshare.
+  const child = spawn('unshare', ['--pid', '--fork', '--kill-child', process.execPath, BIN, APP, '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile, '--workers', '1'], {
+    cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: ['ignore', 'pipe', 'pipe']
+  })
+  pids.add(child.pid)
+  let output = ''
+  child.stdout.on('data', (chunk) => { output += chunk })
+  child.stderr.on('data', (chunk) => { output += chunk })
+  const info = await eventually(() => {
+    try { return JSON.parse(fs.readFileSync(pidFile, 'utf8')) } catch { return null }
+  }, { timeoutMs: 30000, what: () => 'the pid file\n' + output })
+  try {
+    assert.strictEqual(info.pid, 1, 'the primary runs as PID 1 ' + output)
+    const reply = await sendControl(info.controlSocket, { cmd: 'upgrade' }, 30000)
+    assert.strictEqual(reply.ok, true)
+    assert.strictEqual(reply.result.ok, false)
+    assert.match(reply.result.reason, /this primary is PID 1 \(a container\).*Roll out a new container instead \(rolling update\).*docker run --init/)
+    const res = await get(port, '/')
+    assert.strictEqual(res.status, 200, 'it keeps serving')
+  } finally {
+    // unshare --fork ignores SIGTERM while it waits; its death SIGKILLs PID 1 and so the namespace.
+    child.kill('SIGKILL')
+    await new Promise((resolve) => child.exitCode !== null || child.signalCode !== null ? resolve() : child.once('exit', resolve))
+  }
+})
+
+test('the old primary killed (kill -9) while the new one boots: the new one serves on the inherited socket and owns the pid file', async () => {
+  const port = await freePort()
+  const slowFile = path.join(tmp, 'slow')
+  const { child, pidFile, out } = startPrimary('killed', port, ['--workers', '1'], { UPGRADE_SLOW_FILE: slowFile })
+  const before = await primaryInfo(pidFile)
+  fs.writeFileSync(slowFile, '')
+  const upgrade = run(['upgrade', '--pid-file', pidFile])
+  await eventually(() => /upgrade: starting a new primary/.test(out.text), { timeoutMs: 20000, what: () => 'the upgrade to start\n' + out.text })
+  child.kill('SIGKILL')
+  const reply = await upgrade
+  assert.strictEqual(reply.code, 1, 'the CLI lost the primary it asked')
+  // Connections made meanwhile wait in the socket's backlog; the new primary answers them.
+  const res = await get(port, '/')
+  assert.strictEqual(res.status, 200)
+  const after = await primaryInfo(pidFile, before.pid)
+  assert.strictEqual(res.json.primary, after.pid)
+  assert.match(out.text, new RegExp(`the old primary ${before.pid} went away before handing over; serving on the inherited sockets`))
+  const status = await run(['status', '--pid-file', pidFile])
+  assert.match(status.stdout, new RegExp(`^primary ${after.pid}: ready`), status.stderr)
+  fs.unlinkSync(slowFile)
+  const stop = await run(['stop', '--pid-file', pidFile])
+  assert.strictEqual(stop.code, 0, stop.stderr)
+})
