@@ -70,6 +70,11 @@ const DEFAULTS = {
     stallTimeoutMs: 5000,
     outageBufferBytes: 8 * 1024 * 1024
   },
+  metrics: {
+    registries: undefined,
+    timeoutMs: 1000,
+    pushIntervalMs: 1000
+  },
   /** The bounds the primary enforces on the cluster session store (lib/session/cluster-backend.js). */
   clusterStore: {
     maxSessions: 100000,
@@ -159,6 +164,24 @@ function resolveReloadHeartbeatTimeout (value, health) {
     throw fail('reload.heartbeatTimeoutMs', `greater than health.heartbeatMs (${health.heartbeatMs})`, value)
   }
   return value
+}
+
+/**
+ * The app's prom-client metrics aggregated on the probes server's /metrics
+ * (lib/state/metrics). `false` turns the aggregation off: /metrics then
+ * shows clusterize's own metrics only.
+ */
+function resolveMetrics (value) {
+  if (value === false) return false
+  const metrics = group('metrics', value, DEFAULTS.metrics)
+  const registries = metrics.registries
+  if (registries !== undefined && typeof registries !== 'function' &&
+      !(Array.isArray(registries) && registries.every((r) => r && typeof r.getMetricsAsJSON === 'function'))) {
+    throw fail('metrics.registries', 'an array of prom-client registries, or a function returning one', registries)
+  }
+  checkInteger('metrics.timeoutMs', metrics.timeoutMs, 1, MAX_TIMER_MS)
+  checkInteger('metrics.pushIntervalMs', metrics.pushIntervalMs, 50, MAX_TIMER_MS)
+  return metrics
 }
 
 /**
@@ -295,6 +318,7 @@ function resolveConfig (options, env) {
   if (typeof bus.channel !== 'string' || bus.channel === '') throw fail('bus.channel', 'a non-empty string', bus.channel)
   config.bus = bus
 
+  config.metrics = resolveMetrics(options.metrics)
   const clusterStore = group('clusterStore', options.clusterStore, DEFAULTS.clusterStore)
   checkInteger('clusterStore.maxSessions', clusterStore.maxSessions, 1)
   checkInteger('clusterStore.maxTotalBytes', clusterStore.maxTotalBytes, 1)

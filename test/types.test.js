@@ -26,7 +26,8 @@ function optionPaths (defaults, prefix = []) {
 
 /** `NonNullable<NonNullable<T>['a']>['b']`: fails to compile when a key has no type. */
 function typeAt (typeName, keys) {
-  return keys.reduce((expr, key) => `NonNullable<${expr}>[${JSON.stringify(key)}]`, typeName)
+  // false too: an option group that `false` turns off (metrics) still types its keys.
+  return keys.reduce((expr, key) => `Exclude<${expr}, null | undefined | false>[${JSON.stringify(key)}]`, typeName)
 }
 
 test('every option the library accepts has a type in types/index.d.ts', (t) => {

@@ -147,6 +147,19 @@ export interface ProbesOptions {
   streamsPerMinute?: number
 }
 
+/** The app's prom-client metrics, aggregated across workers on the probes server's /metrics. */
+export interface MetricsOptions {
+  /**
+   * The prom-client registries (each worker's own) to aggregate, or a function returning them
+   * (called on each report: registries the app builds while it loads). Default: the default
+   * registry of every prom-client copy the app loaded.
+   */
+  registries?: Array<{ getMetricsAsJSON(): Promise<unknown[]> | unknown[] }> | (() => Array<{ getMetricsAsJSON(): Promise<unknown[]> | unknown[] }>)
+  /** How long a scrape waits for a worker's fresh values; one that does not answer counts with its last report and is named in `clusterize_app_metrics_missing`. Default 1000. */
+  timeoutMs?: number
+  /** How often each worker with metrics reports them: what a worker that crashes can lose. Default 1000, at least 50. */
+  pushIntervalMs?: number
+}
 
 /** pino, console and winston fit. */
 export interface Logger {
@@ -194,6 +207,8 @@ export interface ClusterizeOptions {
   /** /live, /ready, /stats, /metrics served by the primary. Off by default. */
   probes?: ProbesOptions | null | false
   bus?: BusOptions
+  /** The app's prom-client metrics on /metrics, summed across workers and kept across worker exits. false: clusterize's own metrics only. */
+  metrics?: MetricsOptions | false
   /** The bounds the primary enforces on the cluster session store (validated at startup). */
   clusterStore?: ClusterStoreOptions
   /** The bounds of socket.io connection-state recovery's state in the primary (validated at startup). */

@@ -72,6 +72,11 @@ const AREAS = [
     script: 'rate-limit',
     title: 'App state',
     notes: 'Anchor: express-rate-limit\'s MemoryStore in one process. The limit is set so every request passes: the rows differ by what the store costs per request. MemoryStore in 2 workers counts per worker (wrong limits) and is there only as the scaling reference.'
+  },
+  {
+    script: 'metrics',
+    title: 'Probes and dashboard',
+    notes: 'Anchor: prom-client\'s AggregatorRegistry in a raw node:cluster primary. clusterize\'s response also carries its own metrics; the metrics: false row is what those cost alone.'
   }
 ]
 

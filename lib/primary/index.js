@@ -59,7 +59,8 @@ function startPrimary (createApp, config) {
   // listenFd: with 'none', workers listen on the inherited socket through node:cluster.
   const runtime = { listenMode, port: state.port, listenFd: listenMode === 'cluster' ? inherited.http : null, route: null, fork: (env) => cluster.fork(env) }
   const supervisor = new Supervisor(config, log, runtime)
-  const metrics = createMetrics(supervisor, () => busRuntime.status(), primaryStatus)
+  // The app's own prom-client metrics come from the metrics service (lib/state/metrics), started below.
+  const metrics = createMetrics(supervisor, () => busRuntime.status(), primaryStatus, () => services.get('metrics'))
   const reloader = createReloader(config, supervisor, log)
   const sessions = watchSessionStores(supervisor, log, (name, info) => handle.emit(name, info))
   const reloads = createReloadQueue()

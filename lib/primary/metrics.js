@@ -15,8 +15,10 @@ const STATES = ['starting', 'ready', 'draining', 'stopping']
  * @param {() => object} busStatus the bus status (queued bytes, drops)
  * @param {() => { connections: object|null, dashboard: object|null }} [primaryStatus] the
  *   dispatcher's held and shed connections, the dashboard's stream counters (null when off)
+ * @param {() => (ReturnType<import('../state/metrics').createAppMetrics>|undefined)} [appMetricsOf] the app's
+ *   prom-client metrics aggregated across workers (the metrics service's api), served in the same scrape
  */
-function createMetrics (supervisor, busStatus, primaryStatus = () => ({ connections: null, dashboard: null })) {
+function createMetrics (supervisor, busStatus, primaryStatus = () => ({ connections: null, dashboard: null }), appMetricsOf) {
   const exitsByReason = new Map()
   const reloadsByOutcome = new Map()
   const lastServed = new WeakMap()
@@ -145,10 +147,24 @@ function createMetrics (supervisor, busStatus, primaryStatus = () => ({ connecti
   return {
     onExit (event) { tally(exitsByReason, event.reason) },
     onReload (result) { tally(reloadsByOutcome, result.ok ? 'ok' : result.rolledBack ? 'rolled_back' : 'failed') },
-    /** @returns {Promise<string>} Prometheus text exposition */
-    render () {
+    /**
+     * @param {{ worker?: number }} [query] `worker`: that worker's own app metrics only
+     * @returns {Promise<string>} Prometheus text exposition
+     */
+    render (query) {
       if (!exposition) exposition = build()
-      return exposition.metrics()
+      const appMetrics = appMetricsOf ? appMetricsOf() : undefined
+      if (query && query.worker !== undefined) {
+        if (!appMetrics) return Promise.reject(Object.assign(new Error('app metrics are off (metrics: false)'), { status: 404 }))
+        return appMetrics.renderWorker(query.worker)
+      }
+      if (!appMetrics) return exposition.metrics()
+      // Ask the workers first and let the question leave (IPC writes go out on the next turn),
+      // then write clusterize's own metrics while they read theirs.
+      const app = appMetrics.render()
+      return new Promise(setImmediate)
+        .then(() => exposition.metrics())
+        .then((own) => app.then((text) => own + text))
     },
     get contentType () {
       if (!exposition) exposition = build()

@@ -48,10 +48,13 @@ function startProbes (options, sources) {
       }
       case '/stats':
         return send(res, 200, 'application/json', JSON.stringify(sources.stats()))
-      case '/metrics':
-        return sources.metrics.render().then(
+      case '/metrics': {
+        const query = metricsQuery(req.url)
+        if (query === null) return send(res, 400, 'text/plain', '/metrics?worker=<id> takes a worker id (an integer)\n')
+        return sources.metrics.render(query).then(
           (text) => send(res, 200, sources.metrics.contentType, text),
-          (err) => send(res, 500, 'text/plain', err.message + '\n'))
+          (err) => send(res, err.status || 500, 'text/plain', err.message + '\n'))
+      }
       default:
         return send(res, 404, 'text/plain', `not found: try /live, /ready, /stats${sources.dashboard ? ', /metrics or /dashboard' : ' or /metrics'}\n`)
     }
@@ -84,6 +87,18 @@ function isLoopbackHostHeader (header) {
   if (header === undefined) return true
   const match = /^(\[[0-9a-fA-F:.]+\]|[^:[\]]+)(?::\d{1,5})?$/.exec(header)
   return Boolean(match) && isLoopback(match[1])
+}
+
+/**
+ * `/metrics?worker=N`: one worker's own app metrics, for debugging.
+ * @returns {{ worker?: number }|null} null for a malformed worker id
+ */
+function metricsQuery (url) {
+  const at = url.indexOf('?')
+  if (at === -1) return {}
+  const worker = new URLSearchParams(url.slice(at + 1)).get('worker')
+  if (worker === null) return {}
+  return /^\d{1,6}$/.test(worker) ? { worker: Number(worker) } : null
 }
 
 /** `Authorization: Bearer <token>`, compared in constant time. */

@@ -9,7 +9,8 @@
 const SERVICES = [
   require('../session/cluster-service').sessionService,
   require('../realtime/recovery-service').recoveryService,
-  // App state (lib/state): rate-limit counts, singleton leases, node-cron run claims.
+  // App state (lib/state): the app's prom-client metrics, rate-limit counts, singleton leases, node-cron run claims.
+  require('../state/metrics').metricsService,
   require('../state/rate-limit-service').rateLimitService,
   require('../state/singleton-service').singletonService,
   require('../state/cron-service').cronService

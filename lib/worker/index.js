@@ -24,6 +24,7 @@ const services = require('../services')
 const { sessionStatus } = require('../session/status')
 const { setSessionLogger } = require('../session/log')
 const { createLogger } = require('../logger')
+const { startWorkerMetrics, reportBounded } = require('../state/metrics/worker')
 
 /**
  * Start the worker side. Called by clusterize() when cluster.isWorker.
@@ -46,6 +47,7 @@ function startWorker (createApp, config) {
   let balanced = null
   let sampler = null
   let heartbeatTimer = null
+  let metricsReporter = null
   let shuttingDown = false
 
   busRuntime.configure(config.bus, { logger: log, role: 'worker' })
@@ -123,6 +125,9 @@ function startWorker (createApp, config) {
     handle.app = built.app
     handle.server = built.server
     tracker = built.tracker
+    // The app's registries exist now: report them before READY, so the first scrape after it asks this worker.
+    metricsReporter = startWorkerMetrics(config.metrics)
+    await reportBounded(metricsReporter)
     if (spare) await warmUpHttp()
     const address = listenMode === 'handoff' || spare ? { port, handoff: listenMode === 'handoff' } : await listen()
     sampler = createHealthSampler(tracker, { intervalMs: config.health.heartbeatMs, onFdExhausted: (err) => log.warn(fdExhaustedMessage(err), { pid: process.pid }) })
@@ -192,6 +197,9 @@ function startWorker (createApp, config) {
     const timedOut = await drainServer({ server: handle.server, tracker, listening, log }, timeoutMs, reason)
     clearInterval(heartbeatTimer)
     if (sampler) sampler.stop()
+    // Counts made since the last report would leave with this process.
+    await reportBounded(metricsReporter)
+    if (metricsReporter) metricsReporter.stop()
     if (!channel.postNow(protocol.drained(timedOut), undefined, () => process.exit(0))) process.exit(0)
     setTimeout(() => process.exit(0), 1000).unref()
   }

@@ -56,6 +56,15 @@ cz.clusterize(() => require('express')(), { clusterStore: { maxSessions: 'many' 
 cz.clusterize(() => require('express')(), { recovery: { maxRooms: 1 } })
 // @ts-expect-error a Redis target is not a number
 cz.session({ redis: 6379 })
+// metrics: the app's prom-client registries aggregated on the probes' /metrics.
+import promClient = require('prom-client')
+cz.clusterize(() => require('express')(), { metrics: { registries: [promClient.register], timeoutMs: 500, pushIntervalMs: 250 } })
+cz.clusterize(() => require('express')(), { metrics: { registries: () => [new promClient.Registry()] } })
+cz.clusterize(() => require('express')(), { metrics: false })
+// @ts-expect-error a registry is an object with getMetricsAsJSON()
+cz.clusterize(() => require('express')(), { metrics: { registries: ['default'] } })
+// @ts-expect-error timeoutMs is a number
+cz.clusterize(() => require('express')(), { metrics: { timeoutMs: '1s' } })
 import nodeRedis = require('redis')
 // A node-redis client is refused at startup (clusterize speaks ioredis); the types say so first.
 // @ts-expect-error
