@@ -65,7 +65,11 @@ const SERVICE_OP = Object.freeze({
 const BUS_OP = Object.freeze({
   /** One broadcast. `{ t, d, n? }` */
   BROADCAST: 'b',
-  /** The broadcasts a worker made in one tick. `{ m: [topic, payload, ...], n }` (n: bytes the sender counted, credited back) */
+  /**
+   * The broadcasts a worker made in one tick. `{ m: [topic, payload, ...], n, z? }` (n: bytes the sender
+   * counted, credited back; z: per broadcast, the size of a payload that travels as an object, a library
+   * message's, 0 for the others)
+   */
   BROADCASTS: 'B',
   /** To one worker slot or the primary. `{ to, t, d, n }` */
   SEND: 's',

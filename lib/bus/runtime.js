@@ -89,9 +89,9 @@ class BusRuntime extends EventEmitter {
       log: core.log,
       hostId: this.hostId,
       onStateChange: (state) => this.emit(state.connected ? 'bridge:up' : 'bridge:down', state),
-      onMessage: function fromOtherHost (topic, payload, from, generation, host) {
+      onMessage: function fromOtherHost (topic, payload, from, generation, host, bytes) {
         if (core.transport !== null && typeof core.transport.fromBridge === 'function') {
-          core.transport.fromBridge(topic, payload, from, generation, host)
+          core.transport.fromBridge(topic, payload, from, generation, host, bytes)
         }
       }
     })

@@ -9,7 +9,7 @@ const debug = require('debug')('clusterize:bus')
 const { BUS_OP, bus: busMessage } = require('../protocol')
 const { ClusterizeTimeoutError } = require('../errors')
 const { ClusterizeBusError, errorFromWire } = require('./errors')
-const { isTopic, deliverLater } = require('./core')
+const { isTopic, deliverLater, inProcess } = require('./core')
 const { queuedSize } = require('./codec')
 
 /** How long past its own timeout a gather waits for the primary's summary. */
@@ -58,8 +58,8 @@ function createWorkerTransport (core, options) {
    * bus.maxQueuedBytes, refuse it: the primary or the channel cannot keep up,
    * and queueing more would only grow memory in both processes.
    */
-  function reserve (method, topic, payload, extraBytes, relayed) {
-    const bytes = queuedSize(topic, payload) + (extraBytes || 0)
+  function reserve (method, topic, payload, payloadBytes, relayed) {
+    const bytes = queuedSize(topic, payload, payloadBytes)
     const queued = channel.queuedBytes + inFlight
     if (queued + bytes > core.codec.maxQueuedBytes) {
       backpressure.refused++
@@ -163,14 +163,14 @@ function createWorkerTransport (core, options) {
         for (let i = 0; i < items.length; i += 4) {
           const topic = items[i]
           const payload = items[i + 1]
-          if (!isTopic(topic) || !core.hasListeners(topic) || !core.acceptsPayload(payload)) continue
+          if (!isTopic(topic) || !core.hasListeners(topic) || !core.acceptsPayload(payload, topic)) continue
           const generation = items[i + 3]
           core.deliver(topic, payload, { topic, from: items[i + 2], generation: generation === undefined ? null : generation })
         }
         return
       }
       case BUS_OP.RELAY: {
-        if (!isTopic(message.t) || !core.acceptsPayload(message.d)) return
+        if (!isTopic(message.t) || !core.acceptsPayload(message.d, message.t)) return
         const meta = { topic: message.t, from: message.f, generation: message.g === undefined ? null : message.g }
         if (message.h !== undefined) meta.host = message.h
         core.deliver(message.t, message.d, meta)
@@ -233,8 +233,13 @@ function createWorkerTransport (core, options) {
       selfId = id
     },
 
-    broadcast (topic, payload, self) {
-      const bytes = reserve('bus.broadcast', topic, payload, 0, true)
+    /**
+     * @param {number} [payloadBytes] the size of a payload that is not a string or Buffer (a library
+     *   message's object, codec.encodeLibrary()): it travels to the primary beside it (`z`)
+     */
+    broadcast (topic, payload, self, scope, payloadBytes) {
+      const sized = payloadBytes > 0
+      const bytes = reserve('bus.broadcast', topic, payload, payloadBytes, true)
       if (openBroadcasts !== null && channel.lastQueued() === openBroadcasts) {
         openBroadcasts.m.push(topic, payload)
         openBroadcasts.n += bytes
@@ -242,7 +247,14 @@ function createWorkerTransport (core, options) {
         openBroadcasts = busMessage.broadcasts([topic, payload], bytes)
         post(openBroadcasts)
       }
-      if (self) process.nextTick(deliverLater, core, topic, payload, selfMeta(topic))
+      if (sized) {
+        const index = openBroadcasts.m.length / 2 - 1
+        if (openBroadcasts.z === undefined) openBroadcasts.z = new Array(index).fill(0)
+        openBroadcasts.z[index] = payloadBytes
+      } else if (openBroadcasts.z !== undefined) {
+        openBroadcasts.z.push(0)
+      }
+      if (self) process.nextTick(deliverLater, core, topic, inProcess(core, topic, payload), selfMeta(topic))
     },
 
     send (to, topic, payload) {

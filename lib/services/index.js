@@ -20,12 +20,7 @@ const { createRemote } = require('./remote')
 const { ClusterizeTimeoutError } = require('../errors')
 const { ClusterizeBusError } = require('../bus/errors')
 const { withTimeout } = require('../bus/core')
-const { encodeAppData, decodeAppData } = require('./app-data')
-
-function payloadSize (payload) {
-  if (typeof payload === 'string') return payload.length
-  return payload && typeof payload.length === 'number' ? payload.length : 0
-}
+const { encodeAppData, checkAppData, decodeAppData } = require('./app-data')
 
 const DEFAULT_TIMEOUT_MS = 5000
 
@@ -120,13 +115,17 @@ function notStarted (what) {
 }
 
 /**
- * `data` as it travels: with `encode`, the bus codec's encoding (checked and
- * copied like a bus message; throws ClusterizeBusError synchronously).
+ * `data` as it travels: with `encode`, checked like a bus message (throws
+ * ClusterizeBusError synchronously). Over IPC it travels as the bus codec
+ * has it (with 'json' the data itself: the channel encodes it once); in this
+ * process it is copied through the codec, so the service never shares the
+ * caller's objects.
  */
 function prepare (what, data, options) {
   if (!(options && options.encode)) return { data, bytes: options && options.bytes > 0 ? options.bytes : 0, encoded: false }
-  const payload = encodeAppData(what, data)
-  return { data: payload, bytes: payloadSize(payload), encoded: true }
+  if (state.remote === null) return { data: encodeAppData(what, data), bytes: 0, encoded: true }
+  const checked = checkAppData(what, data)
+  return { data: checked.payload, bytes: checked.bytes, encoded: checked.encoded }
 }
 
 /**
