@@ -223,3 +223,32 @@ function captured (fn) {
   }
   return null
 }
+
+test("a library message is encoded by the IPC channel before the call returns, even while the channel is busy: what the app changes after io.emit() does not travel", async () => {
+  // Like Node's IPC channel: the message is encoded inside send().
+  const lines = []
+  const peer = { connected: true, send (message, callback) { lines.push(JSON.stringify(message)); process.nextTick(callback, null); return true } }
+  const channel = new ipc.Channel(peer)
+  const sender = createWorkerTransport(busRuntime.core, { channel, id: 0, generation: 1 })
+  services.attachToPrimary({ channel, maxQueuedBytes: DEFAULTS.bus.maxQueuedBytes })
+  const client = services.serviceClient('recovery')
+  const state = { count: 1 }
+  try {
+    withTransport(sender, () => {
+      libraryChannel.broadcast('sio:/', { t: 'm', m: { args: [state] } })
+      state.count = 2 // the channel now has a write outstanding: the next ones would be queued
+      libraryChannel.broadcast('sio:/', { t: 'm', m: { args: [state] } })
+      state.count = 3
+      client.notify('pub', { op: 'pub', n: '/', i: 1, m: { args: [state] } }, { encode: true })
+      state.count = 4
+    })
+    const counts = lines.flatMap((line) => {
+      const message = JSON.parse(line)
+      const items = message.kind === 'batch' ? message.items : [message]
+      return items.map((item) => item.op === 'B' ? item.m[1].m.args[0].count : item.d.m.args[0].count)
+    })
+    assert.deepStrictEqual(counts, [1, 2, 3], 'each as it was when sent')
+  } finally {
+    await services.closeServices()
+  }
+})

@@ -238,7 +238,7 @@ function createWorkerTransport (core, options) {
      *   message's object, codec.encodeLibrary()): it travels to the primary beside it (`z`)
      */
     broadcast (topic, payload, self, scope, payloadBytes) {
-      const sized = payloadBytes > 0
+      const sized = payloadBytes > 0 && typeof payload === 'object' && payload !== null && !(payload instanceof Uint8Array)
       const bytes = reserve('bus.broadcast', topic, payload, payloadBytes, true)
       if (openBroadcasts !== null && channel.lastQueued() === openBroadcasts) {
         openBroadcasts.m.push(topic, payload)
@@ -251,6 +251,9 @@ function createWorkerTransport (core, options) {
         const index = openBroadcasts.m.length / 2 - 1
         if (openBroadcasts.z === undefined) openBroadcasts.z = new Array(index).fill(0)
         openBroadcasts.z[index] = payloadBytes
+        // The payload is the sender's own objects, encoded when the channel writes them: write now,
+        // so that what the app changes after its io.emit() returns is not what the others get.
+        if (channel.lastQueued() === openBroadcasts) channel.flush()
       } else if (openBroadcasts.z !== undefined) {
         openBroadcasts.z.push(0)
       }

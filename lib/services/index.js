@@ -122,10 +122,10 @@ function notStarted (what) {
  * caller's objects.
  */
 function prepare (what, data, options) {
-  if (!(options && options.encode)) return { data, bytes: options && options.bytes > 0 ? options.bytes : 0, encoded: false }
-  if (state.remote === null) return { data: encodeAppData(what, data), bytes: 0, encoded: true }
+  if (!(options && options.encode)) return { data, bytes: options && options.bytes > 0 ? options.bytes : 0, encoded: false, shared: false }
+  if (state.remote === null) return { data: encodeAppData(what, data), bytes: 0, encoded: true, shared: false }
   const checked = checkAppData(what, data)
-  return { data: checked.payload, bytes: checked.bytes, encoded: checked.encoded }
+  return { data: checked.payload, bytes: checked.bytes, encoded: checked.encoded, shared: !checked.encoded }
 }
 
 /**
@@ -151,7 +151,7 @@ function serviceClient (name, options) {
       const what = `${name}.${method}`
       const timeoutMs = (callOptions && callOptions.timeoutMs) || defaultTimeoutMs
       const sent = prepare(what, data, callOptions)
-      if (state.remote !== null) return state.remote.request(name, method, sent.data, timeoutMs, sent.bytes, sent.encoded)
+      if (state.remote !== null) return state.remote.request(name, method, sent.data, timeoutMs, sent.bytes, sent.encoded, sent.shared)
       const host = hostForInProcessCalls()
       if (host === null) return Promise.reject(notStarted(what))
       let result
@@ -178,7 +178,7 @@ function serviceClient (name, options) {
      */
     notify: function notify (method, data, callOptions) {
       const sent = prepare(`${name}.${method}`, data, callOptions)
-      if (state.remote !== null) return state.remote.notify(name, method, sent.data, sent.bytes, sent.encoded)
+      if (state.remote !== null) return state.remote.notify(name, method, sent.data, sent.bytes, sent.encoded, sent.shared)
       const host = hostForInProcessCalls()
       if (host === null) return false
       // Later, as over IPC: a notification never runs inside its sender's call.
