@@ -65,11 +65,7 @@ const SERVICE_OP = Object.freeze({
 const BUS_OP = Object.freeze({
   /** One broadcast. `{ t, d, n? }` */
   BROADCAST: 'b',
-  /**
-   * The broadcasts a worker made in one tick. `{ m: [topic, payload, ...], n, z? }` (n: bytes the sender
-   * counted, credited back; z: per broadcast, the size of a payload that travels as an object, a library
-   * message's, 0 for the others)
-   */
+  /** The broadcasts a worker made in one tick. `{ m: [topic, payload, ...], n }` (n: bytes the sender counted, credited back) */
   BROADCASTS: 'B',
   /** To one worker slot or the primary. `{ to, t, d, n }` */
   SEND: 's',

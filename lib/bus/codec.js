@@ -11,7 +11,6 @@
 const v8 = require('v8')
 const { EventEmitter } = require('events')
 const { ClusterizeBusError } = require('./errors')
-const { jsonSize, Unserialisable } = require('./json-size')
 
 const MAX_TOPIC_LENGTH = 256
 /** The bus's limits when none are given: bus.maxMessageBytes and bus.maxQueuedBytes, with every other option's defaults. */
@@ -58,6 +57,9 @@ function describe (value) {
   if (Array.isArray(value)) return 'an array'
   return typeof value === 'object' ? 'an object' : `${typeof value} ${String(value).slice(0, 40)}`
 }
+
+/** Raised from inside the JSON replacer; turned into a ClusterizeBusError by encode(). */
+class Unserialisable extends Error {}
 
 /**
  * JSON.stringify replacer that refuses what JSON would silently drop or mangle.
@@ -143,20 +145,6 @@ function createCodec (options) {
     return text
   }
 
-  /** The JSON codec's check without the text: data travels as it is and the IPC channel encodes it once. */
-  function measureJson (topic, data, what) {
-    let size
-    try {
-      size = jsonSize(data)
-    } catch (err) {
-      if (err instanceof Unserialisable) throw unserialisable(topic, what, err.message)
-      throw unserialisable(topic, what, `a value JSON.stringify refused (${firstLine(err && err.message)})`)
-    }
-    if (size === -1) throw unserialisable(topic, what, `a ${typeof data}`)
-    if (size > maxMessageBytes) throw tooLarge(topic, what, size)
-    return size
-  }
-
   function encodeAdvanced (topic, data, what) {
     if (typeof data === 'object' && data !== null && data instanceof EventEmitter) {
       throw unserialisable(topic, what, 'an EventEmitter such as a socket, stream or server')
@@ -185,55 +173,13 @@ function createCodec (options) {
     },
     decode: advanced ? decodeAdvanced : decodeJson,
     isPayload: advanced ? isBinaryPayload : isTextPayload,
-    size: payloadSize,
-
-    /**
-     * A library message (./library.js, lib/services app data) as it travels
-     * inside the IPC envelope, checked like encode() (throws the same errors):
-     * with 'json' the data itself, measured, never turned into a string (the
-     * IPC channel encodes the envelope once); with 'advanced' encode()'s
-     * Buffer, which the channel copies as bytes.
-     * @returns {{ payload: *, bytes: number }}
-     */
-    encodeLibrary (topic, data, what) {
-      if (data === undefined) return { payload: undefined, bytes: 0 }
-      if (advanced) {
-        const payload = encodeAdvanced(topic, data, what || 'message')
-        return { payload, bytes: payload.length }
-      }
-      return { payload: data, bytes: measureJson(topic, data, what || 'message') }
-    },
-    /** What encodeLibrary() made, after the IPC channel: with 'json' the data already. */
-    decodeLibrary: advanced ? decodeAdvanced : decodedJson,
-    /** Is this what encodeLibrary() makes, after the IPC channel? */
-    isLibraryPayload: advanced ? isBinaryPayload : anyValue,
-    /**
-     * A copy of a library payload for a listener in this process (no IPC
-     * channel copies it): the listener must not share the sender's objects.
-     */
-    copyLibrary: advanced ? sameBuffer : copyJson
+    size: payloadSize
   }
 }
 
 function decodeJson (payload) {
   if (payload === undefined || payload === null) return undefined
   return JSON.parse(payload)
-}
-
-function decodedJson (payload) {
-  return payload === null ? undefined : payload
-}
-
-function anyValue () {
-  return true
-}
-
-function sameBuffer (payload) {
-  return payload
-}
-
-function copyJson (payload) {
-  return payload === undefined ? undefined : JSON.parse(JSON.stringify(payload))
 }
 
 function decodeAdvanced (payload) {
@@ -268,28 +214,9 @@ function payloadSize (payload) {
   return 0
 }
 
-/**
- * Bytes a message counts towards bus.maxQueuedBytes.
- * @param {number} [bytes] the payload's size when it is not a string or Buffer (a library message's object)
- */
-function queuedSize (topic, payload, bytes) {
-  return (bytes > 0 ? bytes : payloadSize(payload)) + topic.length + MESSAGE_OVERHEAD_BYTES
+/** Bytes a message counts towards bus.maxQueuedBytes. */
+function queuedSize (topic, payload) {
+  return payloadSize(payload) + topic.length + MESSAGE_OVERHEAD_BYTES
 }
 
-/**
- * The size a worker gave (BROADCASTS' `z`) of a payload that travels as an
- * object (a library message's, encodeLibrary()); 0 for a string or Buffer,
- * which the receiver measures itself, and for anything but a sane number.
- */
-function claimedBytes (sizes, index, payload) {
-  if (sizes === undefined || typeof payload !== 'object' || payload === null || payload instanceof Uint8Array) return 0
-  const bytes = sizes[index]
-  return typeof bytes === 'number' && bytes > 0 && bytes <= Number.MAX_SAFE_INTEGER ? bytes : 0
-}
-
-/** Is this a library channel topic (./library.js), whose payloads are encodeLibrary()'s? */
-function isLibraryTopic (topic) {
-  return topic.charCodeAt(0) === 0
-}
-
-module.exports = { createCodec, checkTopic, checkAppTopic, toBuffer, queuedSize, claimedBytes, isLibraryTopic, MAX_TOPIC_LENGTH, LIBRARY_MARK }
+module.exports = { createCodec, checkTopic, checkAppTopic, toBuffer, queuedSize, MAX_TOPIC_LENGTH, LIBRARY_MARK }

@@ -10,7 +10,7 @@
 const debug = require('debug')('clusterize:bus')
 const { ClusterizeTimeoutError, MAX_TIMER_MS: MAX_TIMEOUT_MS } = require('../errors')
 const { ClusterizeBusError, errorFromWire, errorToWire } = require('./errors')
-const { createCodec, checkTopic, isLibraryTopic, MAX_TOPIC_LENGTH } = require('./codec')
+const { createCodec, checkTopic, MAX_TOPIC_LENGTH } = require('./codec')
 
 const DEFAULT_TIMEOUT_MS = 5000
 
@@ -128,7 +128,7 @@ class BusCore {
    * A listener that throws or rejects is logged; it never breaks delivery to
    * the others nor the process.
    * @param {string} topic
-   * @param {*} payload encoded data (a library topic's: codec.encodeLibrary()'s)
+   * @param {*} payload encoded data
    * @param {object} meta
    * @returns {number} listeners called
    */
@@ -137,7 +137,7 @@ class BusCore {
     if (list === undefined) return 0
     let data
     try {
-      data = isLibraryTopic(topic) ? this.codec.decodeLibrary(payload) : this.codec.decode(payload)
+      data = this.codec.decode(payload)
     } catch (err) {
       debug('dropping undecodable message on %s: %s', topic, err.message)
       return 0
@@ -264,12 +264,10 @@ class BusCore {
   }
 
   /**
-   * Is `payload` something this process's codec can decode (for `topic`: a
-   * library topic's travel as codec.encodeLibrary() makes them)? Warns once about
+   * Is `payload` something this process's codec can decode? Warns once about
    * the classic mis-configuration (advanced bus over a JSON IPC channel).
    */
-  acceptsPayload (payload, topic) {
-    if (topic !== undefined && isLibraryTopic(topic)) return this.codec.isLibraryPayload(payload)
+  acceptsPayload (payload) {
     if (!this.codec.isPayload(payload)) return false
     if (payload && typeof payload === 'object' && payload.type === 'Buffer' && !Buffer.isBuffer(payload)) {
       this.warnOnce('json-channel', "bus: bus.serialization is 'advanced' but the IPC channel is JSON; set cluster.setupPrimary({ serialization: 'advanced' }) (clusterize does this from bus.serialization). Messages still arrive, slowly.")
@@ -310,24 +308,9 @@ function withTimeout (promise, timeoutMs, makeError) {
   })
 }
 
-/**
- * Deliver on a later tick (process.nextTick(deliverLater, core, ...)): a sender's own listeners never run inside its call.
- * Call it through inProcess(), which copies a library payload as the sender left it.
- */
+/** Deliver on a later tick (process.nextTick(deliverLater, core, ...)): a sender's own listeners never run inside its call. */
 function deliverLater (core, topic, payload, meta) {
   core.deliver(topic, payload, meta)
 }
 
-/**
- * `payload` for a listener in this process, taken now: a library topic's
- * payload is the sender's own objects (codec.encodeLibrary()), which no IPC
- * channel copies on the way to this listener.
- * @param {BusCore} core
- * @param {string} topic
- * @param {*} payload
- */
-function inProcess (core, topic, payload) {
-  return isLibraryTopic(topic) ? core.codec.copyLibrary(payload) : payload
-}
-
-module.exports = { BusCore, wrapLogger, isTopic, timeoutOf, withTimeout, deliverLater, inProcess, DEFAULT_TIMEOUT_MS, NULL_LOG }
+module.exports = { BusCore, wrapLogger, isTopic, timeoutOf, withTimeout, deliverLater, DEFAULT_TIMEOUT_MS, NULL_LOG }

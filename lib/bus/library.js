@@ -57,11 +57,7 @@ const libraryChannel = {
     const topic = wireTopic(name, 'libraryChannel.broadcast')
     const transport = transportFor('libraryChannel.broadcast')
     const scope = options ? checkScope(options.scope, transport) : undefined
-    // Only the other hosts, and there is no bridge: nothing to check or send.
-    if (scope === 'remote' && core.bridge === null) return
-    // Checked like a bus message; with 'json' it stays an object that the IPC channel encodes once.
-    const { payload, bytes } = core.codec.encodeLibrary(name, data)
-    transport.broadcast(topic, payload, Boolean(options && options.self), scope, bytes)
+    transport.broadcast(topic, core.codec.encode(name, data), Boolean(options && options.self), scope)
   }
 }
 

@@ -14,7 +14,7 @@
  * - Broadcasts still go over the Redis bridge when `bus.redis` is set.
  */
 
-const { deliverLater, inProcess, withTimeout } = require('./core')
+const { deliverLater, withTimeout } = require('./core')
 
 const LOCAL_ID = 0
 const LOCAL_GENERATION = 1
@@ -32,13 +32,13 @@ function createLocalTransport (core) {
 
     /** @param {'host'|'remote'} [scope] 'host': not over Redis; 'remote': over Redis only */
     broadcast (topic, payload, self, scope) {
-      if (scope !== 'remote') process.nextTick(deliverLater, core, topic, inProcess(core, topic, payload), meta(topic))
+      if (scope !== 'remote') process.nextTick(deliverLater, core, topic, payload, meta(topic))
       if (core.bridge && scope !== 'host') core.bridge.publish(topic, payload, LOCAL_ID, LOCAL_GENERATION)
     },
 
     send (to, topic, payload) {
       if (to !== 'primary' && to !== LOCAL_ID) return false
-      process.nextTick(deliverLater, core, topic, inProcess(core, topic, payload), meta(topic))
+      process.nextTick(deliverLater, core, topic, payload, meta(topic))
       return true
     },
 

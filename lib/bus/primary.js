@@ -15,12 +15,13 @@
 
 const debug = require('debug')('clusterize:bus')
 const { BUS_OP, bus: busMessage } = require('../protocol')
-const { isTopic, deliverLater, inProcess } = require('./core')
-const { queuedSize, claimedBytes } = require('./codec')
+const { isTopic, deliverLater } = require('./core')
+const { queuedSize } = require('./codec')
 const { MAX_TIMER_MS } = require('../errors')
 const { createFlow } = require('./flow')
 const { createGathers } = require('./gather')
 const { createNotices } = require('./notices')
+
 
 /** Envelopes a worker may send; anything else is ignored. */
 const FROM_WORKER = new Set([BUS_OP.BROADCAST, BUS_OP.BROADCASTS, BUS_OP.SEND, BUS_OP.REQUEST, BUS_OP.GATHER, BUS_OP.HANDLER_REPLY])
@@ -79,15 +80,14 @@ function createPrimaryTransport (core) {
    * primary's and the bridge's own messages (no sender to slow down), against
    * bus.maxQueuedBytes per worker. A stuck worker loses the message (counted,
    * reported to its sender).
-   * @param {number} [payloadBytes] the size of a payload that travels as an object (a library message's)
    * @returns {boolean} false when the message must be dropped for this worker
    */
-  function admit (record, topic, payload, batch, payloadBytes) {
+  function admit (record, topic, payload, batch) {
     if (flow.isStuck(record)) {
       drop(record, batch, topic, `it is stuck (it read nothing for bus.stallTimeoutMs, ${core.stallTimeoutMs} ms)`)
       return false
     }
-    const bytes = queuedSize(topic, payload, payloadBytes)
+    const bytes = queuedSize(topic, payload)
     const limit = core.codec.maxQueuedBytes
     // Honest senders keep a receiver under one budget each; past that a worker bypassed its own
     // accounting (raw process.send): the primary still bounds its memory itself.
@@ -143,19 +143,18 @@ function createPrimaryTransport (core) {
    * share one 'M' envelope (a flat [topic, payload, from, generation, ...]
    * array): far fewer bytes and objects to encode than one envelope each.
    * @param {object|null} batch the worker sender's batch (flow.js), null for the primary's own
-   * @param {number} [payloadBytes] the size of a payload that travels as an object (a library message's)
    */
-  function relay (topic, payload, from, generation, host, except, batch, payloadBytes) {
+  function relay (topic, payload, from, generation, host, except, batch) {
     if (host !== undefined) {
       const message = busMessage.relay(topic, payload, from, generation, host)
       for (const record of records) {
-        if (record !== except && admit(record, topic, payload, null, payloadBytes)) post(record, message)
+        if (record !== except && admit(record, topic, payload, null)) post(record, message)
       }
       return
     }
     for (const record of records) {
       if (record === except) continue
-      if (!admit(record, topic, payload, batch, payloadBytes)) continue
+      if (!admit(record, topic, payload, batch)) continue
       const open = openRelays.get(record)
       if (open !== undefined && record.channel.lastQueued() === open) {
         open.m.push(topic, payload, from, generation)
@@ -175,8 +174,8 @@ function createPrimaryTransport (core) {
 
   // ---- messages from workers ------------------------------------------------
 
-  function fromWorkerBroadcast (record, topic, payload, batch, payloadBytes) {
-    relay(topic, payload, record.id, record.generation, undefined, record, batch, payloadBytes)
+  function fromWorkerBroadcast (record, topic, payload, batch) {
+    relay(topic, payload, record.id, record.generation, undefined, record, batch)
     core.deliver(topic, payload, localMeta(topic, record.id, record.generation))
     if (core.bridge) core.bridge.publish(topic, payload, record.id, record.generation)
   }
@@ -200,12 +199,11 @@ function createPrimaryTransport (core) {
       const items = message.m
       // Credited even when malformed: the sender counted it.
       const batch = flow.openBatch(record, message.n)
-      const sizes = Array.isArray(message.z) ? message.z : undefined
       if (Array.isArray(items) && items.length % 2 === 0) {
         for (let i = 0; i < items.length; i += 2) {
           const topic = items[i]
           const payload = items[i + 1]
-          if (isTopic(topic) && core.acceptsPayload(payload, topic)) fromWorkerBroadcast(record, topic, payload, batch, claimedBytes(sizes, i / 2, payload))
+          if (isTopic(topic) && core.acceptsPayload(payload)) fromWorkerBroadcast(record, topic, payload, batch)
         }
       }
       flow.closeBatch(batch)
@@ -216,7 +214,7 @@ function createPrimaryTransport (core) {
     const relayed = message.op === BUS_OP.BROADCAST || message.op === BUS_OP.SEND
     const batch = relayed ? flow.openBatch(record, message.n) : null
     try {
-      if (!isTopic(topic) || !core.acceptsPayload(payload, topic)) {
+      if (!isTopic(topic) || !core.acceptsPayload(payload)) {
         debug('ignoring malformed bus envelope (op %s) from worker %s', message.op, record.id)
         return
       }
@@ -291,19 +289,16 @@ function createPrimaryTransport (core) {
 
     onWorkerMessage,
 
-    /**
-     * @param {'host'|'remote'} [scope] 'host': not over Redis; 'remote': over Redis only
-     * @param {number} [payloadBytes] the size of a payload that travels as an object (a library message's)
-     */
-    broadcast (topic, payload, self, scope, payloadBytes) {
-      if (scope !== 'remote') relay(topic, payload, 'primary', undefined, undefined, null, null, payloadBytes)
+    /** @param {'host'|'remote'} [scope] 'host': not over Redis; 'remote': over Redis only */
+    broadcast (topic, payload, self, scope) {
+      if (scope !== 'remote') relay(topic, payload, 'primary', undefined, undefined, null, null)
       if (core.bridge && scope !== 'host') core.bridge.publish(topic, payload, 'primary', undefined)
-      if (self && scope !== 'remote') process.nextTick(deliverLater, core, topic, inProcess(core, topic, payload), localMeta(topic, 'primary'))
+      if (self && scope !== 'remote') process.nextTick(deliverLater, core, topic, payload, localMeta(topic, 'primary'))
     },
 
     send (to, topic, payload) {
       if (to === 'primary') {
-        process.nextTick(deliverLater, core, topic, inProcess(core, topic, payload), localMeta(topic, 'primary'))
+        process.nextTick(deliverLater, core, topic, payload, localMeta(topic, 'primary'))
         return true
       }
       const target = recordForSlot(to)
@@ -324,9 +319,9 @@ function createPrimaryTransport (core) {
       })
     },
 
-    /** A broadcast that came over Redis from another host, `payloadBytes` long on the wire. */
-    fromBridge (topic, payload, from, generation, host, payloadBytes) {
-      relay(topic, payload, from, generation, host, null, null, payloadBytes)
+    /** A broadcast that came over Redis from another host. */
+    fromBridge (topic, payload, from, generation, host) {
+      relay(topic, payload, from, generation, host, null, null)
       core.deliver(topic, payload, localMeta(topic, from, generation, host))
     },
 

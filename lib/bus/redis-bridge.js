@@ -6,9 +6,7 @@
  * and one dedicated subscriber connection per host, not per worker.
  *
  * Frame on the wire (a Buffer): one JSON header line, '\n', then the payload
- * exactly as the sender encoded it (a library message, which travels between
- * processes as an object with bus.serialization 'json', is encoded here: once
- * for this hop). The header carries this bridge's random
+ * exactly as the sender encoded it. The header carries this bridge's random
  * instance id so each host drops its own echoes, and a readable host id that
  * receivers see as `meta.host`.
  *
@@ -23,7 +21,7 @@
 const os = require('os')
 const crypto = require('crypto')
 const debug = require('debug')('clusterize:bus')
-const { createCodec, isLibraryTopic } = require('./codec')
+const { createCodec } = require('./codec')
 const { parseRedisTarget, describeRedisTarget, topologyOf } = require('../redis/target')
 const { createPubSub } = require('../redis/pubsub')
 const { explainRedisError } = require('../redis/explain')
@@ -48,7 +46,7 @@ const DEFAULT_OUTAGE_BUFFER_BYTES = require('../config').DEFAULTS.bus.outageBuff
  * @param {{ info: Function, warn: Function, error: Function }} options.log
  * @param {number} [options.outageBufferBytes] bus.outageBufferBytes: what waits for Redis to return (0: nothing)
  * @param {string} [options.hostId] what other hosts see as meta.host
- * @param {(topic: string, payload: *, from: *, generation: *, host: string, bytes: number) => void} options.onMessage
+ * @param {(topic: string, payload: *, from: *, generation: *, host: string) => void} options.onMessage
  */
 function createRedisBridge (options) {
   const channel = options.channel
@@ -142,7 +140,7 @@ function createRedisBridge (options) {
     }
     let payload
     try {
-      payload = header.n === 1 ? undefined : toLocalPayload(header.s, body, isLibraryTopic(header.t))
+      payload = header.n === 1 ? undefined : toLocalPayload(header.s, body)
     } catch (err) {
       stats.malformed++
       debug('cannot convert message on %s from %s: %s', header.t, header.h, err.message)
@@ -150,30 +148,20 @@ function createRedisBridge (options) {
     }
     stats.received++
     onReady()
-    onMessage(header.t, payload, header.f, header.g === undefined ? null : header.g, typeof header.h === 'string' ? header.h : 'unknown', body.length)
+    onMessage(header.t, payload, header.f, header.g === undefined ? null : header.g, typeof header.h === 'string' ? header.h : 'unknown')
   }
 
-  /**
-   * Hosts may run different bus.serialization: convert to ours. A library
-   * topic's payload becomes what codec.encodeLibrary() makes (with 'json',
-   * the decoded value: it travels on as an object).
-   */
-  function toLocalPayload (serialization, body, library) {
+  /** Hosts may run different bus.serialization: convert to ours. */
+  function toLocalPayload (serialization, body) {
     const theirs = serialization === 'advanced' ? 'advanced' : 'json'
     const local = theirs === 'json' ? body.toString('utf8') : Buffer.from(body)
-    if (theirs === codec.name) return library ? codec.decodeLibrary(theirs === 'json' ? JSON.parse(local) : local) : local
+    if (theirs === codec.name) return local
     let foreign = foreignCodecs.get(theirs)
     if (!foreign) {
       foreign = createCodec({ serialization: theirs, maxMessageBytes: codec.maxMessageBytes })
       foreignCodecs.set(theirs, foreign)
     }
-    return library ? codec.encodeLibrary('bridge', foreign.decode(local)).payload : codec.encode('bridge', foreign.decode(local))
-  }
-
-  /** The frame's body: a library message that travels as an object (bus.serialization 'json') is encoded once, here. */
-  function bodyOf (topic, payload) {
-    if (codec.name === 'json' && isLibraryTopic(topic)) return Buffer.from(JSON.stringify(payload))
-    return typeof payload === 'string' ? Buffer.from(payload) : payload
+    return codec.encode('bridge', foreign.decode(local))
   }
 
   /** Keep `entry` for later, in order; past bus.outageBufferBytes drop it (counted, logged once per outage). */
@@ -292,7 +280,7 @@ function createRedisBridge (options) {
       const head = Buffer.from(JSON.stringify(header) + '\n')
       const frame = payload === undefined
         ? head
-        : Buffer.concat([head, bodyOf(topic, payload)])
+        : Buffer.concat([head, typeof payload === 'string' ? Buffer.from(payload) : payload])
       const entry = { seq: nextSeq++, frame }
       if (buffer.length > 0 || flushing || !pubsub.ready || queuedBytes + frame.length > codec.maxQueuedBytes) {
         hold(entry)

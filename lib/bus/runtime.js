@@ -89,9 +89,9 @@ class BusRuntime extends EventEmitter {
       log: core.log,
       hostId: this.hostId,
       onStateChange: (state) => this.emit(state.connected ? 'bridge:up' : 'bridge:down', state),
-      onMessage: function fromOtherHost (topic, payload, from, generation, host, bytes) {
+      onMessage: function fromOtherHost (topic, payload, from, generation, host) {
         if (core.transport !== null && typeof core.transport.fromBridge === 'function') {
-          core.transport.fromBridge(topic, payload, from, generation, host, bytes)
+          core.transport.fromBridge(topic, payload, from, generation, host)
         }
       }
     })

@@ -9,7 +9,7 @@ const debug = require('debug')('clusterize:bus')
 const { BUS_OP, bus: busMessage } = require('../protocol')
 const { ClusterizeTimeoutError } = require('../errors')
 const { ClusterizeBusError, errorFromWire } = require('./errors')
-const { isTopic, deliverLater, inProcess } = require('./core')
+const { isTopic, deliverLater } = require('./core')
 const { queuedSize } = require('./codec')
 
 /** How long past its own timeout a gather waits for the primary's summary. */
@@ -58,8 +58,8 @@ function createWorkerTransport (core, options) {
    * bus.maxQueuedBytes, refuse it: the primary or the channel cannot keep up,
    * and queueing more would only grow memory in both processes.
    */
-  function reserve (method, topic, payload, payloadBytes, relayed) {
-    const bytes = queuedSize(topic, payload, payloadBytes)
+  function reserve (method, topic, payload, extraBytes, relayed) {
+    const bytes = queuedSize(topic, payload) + (extraBytes || 0)
     const queued = channel.queuedBytes + inFlight
     if (queued + bytes > core.codec.maxQueuedBytes) {
       backpressure.refused++
@@ -163,14 +163,14 @@ function createWorkerTransport (core, options) {
         for (let i = 0; i < items.length; i += 4) {
           const topic = items[i]
           const payload = items[i + 1]
-          if (!isTopic(topic) || !core.hasListeners(topic) || !core.acceptsPayload(payload, topic)) continue
+          if (!isTopic(topic) || !core.hasListeners(topic) || !core.acceptsPayload(payload)) continue
           const generation = items[i + 3]
           core.deliver(topic, payload, { topic, from: items[i + 2], generation: generation === undefined ? null : generation })
         }
         return
       }
       case BUS_OP.RELAY: {
-        if (!isTopic(message.t) || !core.acceptsPayload(message.d, message.t)) return
+        if (!isTopic(message.t) || !core.acceptsPayload(message.d)) return
         const meta = { topic: message.t, from: message.f, generation: message.g === undefined ? null : message.g }
         if (message.h !== undefined) meta.host = message.h
         core.deliver(message.t, message.d, meta)
@@ -233,13 +233,8 @@ function createWorkerTransport (core, options) {
       selfId = id
     },
 
-    /**
-     * @param {number} [payloadBytes] the size of a payload that is not a string or Buffer (a library
-     *   message's object, codec.encodeLibrary()): it travels to the primary beside it (`z`)
-     */
-    broadcast (topic, payload, self, scope, payloadBytes) {
-      const sized = payloadBytes > 0 && typeof payload === 'object' && payload !== null && !(payload instanceof Uint8Array)
-      const bytes = reserve('bus.broadcast', topic, payload, payloadBytes, true)
+    broadcast (topic, payload, self) {
+      const bytes = reserve('bus.broadcast', topic, payload, 0, true)
       if (openBroadcasts !== null && channel.lastQueued() === openBroadcasts) {
         openBroadcasts.m.push(topic, payload)
         openBroadcasts.n += bytes
@@ -247,17 +242,7 @@ function createWorkerTransport (core, options) {
         openBroadcasts = busMessage.broadcasts([topic, payload], bytes)
         post(openBroadcasts)
       }
-      if (sized) {
-        const index = openBroadcasts.m.length / 2 - 1
-        if (openBroadcasts.z === undefined) openBroadcasts.z = new Array(index).fill(0)
-        openBroadcasts.z[index] = payloadBytes
-        // The payload is the sender's own objects, encoded when the channel writes them: write now,
-        // so that what the app changes after its io.emit() returns is not what the others get.
-        if (channel.lastQueued() === openBroadcasts) channel.flush()
-      } else if (openBroadcasts.z !== undefined) {
-        openBroadcasts.z.push(0)
-      }
-      if (self) process.nextTick(deliverLater, core, topic, inProcess(core, topic, payload), selfMeta(topic))
+      if (self) process.nextTick(deliverLater, core, topic, payload, selfMeta(topic))
     },
 
     send (to, topic, payload) {

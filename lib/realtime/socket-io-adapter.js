@@ -13,51 +13,6 @@
  * ClusterAdapterWithHeartbeat (the base of @socket.io/cluster-adapter); this
  * file only moves its messages. socket.io stays an optional peer dependency:
  * nothing here is loaded unless this entry point is required.
- *
- * The hops of one io.emit() from worker A to a client on worker B, with
- * bus.serialization 'json' (counted by test/bus-encodes.test.js; with
- * 'advanced' the payload is one v8 Buffer, made once, that each IPC channel
- * copies as bytes, before and after):
- *
- * Before (0.2's services round):
- *   A  broadcast() wraps socket.io-adapter's ClusterMessage in { t: 'm', m, b? }
- *      (b: binaries, ./binary.js); libraryChannel.broadcast() encodes it with the
- *      bus codec: JSON.stringify #1, a string. The worker transport puts the
- *      string in { kind: 'bus', op: 'B', m: [topic, string], n } (inside a
- *      'batch' envelope when the channel is busy); the IPC channel encodes the
- *      envelope: JSON.stringify #2, escaping the string once more.
- *   P  the IPC channel's JSON.parse (the payload stays a string); relayed in
- *      { op: 'M', m: [topic, string, from, generation] } to each other worker:
- *      one JSON.stringify per worker, escaping the string again.
- *   B  the IPC channel's JSON.parse, then the bus codec's JSON.parse #2 in
- *      core.deliver(); ClusterAdapter#onMessage, socket.io-parser encodes the
- *      packet for the clients (once per broadcast).
- *   With connectionStateRecovery: A sends the message to the primary as the
- *   recovery service's 'pub' notification whose data is the bus codec's string
- *   (2 encodes); P decodes it twice (IPC, then the codec), appends it to the
- *   log, encodes { t: 'm', m, i, o, q } with the codec for the deliveries and
- *   once more for the other hosts' 'sio-queue' (even without bus.redis), then
- *   the IPC channel encodes it once per worker, the sender included (its
- *   offset); each worker decodes twice.
- *   Per hop: A -> P 2 encodes, 1 decode (2 with recovery); P -> each worker 1
- *   encode (2 with recovery, plus 1 for nobody), 2 decodes.
- *
- * Now: a library message travels as an object inside the one IPC envelope.
- *   A  libraryChannel.broadcast() checks it with codec.encodeLibrary(): the
- *      JSON codec's refusals and its exact JSON size (lib/bus/json-size.js) for
- *      bus.maxMessageBytes (thrown from io.emit()) and bus.maxQueuedBytes (the
- *      size also travels beside it, `z`, for the primary's flow control), with
- *      no string made. The IPC channel encodes the envelope: 1 encode.
- *   P  the IPC channel's JSON.parse: 1 decode; relayed as it arrived: the IPC
- *      channel encodes it once per worker.
- *   B  the IPC channel's JSON.parse: 1 decode; socket.io-parser as before.
- *   With recovery: the 'pub' data is the checked object (1 encode, 1 decode);
- *   the primary appends it and relays { t: 'm', m, i, o, q } as an object (1
- *   encode per worker, 1 decode there); nothing is encoded for other hosts
- *   without bus.redis. With bus.redis the primary encodes a message once for
- *   the Redis frame, and the other host's primary decodes it once. A listener
- *   in the sending process (`workers: 0`, `self`) gets a copy made at send
- *   time, as the one decode of that in-process hop.
  */
 
 const debug = require('debug')('clusterize:socket.io')

@@ -2,7 +2,7 @@
 
 /**
  * Service data that holds the app's values (socket.data, a socket.io
- * packet) is checked by this process's bus codec: the bus's checks apply
+ * packet) is encoded with this process's bus codec: the bus's checks apply
  * (bus.maxMessageBytes, what bus.serialization can carry) and are thrown
  * synchronously, where the caller can handle them, instead of failing the
  * IPC write that carries other messages too.
@@ -20,20 +20,6 @@ function encodeAppData (what, data) {
 }
 
 /**
- * App data for a call over IPC: checked as encodeAppData() checks it, but
- * with bus.serialization 'json' left as it is (the IPC channel encodes the
- * envelope once; `encoded` false, nothing to decode on the other side).
- * @param {string} what
- * @param {*} data
- * @returns {{ payload: *, bytes: number, encoded: boolean }} throws ClusterizeBusError (TOO_LARGE, UNSERIALISABLE)
- */
-function checkAppData (what, data) {
-  const codec = busRuntime.core.codec
-  const { payload, bytes } = codec.encodeLibrary(what, data)
-  return { payload, bytes, encoded: codec.name !== 'json' && payload !== undefined }
-}
-
-/**
  * @param {*} payload what encodeAppData() made, after the IPC channel
  * @returns {*}
  */
@@ -43,4 +29,4 @@ function decodeAppData (payload) {
   return codec.decode(payload)
 }
 
-module.exports = { encodeAppData, checkAppData, decodeAppData }
+module.exports = { encodeAppData, decodeAppData }

@@ -20,7 +20,12 @@ const { createRemote } = require('./remote')
 const { ClusterizeTimeoutError } = require('../errors')
 const { ClusterizeBusError } = require('../bus/errors')
 const { withTimeout } = require('../bus/core')
-const { encodeAppData, checkAppData, decodeAppData } = require('./app-data')
+const { encodeAppData, decodeAppData } = require('./app-data')
+
+function payloadSize (payload) {
+  if (typeof payload === 'string') return payload.length
+  return payload && typeof payload.length === 'number' ? payload.length : 0
+}
 
 const DEFAULT_TIMEOUT_MS = 5000
 
@@ -115,17 +120,13 @@ function notStarted (what) {
 }
 
 /**
- * `data` as it travels: with `encode`, checked like a bus message (throws
- * ClusterizeBusError synchronously). Over IPC it travels as the bus codec
- * has it (with 'json' the data itself: the channel encodes it once); in this
- * process it is copied through the codec, so the service never shares the
- * caller's objects.
+ * `data` as it travels: with `encode`, the bus codec's encoding (checked and
+ * copied like a bus message; throws ClusterizeBusError synchronously).
  */
 function prepare (what, data, options) {
-  if (!(options && options.encode)) return { data, bytes: options && options.bytes > 0 ? options.bytes : 0, encoded: false, shared: false }
-  if (state.remote === null) return { data: encodeAppData(what, data), bytes: 0, encoded: true, shared: false }
-  const checked = checkAppData(what, data)
-  return { data: checked.payload, bytes: checked.bytes, encoded: checked.encoded, shared: !checked.encoded }
+  if (!(options && options.encode)) return { data, bytes: options && options.bytes > 0 ? options.bytes : 0, encoded: false }
+  const payload = encodeAppData(what, data)
+  return { data: payload, bytes: payloadSize(payload), encoded: true }
 }
 
 /**
@@ -151,7 +152,7 @@ function serviceClient (name, options) {
       const what = `${name}.${method}`
       const timeoutMs = (callOptions && callOptions.timeoutMs) || defaultTimeoutMs
       const sent = prepare(what, data, callOptions)
-      if (state.remote !== null) return state.remote.request(name, method, sent.data, timeoutMs, sent.bytes, sent.encoded, sent.shared)
+      if (state.remote !== null) return state.remote.request(name, method, sent.data, timeoutMs, sent.bytes, sent.encoded)
       const host = hostForInProcessCalls()
       if (host === null) return Promise.reject(notStarted(what))
       let result
@@ -178,7 +179,7 @@ function serviceClient (name, options) {
      */
     notify: function notify (method, data, callOptions) {
       const sent = prepare(`${name}.${method}`, data, callOptions)
-      if (state.remote !== null) return state.remote.notify(name, method, sent.data, sent.bytes, sent.encoded, sent.shared)
+      if (state.remote !== null) return state.remote.notify(name, method, sent.data, sent.bytes, sent.encoded)
       const host = hostForInProcessCalls()
       if (host === null) return false
       // Later, as over IPC: a notification never runs inside its sender's call.

@@ -63,11 +63,9 @@ function createRemote (options) {
      * @param {number} timeoutMs
      * @param {number} sizeBytes the caller's estimate of data's size, for backpressure
      * @param {boolean} [encoded] data is the bus codec's encoding (the host decodes it)
-     * @param {boolean} [shared] data is the caller's own objects (app data the IPC channel encodes): written
-     *   before this returns, so that later changes by the app do not travel
      * @returns {Promise<*>}
      */
-    request (name, method, data, timeoutMs, sizeBytes, encoded, shared) {
+    request (name, method, data, timeoutMs, sizeBytes, encoded) {
       const what = `${name}.${method}`
       if (!channel.connected) {
         return Promise.reject(new ClusterizeBusError(`service call ${what}: the IPC channel to the primary is closed`, 'ERR_CLUSTERIZE_BUS_CLOSED'))
@@ -88,7 +86,6 @@ function createRemote (options) {
         }, timeoutMs)
         pending.set(id, { resolve, reject, timer, bytes, what })
         channel.post(envelope.call(id, name, method, data, encoded))
-        if (shared) channel.flush()
       })
     },
 
@@ -98,7 +95,7 @@ function createRemote (options) {
      * primary already holds bus.maxQueuedBytes.
      * @returns {boolean} false when the channel is closed (nothing sent)
      */
-    notify (name, method, data, sizeBytes, encoded, shared) {
+    notify (name, method, data, sizeBytes, encoded) {
       if (!channel.connected) {
         debug('notification %s.%s dropped: the IPC channel is closed', name, method)
         return false
@@ -113,7 +110,6 @@ function createRemote (options) {
       }
       channel.reserve(bytes)
       channel.postSoon(envelope.notify(name, method, data, encoded))
-      if (shared && channel.queue.length > 0) channel.flush()
       return true
     },
 
