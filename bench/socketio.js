@@ -125,7 +125,8 @@ async function round (kind, clients, client) {
     for (let i = 0; i < clients && client === 'bare'; i++) {
       const socket = connectBareClient(port, {
         onEvent (frame) {
-          if (++received % 7 === 0) latencies.push(performance.timeOrigin + performance.now() - Number(frame.slice(frame.indexOf(',') + 1, -1)))
+          // 42["m",<sent at>] (with connectionStateRecovery: 42["m",<sent at>,"<offset>"])
+          if (++received % 7 === 0) latencies.push(performance.timeOrigin + performance.now() - parseFloat(frame.slice(frame.indexOf(',') + 1)))
         }
       })
       socket.disconnect = socket.close
