@@ -14,7 +14,12 @@
  * message, so that the servers rather than the clients set the pace.
  *
  *   node bench/socketio.js [--clients=200,1000] [--messages=200] [--rounds=3]
- *                          [--client=socket.io,bare] [--busy=0,2]
+ *                          [--client=socket.io,bare] [--busy=0,2] [--kinds=single,cluster-adapter,...]
+ *
+ * --kinds picks the setups (default: the first four below); 'clusterize-recovery' is the
+ * clusterize adapter with socket.io's connectionStateRecovery on (every broadcast is numbered
+ * by the primary). "primary CPU" is the CPU time (user + system, from /proc) of the process
+ * the bench started (the primary; for 'single', the one server) from the burst to the last receipt.
  *
  * --busy=2 repeats the run with 2 CPU-spinning processes beside it (the
  * machine busy). Loopback only, a few minutes, stops every process it
@@ -36,6 +41,7 @@ const MESSAGES = Number((process.argv.find((a) => a.startsWith('--messages=')) |
 const ROUNDS = Number((process.argv.find((a) => a.startsWith('--rounds=')) || (QUICK ? '--rounds=1' : '--rounds=3')).split('=')[1])
 const CLIENT_KINDS = (process.argv.find((a) => a.startsWith('--client=')) || '--client=socket.io,bare').split('=')[1].split(',')
 const BUSY = (process.argv.find((a) => a.startsWith('--busy=')) || '--busy=0').split('=')[1].split(',').map(Number)
+const KINDS = (process.argv.find((a) => a.startsWith('--kinds=')) || '--kinds=single,cluster-adapter,clusterize,clusterize-uncoalesced').split('=')[1].split(',')
 for (const kind of CLIENT_KINDS) if (!['socket.io', 'bare'].includes(kind)) throw new Error(`--client takes socket.io and/or bare, got ${kind}`)
 const SELF = __filename
 
@@ -63,12 +69,13 @@ function runServer (kind, port) {
     const { server, Server } = appServer()
     onConnection(new Server(server, { transports: ['websocket'] }))
     server.listen(port, '127.0.0.1', () => console.log('READY'))
-  } else if (kind === 'clusterize' || kind === 'clusterize-uncoalesced') {
+  } else if (kind === 'clusterize' || kind === 'clusterize-uncoalesced' || kind === 'clusterize-recovery') {
     const { clusterize } = require('..')
     const handle = clusterize(() => {
       const { server, Server } = appServer()
       const { createAdapter } = require('../socket.io')
-      onConnection(new Server(server, { transports: ['websocket'], adapter: createAdapter({ coalesceWrites: kind === 'clusterize' }) }))
+      const recovery = kind === 'clusterize-recovery' ? { connectionStateRecovery: {} } : {}
+      onConnection(new Server(server, { transports: ['websocket'], adapter: createAdapter({ coalesceWrites: kind !== 'clusterize-uncoalesced' }), ...recovery }))
       return server
     }, { port, host: '127.0.0.1', workers: 2, scheduling: 'sticky', sticky: { sid: true }, logger: false })
     if (cluster.isPrimary) handle.ready.then(() => console.log('READY'))
@@ -94,6 +101,18 @@ function runServer (kind, port) {
 
 // ---- the measurement
 
+/** CPU time (user + system) of a process so far, in ms, from /proc (Linux); NaN elsewhere. */
+function cpuMs (pid) {
+  try {
+    const stat = require('fs').readFileSync(`/proc/${pid}/stat`, 'utf8')
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    // utime and stime (fields 14 and 15 of the line) in clock ticks, 100 per second on Linux.
+    return (Number(fields[11]) + Number(fields[12])) * 10
+  } catch {
+    return NaN
+  }
+}
+
 async function round (kind, clients, client) {
   const { io } = require('socket.io-client')
   const port = await freePort()
@@ -107,7 +126,8 @@ async function round (kind, clients, client) {
     for (let i = 0; i < clients && client === 'bare'; i++) {
       const socket = connectBareClient(port, {
         onEvent (frame) {
-          if (++received % 7 === 0) latencies.push(performance.timeOrigin + performance.now() - Number(frame.slice(frame.indexOf(',') + 1, -1)))
+          // 42["m",<sent at>] (with connectionStateRecovery: 42["m",<sent at>,"<offset>"])
+          if (++received % 7 === 0) latencies.push(performance.timeOrigin + performance.now() - parseFloat(frame.slice(frame.indexOf(',') + 1)))
         }
       })
       socket.disconnect = socket.close
@@ -128,12 +148,14 @@ async function round (kind, clients, client) {
     })))
     await sleep(300)
     const expected = clients * MESSAGES
+    const cpuBefore = cpuMs(proc.pid)
     const started = performance.now()
     await (client === 'bare' ? sockets[0].request('burst', MESSAGES) : new Promise((resolve) => sockets[0].emit('burst', MESSAGES, resolve)))
     const deadline = Date.now() + 60000
     while (received < expected && Date.now() < deadline) await sleep(5)
     const seconds = (performance.now() - started) / 1000
-    return { delivered: received / seconds, lost: expected - received, p50: percentile(latencies, 50), p99: percentile(latencies, 99) }
+    const primaryCpu = cpuMs(proc.pid) - cpuBefore
+    return { delivered: received / seconds, lost: expected - received, p50: percentile(latencies, 50), p99: percentile(latencies, 99), primaryCpu }
   } finally {
     for (const s of sockets) s.disconnect()
     await stopProcess(proc)
@@ -146,8 +168,9 @@ async function main () {
     ['single', 'one process (default adapter)'],
     ['cluster-adapter', '@socket.io/cluster-adapter + sticky (2 workers)'],
     ['clusterize', 'clusterize adapter (2 workers)'],
-    ['clusterize-uncoalesced', 'clusterize adapter, coalesceWrites: false (2 workers)']
-  ]
+    ['clusterize-uncoalesced', 'clusterize adapter, coalesceWrites: false (2 workers)'],
+    ['clusterize-recovery', 'clusterize adapter, connectionStateRecovery (2 workers)']
+  ].filter(([kind]) => KINDS.includes(kind))
   const started = Date.now()
   console.log(`## socket.io broadcast fan-out: one io.emit() burst of ${MESSAGES} messages to every client (medians of ${ROUNDS} rounds)\n`)
   console.log(machineLine())
@@ -163,13 +186,13 @@ async function main () {
             const order = r % 2 === 0 ? kinds : kinds.slice().reverse()
             for (const [kind] of order) results.get(kind).push(await round(kind, clients, client))
           }
-          const anchor = results.get('cluster-adapter')
+          const anchor = results.get('cluster-adapter') || results.get(kinds[0][0])
           for (const [kind, label] of kinds) {
             const list = results.get(kind)
             const delivered = median(list.map((x) => x.delivered))
             const p99 = median(list.map((x) => x.p99))
             rows.push([client, String(busy), String(clients), label, fmt(delivered), ratio(delivered, median(anchor.map((x) => x.delivered))),
-              fmt(median(list.map((x) => x.p50)), 1), fmt(p99, 1), ratio(p99, median(anchor.map((x) => x.p99))), list.reduce((a, x) => a + x.lost, 0)])
+              fmt(median(list.map((x) => x.p50)), 1), fmt(p99, 1), ratio(p99, median(anchor.map((x) => x.p99))), fmt(median(list.map((x) => x.primaryCpu))), list.reduce((a, x) => a + x.lost, 0)])
           }
         }
       }
@@ -177,7 +200,7 @@ async function main () {
       await burners.stop()
     }
   }
-  console.log(markdownTable(['client', 'busy', 'clients', 'setup', 'delivered msg/s', 'vs cluster-adapter', 'p50 ms', 'p99 ms', 'p99 vs cluster-adapter', 'lost'], rows))
+  console.log(markdownTable(['client', 'busy', 'clients', 'setup', 'delivered msg/s', 'vs cluster-adapter', 'p50 ms', 'p99 ms', 'p99 vs cluster-adapter', 'primary CPU ms', 'lost'], rows))
   console.log(`\nTotal run time ${((Date.now() - started) / 1000).toFixed(0)} s.`)
 }
 

@@ -57,6 +57,8 @@ const libraryChannel = {
     const topic = wireTopic(name, 'libraryChannel.broadcast')
     const transport = transportFor('libraryChannel.broadcast')
     const scope = options ? checkScope(options.scope, transport) : undefined
+    // Only for the other hosts, and there is no Redis bridge to them: nothing to encode or send.
+    if (scope === 'remote' && core.bridge === null) return
     transport.broadcast(topic, core.codec.encode(name, data), Boolean(options && options.self), scope)
   }
 }

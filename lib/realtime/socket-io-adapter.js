@@ -13,6 +13,47 @@
  * ClusterAdapterWithHeartbeat (the base of @socket.io/cluster-adapter); this
  * file only moves its messages. socket.io stays an optional peer dependency:
  * nothing here is loaded unless this entry point is required.
+ *
+ * The hops of one io.emit() from worker A to a client on worker B, with
+ * bus.serialization 'json' (test/bus-encodes.test.js counts them; with
+ * 'advanced' the payload is one v8 Buffer, made once by the bus codec, that
+ * each IPC channel copies as bytes):
+ *
+ *   A  broadcast() wraps socket.io-adapter's ClusterMessage in { t: 'm', m, b? }
+ *      (b: binaries, ./binary.js); libraryChannel.broadcast() encodes it with
+ *      the bus codec (encode 1: a string, the size and serialisability check
+ *      for bus.maxMessageBytes). The worker transport puts the string in
+ *      { kind: 'bus', op: 'B', m: [topic, string, ...], n }, inside a 'batch'
+ *      envelope when the channel is busy; the IPC channel encodes the envelope
+ *      (encode 2: the string is escaped once more).
+ *   P  the IPC channel decodes the envelope (decode 1; the payload stays a
+ *      string, the primary never parses it) and relays it in
+ *      { op: 'M', m: [topic, string, from, generation, ...] } to each other
+ *      worker: the IPC channel encodes it once per worker (the string escaped).
+ *   B  the IPC channel decodes (decode 1), the bus codec parses the string in
+ *      core.deliver() (decode 2); ClusterAdapter#onMessage; socket.io-parser
+ *      encodes the packet once for B's clients.
+ *   With connectionStateRecovery: A sends the ClusterMessage to the primary as
+ *   the recovery service's 'pub' notification, its data the bus codec's string
+ *   (2 encodes); the primary decodes it twice (the channel, the codec: the log
+ *   needs the packet's rooms and arguments), appends it, encodes the numbered
+ *   copy { t: 'm', m, i, o, q } once with the codec and the channel encodes it
+ *   once per worker, the sender included (its offset); each worker decodes
+ *   twice. It also encoded the pub a second time for the other hosts'
+ *   primaries when there were none (no bus.redis): that encode is gone. With
+ *   bus.redis, the bridge sends the codec's bytes as they are (no encode).
+ *
+ * Why the string stays (#24's "one encode per hop" was built, measured and
+ * reverted): carrying the object itself inside the IPC envelope makes each
+ * hop one encode and one decode, but on Node's JSON channel the primary, which
+ * every broadcast crosses, then parses and re-encodes an object where today it
+ * passes a string through: 1.5x to 2.4x its JSON work for a small broadcast
+ * (bench/bus-envelopes.js). Receivers of large, quote-heavy payloads gain
+ * (about half the parse), small ones about nothing; the check for
+ * bus.maxMessageBytes becomes a walk in JavaScript instead of one native
+ * JSON.stringify (about twice the time); and the app's objects must be written
+ * before io.emit() returns (else what the app changes afterwards travels),
+ * which ends the per-tick batching of the worker's writes.
  */
 
 const debug = require('debug')('clusterize:socket.io')
