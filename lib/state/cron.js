@@ -15,9 +15,7 @@
  * node-cron skips that fire (fail closed: never twice).
  */
 
-const fs = require('fs')
-const path = require('path')
-const { pathToFileURL } = require('url')
+const { packageCopies } = require('../package-copies')
 const debug = require('debug')('clusterize:cron')
 const { ClusterizeError } = require('../errors')
 const { serviceClient } = require('./client')
@@ -76,48 +74,8 @@ function remember (key) {
  * @param {string} appDir
  * @returns {Promise<object[]>} module namespaces with setRunCoordinator (v4)
  */
-async function nodeCronCopies (appDir) {
-  let main
-  try {
-    main = require.resolve('node-cron', { paths: [appDir, process.cwd()] })
-  } catch {
-    return []
-  }
-  const copies = []
-  const cjs = require(main)
-  if (cjs && typeof cjs.setRunCoordinator === 'function') copies.push(cjs)
-  const esmPath = esmEntry(main)
-  if (esmPath !== null) {
-    try {
-      const esm = await import(pathToFileURL(esmPath).href)
-      if (esm && typeof esm.setRunCoordinator === 'function' && esm.setRunCoordinator !== cjs.setRunCoordinator) copies.push(esm)
-    } catch (err) {
-      debug('node-cron ESM build not loaded: %s', err.message)
-    }
-  }
-  return copies
-}
-
-/** node-cron's ESM entry as its package.json exports it, or null. */
-function esmEntry (main) {
-  let dir = path.dirname(main)
-  for (let i = 0; i < 4; i++) {
-    const manifest = path.join(dir, 'package.json')
-    if (fs.existsSync(manifest)) {
-      try {
-        const pkg = JSON.parse(fs.readFileSync(manifest, 'utf8'))
-        if (pkg.name !== 'node-cron') return null
-        const dot = pkg.exports && pkg.exports['.']
-        const target = dot && dot.import && (typeof dot.import === 'string' ? dot.import : dot.import.default)
-        const entry = target || pkg.module
-        return entry ? path.join(dir, entry) : null
-      } catch {
-        return null
-      }
-    }
-    dir = path.dirname(dir)
-  }
-  return null
+function nodeCronCopies (appDir) {
+  return packageCopies('node-cron', appDir, (exports) => exports.setRunCoordinator)
 }
 
 /**

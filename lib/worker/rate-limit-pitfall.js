@@ -17,10 +17,8 @@
  * every worker). Both the CommonJS and the ESM build are watched.
  */
 
-const path = require('path')
-const fs = require('fs')
-const { pathToFileURL } = require('url')
 const debug = require('debug')('clusterize:rate-limit')
+const { packageCopies } = require('../package-copies')
 
 const kWatched = Symbol.for('clusterize.rateLimitMemoryStoreWatched')
 const STORE_METHODS = ['init', 'get', 'increment', 'decrement', 'resetKey', 'resetAll', 'shutdown']
@@ -39,46 +37,8 @@ function memoryStoreWarning (workers) {
  * @param {string} appDir
  * @returns {Promise<Array<{ MemoryStore: Function }>>}
  */
-async function rateLimitCopies (appDir) {
-  let main
-  try {
-    main = require.resolve('express-rate-limit', { paths: [appDir, process.cwd()] })
-  } catch {
-    return []
-  }
-  const copies = []
-  const cjs = require(main)
-  if (cjs && typeof cjs.MemoryStore === 'function') copies.push(cjs)
-  const esmPath = esmEntry(main)
-  if (esmPath !== null) {
-    try {
-      const esm = await import(pathToFileURL(esmPath).href)
-      if (esm && typeof esm.MemoryStore === 'function' && esm.MemoryStore !== cjs.MemoryStore) copies.push(esm)
-    } catch (err) {
-      debug('express-rate-limit ESM build not loaded: %s', err.message)
-    }
-  }
-  return copies
-}
-
-function esmEntry (main) {
-  let dir = path.dirname(main)
-  for (let i = 0; i < 4; i++) {
-    const manifest = path.join(dir, 'package.json')
-    if (fs.existsSync(manifest)) {
-      try {
-        const pkg = JSON.parse(fs.readFileSync(manifest, 'utf8'))
-        if (pkg.name !== 'express-rate-limit') return null
-        const dot = pkg.exports && pkg.exports['.']
-        const target = dot && dot.import && (typeof dot.import === 'string' ? dot.import : dot.import.default)
-        return target ? path.join(dir, target) : null
-      } catch {
-        return null
-      }
-    }
-    dir = path.dirname(dir)
-  }
-  return null
+function rateLimitCopies (appDir) {
+  return packageCopies('express-rate-limit', appDir, (exports) => exports.MemoryStore)
 }
 
 /**
