@@ -16,7 +16,7 @@ const AREAS = [
   {
     script: 'scheduling',
     title: 'Throughput and scheduling',
-    notes: 'Keep-alive pins a client to a worker, so modes differ only on new connections; the mixed workload (1 request in 20 blocks a worker ~50 ms) opens one per request. \'none\' lets the kernel pick the accepting worker, which can spread few long-lived connections very unevenly.'
+    notes: 'Keep-alive pins a client to a worker, so modes differ only on new connections; the mixed workload (1 request in 20 blocks a worker ~50 ms) opens one per request. \'none\' lets the kernel pick the accepting worker, which can spread few long-lived connections very unevenly. \'balanced\' stays an option, not the default: which rows stop it, and the many-core case on paper, are in bench/README.md.'
   },
   {
     script: 'acceptor',
