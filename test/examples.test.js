@@ -160,8 +160,9 @@ test('examples/chat: the logged-in user is known on every worker, messages reach
   }
 })
 
-test('examples/app-state: the rate limit holds for both workers, one poller, each cron fire once', async () => {
-  const example = await runExample('app-state', {}, '/runs')
+test('examples/app-state: the rate limit holds for both workers, one poller, each cron fire once, metrics summed', async () => {
+  const probesPort = await freePort()
+  const example = await runExample('app-state', { PROBES_PORT: String(probesPort) }, '/runs')
   const codes = []
   for (let i = 0; i < 7; i++) codes.push((await example.get('/limited')).status)
   assert.deepStrictEqual(codes, [200, 200, 200, 200, 200, 429, 429])
@@ -176,5 +177,9 @@ test('examples/app-state: the rate limit holds for both workers, one poller, eac
   const fires = [...byPid.values()].flatMap((v) => v.cronHere.map((f) => f.at))
   assert.strictEqual(fires.length, new Set(fires).size, 'no fire ran on both workers')
   assert.strictEqual([...byPid.values()].filter((v) => v.pollerHere !== null).length, 1, 'the poller runs on one worker')
+  // Every /limited request reached a worker (the limiter runs after the counter), whichever served it.
+  const limited = (await request(probesPort, '/metrics')).body.match(/^app_requests_total\{route="\/limited"\} (\d+)$/m)
+  assert.ok(limited, 'the app counter is on the primary\'s /metrics')
+  assert.strictEqual(Number(limited[1]), 7, 'the seven /limited requests, summed over both workers')
   assert.strictEqual((await example.stop()).code, 0)
 })

@@ -1,9 +1,11 @@
 'use strict'
 
 // State that breaks under a cluster, done right: a rate limit that holds for every worker,
-// a node-cron task that fires once per tick cluster-wide, and a poller that runs on one worker.
+// a node-cron task that fires once per tick cluster-wide, a poller that runs on one worker, and
+// prom-client metrics that the primary's /metrics sums over the workers.
 const express = require('express')
 const cron = require('node-cron')
+const promClient = require('prom-client')
 const { rateLimit } = require('express-rate-limit')
 const { ClusterStore } = require('../../rate-limit')
 const { singleton } = require('../../')
@@ -11,6 +13,12 @@ const { singleton } = require('../../')
 module.exports = function createApp () {
   const app = express()
   const runs = { cron: [], poller: null }
+  // Registered as in any app: the default registry, in every worker.
+  const served = new promClient.Counter({ name: 'app_requests_total', help: 'Requests served', labelNames: ['route'] })
+  app.use((req, res, next) => {
+    served.inc({ route: req.path })
+    next()
+  })
 
   cron.schedule('*/2 * * * * *', (context) => {
     runs.cron.push({ at: context.date.toISOString(), pid: process.pid })
