@@ -6,9 +6,14 @@
  */
 
 const v8 = require('v8')
+const fs = require('fs')
+const os = require('os')
 const { monitorEventLoopDelay, performance } = require('perf_hooks')
 const poolRegistry = require('../pool/registry')
 const { oldGenerationLimit } = require('./heap-limit')
+
+/** Always there to open, and opening it touches no disk. */
+const DEV_NULL = os.devNull
 
 /**
  * @param {{ inFlight: number, served: number, connections: number }} tracker
@@ -68,28 +73,46 @@ function createHealthSampler (tracker, options) {
 }
 
 /**
- * process.memoryUsage() reads RSS from /proc/self/stat, which needs a free
- * descriptor: out of them (EMFILE, ENFILE) it throws, and a throw here would
- * kill the worker. Then the heap figure comes from V8 (no descriptor) and
- * the last RSS read stands in.
+ * process.memoryUsage() reads RSS from /proc/self/stat, which on Node 20-24
+ * needs a free descriptor: out of them (EMFILE, ENFILE) it throws, and a
+ * throw here would kill the worker. Then the heap figure comes from V8 (no
+ * descriptor) and the last RSS read stands in. Node 26 reads RSS without a
+ * descriptor, so the condition is also probed directly: opening /dev/null
+ * costs two system calls per heartbeat and fails exactly when the process
+ * could not accept a connection or open a file either.
  */
 function readMemory (onFdExhausted) {
   let lastRss = 0
   let told = false
+  function exhausted (err) {
+    const fdExhausted = Boolean(err) && (err.code === 'EMFILE' || err.code === 'ENFILE' || /\b(EMFILE|ENFILE)\b/.test(String(err.message)))
+    if (fdExhausted && !told) {
+      told = true
+      if (onFdExhausted) onFdExhausted(err)
+    }
+    return fdExhausted
+  }
   return function memory () {
     try {
       const usage = process.memoryUsage()
       lastRss = usage.rss
-      return { rss: usage.rss, heapUsed: usage.heapUsed, fdExhausted: false }
+      return { rss: usage.rss, heapUsed: usage.heapUsed, fdExhausted: exhausted(probeDescriptor()) }
     } catch (err) {
-      const fdExhausted = err && (err.code === 'EMFILE' || err.code === 'ENFILE' || /\b(EMFILE|ENFILE)\b/.test(err.message))
-      if (fdExhausted && !told) {
-        told = true
-        if (onFdExhausted) onFdExhausted(err)
-      }
-      return { rss: lastRss, heapUsed: v8.getHeapStatistics().used_heap_size, fdExhausted: Boolean(fdExhausted) }
+      return { rss: lastRss, heapUsed: v8.getHeapStatistics().used_heap_size, fdExhausted: exhausted(err) }
     }
   }
+}
+
+/** @returns {Error|null} why a descriptor could not be opened now, or null */
+function probeDescriptor () {
+  let fd
+  try {
+    fd = fs.openSync(DEV_NULL, 'r')
+  } catch (err) {
+    return err
+  }
+  fs.closeSync(fd)
+  return null
 }
 
 function round (value) {
