@@ -19,7 +19,7 @@
 
 const os = require('os')
 const http = require('http')
-const { fork } = require('child_process')
+const { startServed, stopServed } = require('./lib/served')
 const { numberArg: arg } = require('./lib/args')
 const { runAutocannon } = require('./lib/load')
 const { markdownTable, fmt, ratio } = require('./lib/table')
@@ -82,41 +82,10 @@ function serve (spec) {
 // ---------------------------------------------------------------- bench side
 
 function startServer (name, spec) {
-  const child = fork(__filename, ['--serve', JSON.stringify(spec)], {
-    stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
-    env: Object.assign({}, process.env, { NODE_ENV: 'production', DEBUG: '' })
-  })
-  let stderr = ''
-  child.stderr.on('data', (chunk) => { stderr += chunk })
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => { kill([child.pid]); reject(new Error(`${name}: not ready in 20 s\n${stderr}`)) }, 20000)
-    child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`${name}: server exited (${code})\n${stderr}`)) })
-    child.once('message', (msg) => {
-      clearTimeout(timer)
-      if (msg.error) { kill([child.pid]); return reject(new Error(`${name}: ${msg.error}`)) }
-      resolve({ child, port: msg.port, pids: msg.pids })
-    })
-  })
+  return startServed(__filename, ['--serve', JSON.stringify(spec)], name, { NODE_ENV: 'production' })
 }
 
-function kill (pids) {
-  for (const pid of pids) {
-    try { process.kill(pid, 'SIGKILL') } catch {}
-  }
-}
-
-async function stopServer (server) {
-  server.child.removeAllListeners('exit')
-  const exited = new Promise((resolve) => {
-    if (server.child.exitCode !== null || server.child.signalCode !== null) return resolve()
-    server.child.once('exit', resolve)
-  })
-  try { process.kill(server.child.pid, 'SIGTERM') } catch {}
-  const timer = setTimeout(() => kill([server.child.pid]), 5000)
-  await exited
-  clearTimeout(timer)
-  kill(server.pids.slice(1))
-}
+const stopServer = stopServed
 
 async function redisReachable () {
   const Redis = require('ioredis')

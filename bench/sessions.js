@@ -37,7 +37,7 @@ const { median, ratio, fmt, markdownTable } = require('./lib/table')
 const path = require('path')
 const crypto = require('crypto')
 const http = require('http')
-const { fork } = require('child_process')
+const { startServed, stopServed } = require('./lib/served')
 
 const SECRET = 'bench-secret-0123456789-abcdefghijklmnop'
 const REDIS_URL = process.env.REDIS_URL || 'redis://127.0.0.1:6379'
@@ -149,41 +149,10 @@ function serveRawCluster (spec) {
 // ---------------------------------------------------------------- bench side
 
 function startServer (mode, spec) {
-  const child = fork(__filename, ['--serve', mode, JSON.stringify(spec)], {
-    stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
-    env: Object.assign({}, process.env, { NODE_ENV: 'development', DEBUG: '' })
-  })
-  let stderr = ''
-  child.stderr.on('data', (chunk) => { stderr += chunk })
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => { kill([child.pid]); reject(new Error(`${mode}: not ready in 20 s\n${stderr}`)) }, 20000)
-    child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`${mode}: server exited (${code})\n${stderr}`)) })
-    child.once('message', (msg) => {
-      clearTimeout(timer)
-      if (msg.error) { kill([child.pid]); return reject(new Error(`${mode}: ${msg.error}`)) }
-      resolve({ child, port: msg.port, pids: msg.pids })
-    })
-  })
+  return startServed(__filename, ['--serve', mode, JSON.stringify(spec)], mode, { NODE_ENV: 'development' })
 }
 
-function kill (pids) {
-  for (const pid of pids) {
-    try { process.kill(pid, 'SIGKILL') } catch {}
-  }
-}
-
-async function stopServer (server) {
-  server.child.removeAllListeners('exit') // the "exited before ready" rejection
-  const exited = new Promise((resolve) => {
-    if (server.child.exitCode !== null || server.child.signalCode !== null) return resolve()
-    server.child.once('exit', resolve)
-  })
-  try { process.kill(server.child.pid, 'SIGTERM') } catch {}
-  const timer = setTimeout(() => kill([server.child.pid]), 5000)
-  await exited
-  clearTimeout(timer)
-  kill(server.pids.slice(1)) // any worker still alive
-}
+const stopServer = stopServed
 
 function login (port) {
   return new Promise((resolve, reject) => {
