@@ -8,34 +8,20 @@
  * socket.io-client clients; no timing thresholds.
  */
 
-const { test, after } = require('node:test')
+const { test } = require('node:test')
 const assert = require('node:assert')
-const path = require('path')
 const Redis = require('ioredis')
 const { io: connectClient } = require('socket.io-client')
-const { startCluster, stopAll } = require('./helpers/cluster')
+const { startCluster } = require('./helpers/cluster')
 const { eventually } = require('./helpers/wait')
+const { RECOVERY_FIXTURE: fixture, recoverySuite, recoveryEnv } = require('./helpers/socketio-recovery')
 const { ask } = require('./helpers/socketio-sender')
 const { createTcpProxy } = require('./helpers/tcp-proxy')
 const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix } = require('./helpers/redis')
 
-const fixture = path.join(__dirname, 'fixtures/socketio-recovery.js')
-const sockets = []
-const cleanups = []
+const { sockets, cleanups } = recoverySuite()
 
-after(async () => {
-  for (const socket of sockets) socket.disconnect()
-  for (const cleanup of cleanups) await cleanup()
-  await stopAll()
-})
-
-function env (options) {
-  return {
-    DEBUG: process.env.CZ_TEST_DEBUG || '',
-    CZ_SIO_RECOVERY: '1',
-    CZ_TEST_OPTIONS: JSON.stringify(Object.assign({ health: { heartbeatMs: 200 } }, options))
-  }
-}
+const env = recoveryEnv
 
 /**
  * A client in room 'r' that records every 'msg' (with whether it came in a

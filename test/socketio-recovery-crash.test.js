@@ -8,30 +8,17 @@
  * Real cluster, real socket.io-client clients; no timing thresholds.
  */
 
-const { test, after } = require('node:test')
+const { test } = require('node:test')
 const assert = require('node:assert')
-const path = require('path')
 const { io: connectClient } = require('socket.io-client')
-const { startCluster, stopAll, waitDead } = require('./helpers/cluster')
+const { startCluster, waitDead } = require('./helpers/cluster')
 const { eventually } = require('./helpers/wait')
+const { RECOVERY_FIXTURE: fixture, recoverySuite, recoveryEnv } = require('./helpers/socketio-recovery')
 const { ask, startSender } = require('./helpers/socketio-sender')
 
-const fixture = path.join(__dirname, 'fixtures/socketio-recovery.js')
-const sockets = []
+const { sockets } = recoverySuite()
 
-after(async () => {
-  for (const socket of sockets) socket.disconnect()
-  await stopAll()
-})
-
-function env (extra) {
-  return {
-    DEBUG: process.env.CZ_TEST_DEBUG || '',
-    CZ_SIO_RECOVERY: '1',
-    CZ_TEST_OPTIONS: JSON.stringify(Object.assign({ workers: 2, reload: { bakeMs: 0 }, health: { heartbeatMs: 200 } }, extra))
-  }
-}
-
+const env = (extra) => recoveryEnv(Object.assign({ workers: 2, reload: { bakeMs: 0 } }, extra))
 
 /** A client in `room` (joined at connection) that records the messages of each room and every (re)connection. */
 function receiver (port, room, name) {

@@ -10,27 +10,19 @@
  * No mocks, no timing thresholds.
  */
 
-const { test, after } = require('node:test')
+const { test } = require('node:test')
 const assert = require('node:assert')
-const path = require('path')
 const Redis = require('ioredis')
 const { io: connectClient } = require('socket.io-client')
 const { RecoveryService } = require('../lib/realtime/recovery-service')
-const { startCluster, stopAll } = require('./helpers/cluster')
+const { startCluster } = require('./helpers/cluster')
 const { eventually } = require('./helpers/wait')
+const { RECOVERY_FIXTURE: fixture, recoverySuite, recoveryEnv } = require('./helpers/socketio-recovery')
 const { freePort } = require('./helpers/net')
 const { createTcpProxy } = require('./helpers/tcp-proxy')
 const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix, privateRedis, redisServerSuite } = require('./helpers/redis')
 
-const fixture = path.join(__dirname, 'fixtures/socketio-recovery.js')
-const sockets = []
-const cleanups = []
-
-after(async () => {
-  for (const socket of sockets) socket.disconnect()
-  for (const cleanup of cleanups) await cleanup()
-  await stopAll()
-})
+const { sockets, cleanups } = recoverySuite()
 
 const toAll = { rooms: [], except: [], flags: {} }
 const session = (pid, rooms, data) => ({ sid: 'sid-' + pid, pid, rooms, data: data || { name: pid } })
@@ -149,13 +141,7 @@ async function createProxy (port) {
   return proxy
 }
 
-function env (extra) {
-  return {
-    DEBUG: process.env.CZ_TEST_DEBUG || '',
-    CZ_SIO_RECOVERY: '1',
-    CZ_TEST_OPTIONS: JSON.stringify(Object.assign({ workers: 1, health: { heartbeatMs: 200 } }, extra))
-  }
-}
+const env = (extra) => recoveryEnv(Object.assign({ workers: 1 }, extra))
 
 /** A client in `room` that records the messages it gets and its (re)connections. */
 function receiver (port, room, name) {

@@ -159,22 +159,47 @@ test('a worker that dies holding sockets: the primary persists the state it last
   await service.close()
 })
 
+/** What ClusterAdapter#broadcast does with doPublish()'s promise: deliver (to `log`) a few microtasks after it resolves. */
+async function publishAndDeliver (log, name, offset) {
+  const published = async () => offset
+  log.push(`${name} delivered at ${await published()}`)
+}
+
 test('delivery order in a worker: a task queued behind a settling one runs after the continuations of the promise it resolved', async () => {
   const { createDeliveryOrder } = require('../lib/realtime/recovery-order')
   const order = createDeliveryOrder()
   const log = []
-  // What ClusterAdapter#broadcast does with doPublish()'s promise: deliver a few microtasks after it resolves.
-  async function publishAndDeliver (name, offset) {
-    const published = async () => offset
-    log.push(`${name} delivered at ${await published()}`)
-  }
   let settle
-  const own = publishAndDeliver('own', new Promise((resolve) => { settle = resolve }).then((o) => o))
+  const own = publishAndDeliver(log, 'own', new Promise((resolve) => { settle = resolve }).then((o) => o))
   // One IPC batch: the own packet's copy (offset 1), then a remote packet (offset 2), synchronously.
   order.run(() => settle(1), true)
   order.run(() => log.push('remote delivered at 2'))
   await own
   await new Promise((resolve) => setImmediate(resolve))
   assert.deepStrictEqual(log, ['own delivered at 1', 'remote delivered at 2'])
+  order.close()
+})
+
+test('delivery order in a worker: own broadcasts settled one after another are delivered in one turn, in order, and a remote packet after them still waits for their continuations', async () => {
+  const { createDeliveryOrder, HOLD } = require('../lib/realtime/recovery-order')
+  const order = createDeliveryOrder()
+  const log = []
+  const settles = []
+  const owns = [1, 2, 3].map((n) => publishAndDeliver(log, `own ${n}`, new Promise((resolve) => { settles.push(resolve) }).then((o) => o)))
+  // One IPC batch: three own copies (offsets 1-3), then a remote packet (offset 4).
+  for (let i = 0; i < 3; i++) order.run(() => settles[i](i + 1), HOLD.OWN)
+  order.run(() => log.push('remote delivered at 4'))
+  // Microtasks only: no timer or setImmediate can run between these awaits.
+  for (let i = 0; i < 20; i++) await null
+  assert.deepStrictEqual(log, ['own 1 delivered at 1', 'own 2 delivered at 2', 'own 3 delivered at 3'], 'all three in this turn, before the remote one')
+  await Promise.all(owns)
+  await new Promise((resolve) => setImmediate(resolve))
+  assert.deepStrictEqual(log.slice(3), ['remote delivered at 4'])
+  // A restore's settle holds even an own settle behind it until the next turn.
+  order.run(() => log.push('restore settled'), HOLD.STRICT)
+  order.run(() => log.push('own 5 settled'), HOLD.OWN)
+  assert.deepStrictEqual(log.slice(4), ['restore settled'])
+  await new Promise((resolve) => setImmediate(resolve))
+  assert.deepStrictEqual(log.slice(4), ['restore settled', 'own 5 settled'])
   order.close()
 })

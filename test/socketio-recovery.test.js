@@ -7,29 +7,17 @@
  * Real clusters, real socket.io-client clients; no timing thresholds.
  */
 
-const { test, after } = require('node:test')
+const { test } = require('node:test')
 const assert = require('node:assert')
-const path = require('path')
 const { io: connectClient } = require('socket.io-client')
-const { startCluster, stopAll } = require('./helpers/cluster')
+const { startCluster } = require('./helpers/cluster')
 const { eventually } = require('./helpers/wait')
+const { RECOVERY_FIXTURE: fixture, recoverySuite, recoveryEnv } = require('./helpers/socketio-recovery')
 const { ask, startSender } = require('./helpers/socketio-sender')
 
-const fixture = path.join(__dirname, 'fixtures/socketio-recovery.js')
-const sockets = []
+const { sockets } = recoverySuite()
 
-after(async () => {
-  for (const socket of sockets) socket.disconnect()
-  await stopAll()
-})
-
-function env (recovery, extra) {
-  return {
-    DEBUG: process.env.CZ_TEST_DEBUG || '',
-    CZ_SIO_RECOVERY: recovery ? '1' : '0',
-    CZ_TEST_OPTIONS: JSON.stringify(Object.assign({ workers: 2, reload: { bakeMs: 0 }, health: { heartbeatMs: 200 } }, extra))
-  }
-}
+const env = (recovery, extra) => recoveryEnv(Object.assign({ workers: 2, reload: { bakeMs: 0 } }, extra), recovery)
 
 /**
  * A client in `room` that records every 'msg' and every (re)connection.

@@ -229,7 +229,9 @@ test('bad input: an emit over bus.maxMessageBytes fails with a clear error in th
   const answer = await ask(client, 'emit-big', 8192)
   assert.strictEqual(answer.code, 'ERR_CLUSTERIZE_BUS_TOO_LARGE')
   assert.match(answer.message, /over the limit of 4096 bytes \(option bus\.maxMessageBytes\)/)
+  // The fetch answer is written after anything the refused emit would have sent this client.
   assert.strictEqual((await ask(client, 'fetch')).length, 1, 'the worker still serves')
+  assert.deepStrictEqual(client.got, [], 'the refused emit reached no one, not even the sending worker\'s clients')
   await cluster.stop()
 })
 

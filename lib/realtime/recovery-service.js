@@ -75,9 +75,21 @@ class RecoveryService {
     this.liveWaitMs = bounds.liveWaitMs === undefined ? DEFAULTS.liveWaitMs : bounds.liveWaitMs
     this.live = new LiveSockets()
     const hooks = {
-      deliver: (name, message) => bus.broadcast(NAMESPACE_TOPIC_PREFIX + name, message, { scope: 'host' }),
+      deliver: (name, message) => {
+        bus.broadcast(NAMESPACE_TOPIC_PREFIX + name, message, { scope: 'host' })
+        if (this.downstream !== null) this.downstream(name, message)
+      },
       forward: (data) => bus.broadcast(QUEUE_TOPIC, data, { scope: 'remote' })
     }
+    this.hooks = hooks
+    // A primary upgrade (./recovery-handover.js): the old primary relays to the new one, which
+    // numbers for both and sends the packets down; the new one holds its workers' calls until then.
+    this.relay = null
+    this.downstream = null
+    this.held = null
+    /** The old primary's worker processes (draining): a restore waits for them as for a retiring worker. */
+    this.foreign = new Set()
+    this.fromThisHost = FROM_THIS_HOST
     const memory = new MemoryLog(hooks, bounds)
     if (this.options.redis) {
       // Loaded only with bus.redis (it brings ioredis).
@@ -88,6 +100,25 @@ class RecoveryService {
     }
     this.timer = null
     this.closed = false
+  }
+
+  /** A new primary replacing another: broadcasts and restores wait until its state is taken over. */
+  hold () {
+    if (this.held === null) this.held = []
+  }
+
+  /** Run what was held, in the order it came. */
+  release () {
+    const held = this.held
+    this.held = null
+    if (held === null) return
+    for (const run of held) {
+      try {
+        run()
+      } catch (err) {
+        debug('recovery: a held call failed: %s', err.message)
+      }
+    }
   }
 
   namespace (name) {
@@ -114,6 +145,8 @@ class RecoveryService {
   /** A notification from a worker of this host (meta.host undefined) or a message forwarded by another host. */
   onQueueMessage (data, meta) {
     if (!data || typeof data !== 'object' || typeof data.n !== 'string') return
+    if (this.held !== null && data.op === 'pub') return this.held.push(() => this.onQueueMessage(data, meta))
+    if (this.relay !== null && meta === FROM_THIS_HOST && this.relay.notify(data)) return
     switch (data.op) {
       case 'pub': return this.publish(data, meta || {})
       case 'cfg': return this.configure(data)
@@ -154,6 +187,8 @@ class RecoveryService {
    * for them wake once that is done.
    */
   forgetProcess (workerPid) {
+    if (this.relay !== null) this.relay.exited(workerPid)
+    this.foreign.delete(workerPid)
     const held = this.live.heldBy(workerPid)
     let orphans = 0
     for (const { nsp, pid, session } of held) {
@@ -174,10 +209,21 @@ class RecoveryService {
     if (data.op === 'persist') {
       const session = data.session
       if (!session || typeof session.pid !== 'string' || typeof session.sid !== 'string' || !Array.isArray(session.rooms)) throw new TypeError('recovery: malformed session')
-      return this.persist(data.n, session)
+    } else if (data.op !== 'restore') {
+      throw new TypeError(`recovery: unknown op ${data.op}`)
     }
-    if (data.op === 'restore') return this.restore(data.n, data.s, data.o)
-    throw new TypeError(`recovery: unknown op ${data.op}`)
+    if (this.held !== null) {
+      return new Promise((resolve, reject) => this.held.push(() => {
+        try { resolve(this.onStateRequest(data)) } catch (err) { reject(err) }
+      }))
+    }
+    if (this.relay !== null) return this.relay.request(data)
+    return this.handleRequest(data)
+  }
+
+  /** A checked request, answered here. */
+  handleRequest (data) {
+    return data.op === 'persist' ? this.persist(data.n, data.session) : this.restore(data.n, data.s, data.o)
   }
 
   /** Keep a session for recovery; then its socket is no longer live (the restores waiting for it wake). */
@@ -209,7 +255,7 @@ class RecoveryService {
     // early would turn a recoverable client into a new socket. Only a socket still
     // held by a serving worker (the client came back before the server saw it go) waits
     // no longer than liveWaitMs.
-    const retiring = typeof this.options.isRetiring === 'function' && this.options.isRetiring(holder)
+    const retiring = this.foreign.has(holder) || (typeof this.options.isRetiring === 'function' && this.options.isRetiring(holder))
     const waitMs = retiring ? Math.max(this.liveWaitMs, this.options.retireWaitMs || 0) : this.liveWaitMs
     return this.live.waitGone(nsp, pid, waitMs).then(() => this.log.restore(nsp, pid, offset))
   }
@@ -267,6 +313,7 @@ const recoveryService = {
   name: SERVICE,
   start: function startRecoveryService (context) {
     const service = createRecoveryService(require('../bus/library').libraryChannel, recoveryOptions(context.config, context.log, context.isRetiringPid))
+    if (context.upgrading) service.hold()
     const notifications = {}
     for (const op of NOTIFICATIONS) notifications[op] = (data) => service.onQueueMessage(data, FROM_THIS_HOST)
     const requests = {}

@@ -19,7 +19,7 @@
  * 'advanced' the payload is one v8 Buffer, made once by the bus codec, that
  * each IPC channel copies as bytes):
  *
- *   A  broadcast() wraps socket.io-adapter's ClusterMessage in { t: 'm', m, b? }
+ *   A  doPublish() wraps socket.io-adapter's ClusterMessage in { t: 'm', m, b? }
  *      (b: binaries, ./binary.js); libraryChannel.broadcast() encodes it with
  *      the bus codec (encode 1: a string, the size and serialisability check
  *      for bus.maxMessageBytes). The worker transport puts the string in
@@ -167,7 +167,7 @@ function inMemoryAdapter (nsp, strict, base) {
  */
 function createAdapter (options) {
   const base = loadBase()
-  const { ClusterAdapterWithHeartbeat, Adapter } = base
+  const { ClusterAdapterWithHeartbeat } = base
   const BROADCAST = clusterMessageType(base, 'BROADCAST')
   for (const key of ['coalesceWrites', 'strict']) {
     if (options && options[key] !== undefined && typeof options[key] !== 'boolean') {
@@ -182,7 +182,7 @@ function createAdapter (options) {
       this.topic = TOPIC_PREFIX + nsp.name
       // socket.io's connectionStateRecovery: broadcasts are numbered by the primary (./socket-io-recovery.js).
       this.recovery = serverOptionsOf(nsp.server).connectionStateRecovery ? createRecovery(this, recoveryOptions(options)) : null
-      /** With recovery, the broadcast doPublish() refused (thrown from broadcast()). */
+      /** The broadcast doPublish() refused (thrown from broadcast()). */
       this.refused = null
       this.onBusMessage = (data) => {
         if (!data || typeof data !== 'object') return
@@ -201,38 +201,39 @@ function createAdapter (options) {
     }
 
     /**
-     * A broadcast goes over the bus first, then to this worker's own sockets:
+     * ClusterAdapter's own broadcast: doPublish() puts the message on the bus
+     * (or, with recovery, sends it to the primary to be numbered), then the
+     * base class delivers it to this worker's sockets one microtask later, as
+     * @socket.io/cluster-adapter does. The override only rethrows a refusal:
      * a message the bus refuses (over bus.maxMessageBytes, unserialisable)
-     * throws from io.emit() and reaches no one, instead of reaching only the
-     * sockets of this worker (the base class would log it at debug level).
+     * throws from io.emit() and reaches no one, instead of reaching only this
+     * worker's sockets (the base class would log it at debug level).
      */
     broadcast (packet, opts) {
-      if (this.recovery !== null) {
-        // ClusterAdapter's own: doPublish() returns the offset the primary assigns.
-        const delivered = super.broadcast(packet, opts)
-        const refused = this.refused
-        this.refused = null
-        if (refused !== null) throw refused
-        return delivered
-      }
-      if (!(opts.flags && opts.flags.local)) {
-        const message = { uid: this.uid, nsp: this.nsp.name, type: BROADCAST, data: { packet, opts: { rooms: [...opts.rooms], except: [...opts.except], flags: opts.flags } } }
-        libraryChannel.broadcast(this.topic, withBinaries({ t: 'm', m: null }, 'm', message))
-      }
-      Adapter.prototype.broadcast.call(this, packet, opts)
+      // doPublish() runs synchronously inside it, before its first await.
+      const delivered = super.broadcast(packet, opts)
+      const refused = this.refused
+      if (refused === null) return delivered
+      this.refused = null
+      throw refused
     }
 
     doPublish (message) {
-      if (this.recovery !== null && message.type === BROADCAST && message.data.requestId === undefined) {
+      if (message.type === BROADCAST && message.data.requestId === undefined) {
         try {
-          return this.recovery.publish(message)
+          return this.recovery !== null ? this.recovery.publish(message) : this.publishOnBus(message)
         } catch (err) {
-          // ClusterAdapter#broadcast calls this synchronously; a promise that never settles keeps
-          // it from delivering the packet here, and broadcast() throws the error.
+          // A promise that never settles keeps ClusterAdapter#broadcast from delivering the
+          // packet here; broadcast() throws the error.
           this.refused = err
           return new Promise(function never () {})
         }
       }
+      return this.publishOnBus(message)
+    }
+
+    /** @returns {Promise<string>} no offset: only the primary numbers broadcasts (with recovery) */
+    publishOnBus (message) {
       libraryChannel.broadcast(this.topic, withBinaries({ t: 'm', m: null }, 'm', message))
       return Promise.resolve('')
     }

@@ -29,7 +29,7 @@ const { serviceClient, runtimeConfig } = require('../services')
 const { onConnectionsClosed } = require('../lifecycle')
 const { SERVICE } = require('./recovery-service')
 const { shouldInclude, compareIds } = require('./recovery-log')
-const { createDeliveryOrder } = require('./recovery-order')
+const { createDeliveryOrder, HOLD } = require('./recovery-order')
 const { privateSessionIdOf, serverOptionsOf } = require('./socketio-internals')
 const { watchRestoringClients } = require('./restoring-clients')
 const { withBinaries, restoreBinaries } = require('./binary')
@@ -245,7 +245,7 @@ function createRecovery (adapter, options) {
         order.run(function settleOwn () {
           noteDelivered(data)
           waiting.resolve(data.o)
-        }, true)
+        }, HOLD.OWN)
         return
       }
       order.run(function deliverRemote () {
@@ -268,7 +268,7 @@ function createRecovery (adapter, options) {
       try {
         const answer = await primary.request('restore', { op: 'restore', n: name, s: pid, o: offset }, { timeoutMs: liveWaitMs + PERSIST_TIMEOUT_MS })
         // In the delivery order: what comes later reaches the socket once socket.io has joined it to its rooms.
-        await new Promise((resolve) => order.run(resolve, true))
+        await new Promise((resolve) => order.run(resolve, HOLD.STRICT))
         if (!answer || watch.overflow) return null
         const rooms = answer.session.rooms
         // With bus.redis the offset is the stream entry's id (no epoch).
