@@ -25,7 +25,7 @@ const { CliUsageError, CliRuntimeError } = require('./cli/errors')
  *
  * @param {Function|string} createApp a factory returning (or resolving to) an
  *   Express app, a (req, res) listener or an http.Server; or a module path
- * @param {object} [options] see README
+ * @param {object} [options] see README.md, "Options", and docs/supervision.md
  * @returns {object} the handle
  */
 function clusterize (createApp, options) {

@@ -5,9 +5,14 @@
 // replace the previous RESULTS.md's. No benchmark runs here.
 const { test } = require('node:test')
 const assert = require('node:assert')
-const { listScripts } = require('../bench/run-all')
+const { listScripts, FULL_ONLY } = require('../bench/run-all')
 const { parseTables } = require('../bench/lib/charts')
-const { parseSections, renderSection, mergeResults, demoteHeadings, boxLabel } = require('../bench/lib/results')
+const { parseSections, renderSection, mergeResults, runSummaryLine, demoteHeadings, boxLabel, otherWorkLabel } = require('../bench/lib/results')
+const { cpuSample, otherCores } = require('../bench/lib/other-load')
+const { spawnSync } = require('child_process')
+const fs = require('fs')
+const os = require('os')
+const path = require('path')
 const { AREAS } = require('../bench/lib/areas')
 
 const SESSIONS_OUT = [
@@ -41,6 +46,11 @@ test('every bench script but the diagnostics runs, in the areas\' order, and a s
   assert.deepStrictEqual(listScripts(files, []), ['throughput', 'reload', 'sessions', 'zzz-new'])
   assert.deepStrictEqual(listScripts(files, ['sessions.js', 'reload']), ['reload', 'sessions'])
   assert.deepStrictEqual(listScripts(files, ['bus-trace']), [])
+  // --quick leaves out the full-only scripts unless they are named.
+  const withFullOnly = files.concat(FULL_ONLY.map((name) => name + '.js'))
+  assert.deepStrictEqual(listScripts(withFullOnly, [], true), ['throughput', 'reload', 'sessions', 'zzz-new'])
+  assert.deepStrictEqual(listScripts(withFullOnly, [], false).length, 4 + FULL_ONLY.length)
+  assert.deepStrictEqual(listScripts(withFullOnly, [FULL_ONLY[0]], true), [FULL_ONLY[0]])
   // Every area's script exists in bench/.
   const real = require('fs').readdirSync(require('path').join(__dirname, '..', 'bench'))
   for (const area of AREAS) assert.ok(real.includes(area.script + '.js'), area.script)
@@ -71,6 +81,27 @@ test('the box is quiet only under half a runnable task per core', () => {
   assert.strictEqual(demoteHeadings('## a\ntext\n#no'), '#### a\ntext\n#no')
 })
 
+test('the label counts the CPU of other work, not the benchmark\'s own (Linux)', { skip: process.platform !== 'linux' && 'reads /proc' }, async () => {
+  const { spawn, spawnSync } = require('child_process')
+  const spin = 'const end = Date.now() + 1500; while (Date.now() < end) {}'
+  // The benchmark's own work: a child this process waits for (reaped, so in its cutime).
+  let before = cpuSample()
+  spawnSync(process.execPath, ['-e', spin])
+  const ownRun = otherCores(before, cpuSample())
+  // Other work: a process outside this one's reaped children (detached, its exit not waited for
+  // through this process's accounting until after the sample).
+  const other = spawn(process.execPath, ['-e', spin + ' ; setTimeout(() => {}, 1000)'], { stdio: 'ignore' })
+  before = cpuSample()
+  await new Promise((resolve) => setTimeout(resolve, 1200))
+  const otherRun = otherCores(before, cpuSample())
+  await new Promise((resolve) => other.once('exit', resolve))
+  assert.ok(otherRun - ownRun > 0.3, `a spinning outside process shows (${otherRun.toFixed(2)} cores) beyond the own child's run (${ownRun.toFixed(2)} cores)`)
+  assert.strictEqual(otherWorkLabel(0.4, 2), 'quiet box')
+  assert.strictEqual(otherWorkLabel(0.6, 2), 'busy box')
+  const section = renderSection({ name: 'throughput', stdout: 'x', status: 'ok', seconds: 1 }, Object.assign(context({ quick: true }), { otherCores: 0.1 }))
+  assert.match(section, /Other work used 0\.10 of 2 cores during the run .*\*\*quiet box\*\*/)
+})
+
 test('a run replaces its own sections, keeps the others, and drops free-form history', () => {
   const old = mergeResults('', new Map([
     ['throughput', renderSection({ name: 'throughput', stdout: '| a | b |\n|---|---:|\n| old | 1 |', status: 'ok', seconds: 1 }, context({ quick: false }))],
@@ -98,4 +129,45 @@ test('a script that timed out keeps what it printed, and says so', () => {
   const section = renderSection({ name: 'reload', stdout: '', status: 'timed out after 90 s', seconds: 95 }, context())
   assert.match(section, /timed out after 90 s, 95 s/)
   assert.match(section, /\(no output\)/)
+})
+
+test('the run\'s line names its command, its total time and every script that failed', () => {
+  const ok = runSummaryLine({ command: 'node bench/run-all.js --quick', runs: [{ name: 'bus', status: 'ok', seconds: 3 }], seconds: 125, finished: true })
+  assert.strictEqual(ok, 'Last run: `node bench/run-all.js --quick`: 1 script in 2 min 5 s, every script ok.')
+  const failed = runSummaryLine({
+    command: 'node bench/run-all.js',
+    runs: [{ name: 'bus', status: 'exit code 1', seconds: 0 }, { name: 'reload', status: 'ok', seconds: 9 }, { name: 'crash', status: 'timed out after 150 s', seconds: 155 }],
+    seconds: 61,
+    finished: false
+  })
+  assert.match(failed, /3 scripts in 1 min 1 s so far/)
+  assert.match(failed, /\*\*FAILED: bus \(exit code 1\); crash \(timed out after 150 s\)\*\*/)
+  const merged = mergeResults('', new Map(), { date: 'd', run: { command: 'c', runs: [{ name: 'bus', status: 'exit code 1', seconds: 0 }], seconds: 1, finished: true } })
+  assert.match(merged, /\nLast run: `c`: 1 script in 0 min 1 s; \*\*FAILED: bus \(exit code 1\)\*\*\.\n/)
+  const section = renderSection({ name: 'bus', stdout: 'TypeError: x', status: 'exit code 1', seconds: 0 }, context())
+  assert.match(section, /; exit code 1, 0 s\. .*\n\n\*\*FAILED: bench\/bus\.js exit code 1;/)
+})
+
+test('run-all exits non-zero and says so in RESULTS.md when a script fails or overruns, and prints the total time', () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-run-all-'))
+  try {
+    fs.writeFileSync(path.join(dir, 'fine.js'), "console.log('| row | n |\\n|---|---:|\\n| a | 1 |')\n")
+    fs.writeFileSync(path.join(dir, 'broken.js'), "console.log('before'); process.exit(3)\n")
+    fs.writeFileSync(path.join(dir, 'stuck.js'), 'setInterval(() => {}, 1000)\n')
+    const out = spawnSync(process.execPath, [path.join(__dirname, '..', 'bench', 'run-all.js'), '--quick'], {
+      env: Object.assign({}, process.env, { BENCH_RUN_ALL_DIR: dir, BENCH_SCRIPT_TIMEOUT_MS: '1500' }),
+      encoding: 'utf8',
+      timeout: 60000
+    })
+    assert.strictEqual(out.status, 1, out.stderr)
+    assert.match(out.stderr, /--- bench\/broken\.js: exit code 3, \d+ s/)
+    assert.match(out.stderr, /Last run: `node bench\/run-all\.js --quick`: 3 scripts in 0 min \d+ s; \*\*FAILED: broken \(exit code 3\); stuck \(timed out after 2 s/)
+    const results = fs.readFileSync(path.join(dir, 'RESULTS.md'), 'utf8')
+    assert.match(results, /\nLast run: `node bench\/run-all\.js --quick`: 3 scripts in .*\*\*FAILED: broken \(exit code 3\); stuck \(timed out/)
+    assert.match(parseSections(results).get('broken'), /\*\*FAILED: bench\/broken\.js exit code 3;/)
+    assert.match(parseSections(results).get('stuck'), /\*\*FAILED: bench\/stuck\.js timed out/)
+    assert.doesNotMatch(parseSections(results).get('fine'), /FAILED/)
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
 })

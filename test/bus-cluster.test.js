@@ -8,27 +8,10 @@ const assert = require('node:assert')
 const path = require('path')
 const { startCluster, stopAll, isAlive, waitDead } = require('./helpers/cluster')
 const { eventually } = require('./helpers/wait')
+const { BUS_FIXTURE: FIXTURE, busDriver } = require('./helpers/bus-driver')
 
-const FIXTURE = path.join(__dirname, 'fixtures', 'bus-cluster.js')
 
 test.after(() => stopAll())
-
-function driver (cluster) {
-  const run = async (target, action, args) => {
-    const reply = await cluster.command({ type: 'bus-test:do', target, action, args }, 'bus-test:reply', 60000)
-    if (reply.error) throw new Error(`${action} on ${target} failed: ${reply.error.message}`)
-    return reply.result
-  }
-  run.note = (predicate) => new Promise((resolve) => {
-    cluster.child.on('message', function onNote (message) {
-      if (message && message.type === 'bus-test:note' && predicate(message.data)) {
-        cluster.child.removeListener('message', onNote)
-        resolve(message.data)
-      }
-    })
-  })
-  return run
-}
 
 /** How long and how often the checks below poll. */
 const POLL = { timeoutMs: 15000, intervalMs: 25 }
@@ -47,7 +30,7 @@ function count (list, marker) {
 
 test('bus across a real cluster (primary + 3 workers)', { timeout: 120000 }, async (t) => {
   const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '3', BUS_MAX_BYTES: '65536' } })
-  const run = driver(cluster)
+  const run = busDriver(cluster)
   t.after(() => cluster.stop())
 
   await t.test('a broadcast from worker 0 reaches workers 1 and 2 and the primary exactly once; worker 0 only with self', async () => {
@@ -182,7 +165,7 @@ test('bus across a real cluster (primary + 3 workers)', { timeout: 120000 }, asy
 
 test('a worker that dies fails what waits on it at once', { timeout: 120000 }, async (t) => {
   const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '3' } })
-  const run = driver(cluster)
+  const run = busDriver(cluster)
   t.after(() => cluster.stop())
 
   await t.test('a gather waiting on a killed worker resolves at once with that worker as failed (not at its 60 s timeout)', async () => {
@@ -231,7 +214,7 @@ test('a worker that dies fails what waits on it at once', { timeout: 120000 }, a
 
 test("serialization 'advanced': Map, Set, Buffer, Date and BigInt round-trip between workers", { timeout: 60000 }, async (t) => {
   const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '2', BUS_SERIALIZATION: 'advanced' } })
-  const run = driver(cluster)
+  const run = busDriver(cluster)
   t.after(() => cluster.stop())
   await run(0, 'broadcastTyped', { topic: 't:b' })
   const got = await eventually(async () => (await run(1, 'received'))[0], { ...POLL, what: 'the typed broadcast' })
@@ -253,7 +236,7 @@ test('backpressure: a sender past bus.maxQueuedBytes is refused, a worker that d
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-bus-flood-'))
   const unblock = path.join(dir, 'go')
   const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '3', BUS_MAX_BYTES: '65536', BUS_MAX_QUEUED: String(limit), BUS_STALL_MS: '300' } })
-  const run = driver(cluster)
+  const run = busDriver(cluster)
   t.after(async () => {
     fs.writeFileSync(unblock, '')
     await cluster.stop()
@@ -297,7 +280,7 @@ test('backpressure: a sender past bus.maxQueuedBytes is refused, a worker that d
 test('bus.drained(): a worker refused for backpressure waits for room, then its next message goes through', { timeout: 60000 }, async (t) => {
   const limit = 256 * 1024
   const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '2', BUS_MAX_BYTES: '65536', BUS_MAX_QUEUED: String(limit) } })
-  const run = driver(cluster)
+  const run = busDriver(cluster)
   t.after(() => cluster.stop())
   const rounds = 32
   const result = await run(0, 'floodDrained', { topic: 't:other', rounds, perRound: 20000, size: 1024 })
@@ -320,7 +303,7 @@ test('backpressure: bus.send() from one worker to a worker that does not read is
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-bus-send-'))
   const unblock = path.join(dir, 'go')
   const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '3', BUS_MAX_BYTES: '65536', BUS_MAX_QUEUED: String(limit), BUS_STALL_MS: '300' } })
-  const run = driver(cluster)
+  const run = busDriver(cluster)
   t.after(async () => {
     fs.writeFileSync(unblock, '')
     await cluster.stop()

@@ -12,33 +12,15 @@ const os = require('os')
 const path = require('path')
 const { startCluster, stopAll } = require('./helpers/cluster')
 const { eventually } = require('./helpers/wait')
-
-const FIXTURE = path.join(__dirname, 'fixtures', 'bus-cluster.js')
+const { BUS_FIXTURE: FIXTURE, busDriver } = require('./helpers/bus-driver')
 
 test.after(() => stopAll())
-
-function driver (cluster) {
-  const run = async (target, action, args) => {
-    const reply = await cluster.command({ type: 'bus-test:do', target, action, args }, 'bus-test:reply', 120000)
-    if (reply.error) throw new Error(`${action} on ${target} failed: ${reply.error.message}`)
-    return reply.result
-  }
-  run.note = (predicate) => new Promise((resolve) => {
-    cluster.child.on('message', function onNote (message) {
-      if (message && message.type === 'bus-test:note' && predicate(message.data)) {
-        cluster.child.removeListener('message', onNote)
-        resolve(message.data)
-      }
-    })
-  })
-  return run
-}
 
 test('50,000 1 KiB broadcasts from a sender that awaits bus.drained() all reach the other worker, in order', { timeout: 180000 }, async (t) => {
   const count = 50000
   // Default bounds (16 MiB), as in the report: the sender outruns the receiver's parsing.
   const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '2' } })
-  const run = driver(cluster)
+  const run = busDriver(cluster, 120000)
   t.after(() => cluster.stop())
 
   const sent = await run(0, 'sendSeq', { count, size: 1024 })
@@ -61,7 +43,7 @@ test('a stuck receiver: its senders get reported drops instead of waiting on it,
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-bus-stuck-'))
   const unblock = path.join(dir, 'go')
   const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '3', BUS_MAX_BYTES: '65536', BUS_MAX_QUEUED: String(limit), BUS_STALL_MS: '300', BUS_PROBES: '1' } })
-  const run = driver(cluster)
+  const run = busDriver(cluster, 120000)
   t.after(async () => {
     fs.writeFileSync(unblock, '')
     await cluster.stop()
@@ -113,7 +95,7 @@ test('a worker that bypasses its own accounting cannot make the primary hold mor
   const unblock = path.join(dir, 'go')
   // Not stuck within the test: only the primary's own bound can stop the flood.
   const cluster = await startCluster(FIXTURE, { env: { BUS_WORKERS: '2', BUS_MAX_BYTES: '65536', BUS_MAX_QUEUED: String(limit), BUS_STALL_MS: '600000' } })
-  const run = driver(cluster)
+  const run = busDriver(cluster, 120000)
   t.after(async () => {
     fs.writeFileSync(unblock, '')
     await cluster.stop()

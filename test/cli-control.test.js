@@ -52,7 +52,7 @@ function run (args) {
 test('clusterize reload answers with the result through the 0600 control socket; without it, the recorded signal', async () => {
   const pidFile = path.join(tmp, 'app.pid')
   const port = await freePort()
-  primary = startPrimary(pidFile, port, ['--workers', '2'])
+  primary = startPrimary(pidFile, port, ['--workers', '2', '--bake-ms', '0'])
   const info = await eventually(() => fs.existsSync(pidFile) && JSON.parse(fs.readFileSync(pidFile, 'utf8')), { timeoutMs: 30000, what: 'the pid file' })
   assert.strictEqual(info.controlSocket, pidFile + '.sock')
   assert.strictEqual(info.reloadSignal, 'SIGUSR2')
@@ -103,7 +103,7 @@ test('a stale socket file from a dead primary is replaced, and removed on exit',
 test('--reload-signal SIGHUP is recorded in the pid file and sent when there is no control socket', async () => {
   const pidFile = path.join(tmp, 'hup.pid')
   const port = await freePort()
-  primary = startPrimary(pidFile, port, ['--workers', '2', '--reload-signal', 'SIGHUP'])
+  primary = startPrimary(pidFile, port, ['--workers', '2', '--reload-signal', 'SIGHUP', '--bake-ms', '0'])
   const info = await eventually(() => fs.existsSync(pidFile) && JSON.parse(fs.readFileSync(pidFile, 'utf8')), { timeoutMs: 30000, what: 'the pid file' })
   assert.strictEqual(info.reloadSignal, 'SIGHUP')
   // This primary has no SIGUSR2 handler: SIGUSR2 would kill it, SIGHUP reloads it.
@@ -141,9 +141,9 @@ test('with --workers 0 (no probes server) status answers through the socket; rel
 test('a reload that outlasts --timeout is reported, not requested a second time by signal', async () => {
   const pidFile = path.join(tmp, 'slow.pid')
   const port = await freePort()
-  primary = startPrimary(pidFile, port, ['--workers', '2'])
+  primary = startPrimary(pidFile, port, ['--workers', '2', '--bake-ms', '2000'])
   await eventually(() => fs.existsSync(pidFile), { timeoutMs: 30000, what: 'the pid file' })
-  // A reload lasts at least reload.bakeMs (5 s by default): 1 s runs out first.
+  // A reload lasts at least reload.bakeMs (2 s here): 1 s runs out first.
   const slow = await run(['reload', '--pid-file', pidFile, '--timeout', '1'])
   assert.strictEqual(slow.code, 1, slow.stdout)
   assert.match(slow.stderr, /no answer within 1 s; it may still be running/)
@@ -163,7 +163,7 @@ test('a file at the socket path that is not a socket is left alone: no socket, r
   const pidFile = path.join(tmp, 'notsock.pid')
   fs.writeFileSync(pidFile + '.sock', 'somebody\'s data')
   const port = await freePort()
-  primary = startPrimary(pidFile, port, ['--workers', '1'])
+  primary = startPrimary(pidFile, port, ['--workers', '1', '--bake-ms', '0'])
   const info = await eventually(() => fs.existsSync(pidFile) && JSON.parse(fs.readFileSync(pidFile, 'utf8')), { timeoutMs: 30000, what: 'the pid file' })
   assert.strictEqual(info.controlSocket, null)
   assert.strictEqual(fs.readFileSync(pidFile + '.sock', 'utf8'), 'somebody\'s data')
@@ -179,7 +179,7 @@ test('a file at the socket path that is not a socket is left alone: no socket, r
 test('a client that shuts down its sending side after the command (socat, nc -N) still gets the reload result', async () => {
   const pidFile = path.join(tmp, 'half.pid')
   const port = await freePort()
-  primary = startPrimary(pidFile, port, ['--workers', '1'])
+  primary = startPrimary(pidFile, port, ['--workers', '1', '--bake-ms', '0'])
   const info = await eventually(() => fs.existsSync(pidFile) && JSON.parse(fs.readFileSync(pidFile, 'utf8')), { timeoutMs: 30000, what: 'the pid file' })
   const body = await new Promise((resolve, reject) => {
     let text = ''

@@ -10,23 +10,22 @@
 
 const { describe, test, before, after } = require('node:test')
 const assert = require('node:assert')
-const { spawn, execFile } = require('child_process')
 const fs = require('fs')
-const http = require('http')
 const os = require('os')
 const path = require('path')
 
-const BIN = path.join(__dirname, '..', 'bin', 'clusterize.js')
 const { readEcosystem, isEcosystemFile } = require('../lib/cli/ecosystem')
 const { parseArgs } = require('../lib/cli/args')
 const { availableCpus } = require('../lib/cpus')
 const { freePort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
 const { isAlive } = require('../lib/process-alive')
+const { runCli, startCli, httpGet: get } = require('./helpers/cli')
 
 const tracked = new Set()
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'clusterize-eco-'))
-const ENV = { PORT: '', WORKERS: '', REDIS_URL: '', NO_COLOR: '1', NODE_APP_INSTANCE: '' }
+/** Over helpers/cli's CLI_ENV: no instance number from an outer PM2. */
+const ENV = { NODE_APP_INSTANCE: '' }
 
 after(function cleanUp () {
   for (const pid of tracked) {
@@ -48,24 +47,7 @@ function writeEcosystem (apps, name) {
 }
 
 function run (args) {
-  return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, ...args], { cwd: tmp, env: Object.assign({}, process.env, ENV), timeout: 90000 }, (err, stdout, stderr) => {
-      resolve({ code: err ? (typeof err.code === 'number' ? err.code : -1) : 0, stdout, stderr })
-    })
-  })
-}
-
-function get (port) {
-  return new Promise((resolve, reject) => {
-    const req = http.get({ host: '127.0.0.1', port, path: '/', agent: false, timeout: 5000 }, (res) => {
-      let body = ''
-      res.setEncoding('utf8')
-      res.on('data', (chunk) => { body += chunk })
-      res.on('end', () => resolve({ status: res.statusCode, json: JSON.parse(body) }))
-    })
-    req.on('timeout', () => req.destroy(new Error('timeout')))
-    req.on('error', reject)
-  })
+  return runCli(args, { cwd: tmp, env: ENV })
 }
 
 describe('reading an ecosystem file', () => {
@@ -152,8 +134,8 @@ describe('reading an ecosystem file', () => {
 describe('clusterize start ecosystem.config.js: a real cluster', () => {
   const pidFile = path.join(tmp, 'run', 'eco.pid')
   let port
+  let cli
   let child
-  let output = ''
   let exited
   let file
 
@@ -177,21 +159,9 @@ describe('clusterize start ecosystem.config.js: a real cluster', () => {
 }
 `)
     // Started from another directory: script is found next to the file.
-    child = spawn(process.execPath, [BIN, 'start', path.relative(tmp, file), '--host', '127.0.0.1', '--pid-file', pidFile], {
-      cwd: tmp,
-      env: Object.assign({}, process.env, ENV),
-      stdio: ['ignore', 'pipe', 'pipe']
-    })
-    tracked.add(child.pid)
-    child.stdout.on('data', (chunk) => { output += chunk })
-    child.stderr.on('data', (chunk) => { output += chunk })
-    exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })))
-    let gone = false
-    exited.then(() => { gone = true })
-    await eventually(() => {
-      if (gone) throw new Error('the CLI exited before it was ready:\n' + output)
-      return fs.existsSync(pidFile) && output.includes('slot')
-    }, { timeoutMs: 30000, intervalMs: 50, what: 'the pid file and the banner' })
+    cli = await startCli(['start', path.relative(tmp, file), '--host', '127.0.0.1', '--pid-file', pidFile], { cwd: tmp, env: ENV, pidFile, tracked })
+    child = cli.child
+    exited = cli.exited
   })
 
   after(async () => {
@@ -202,8 +172,8 @@ describe('clusterize start ecosystem.config.js: a real cluster', () => {
   })
 
   test('names the fields it ignores, once, and not the ones it uses', () => {
-    const warnings = output.split('\n').filter((line) => line.includes('ignoring what clusterize has no use for'))
-    assert.strictEqual(warnings.length, 1, output)
+    const warnings = cli.output.split('\n').filter((line) => line.includes('ignoring what clusterize has no use for'))
+    assert.strictEqual(warnings.length, 1, cli.output)
     assert.match(warnings[0], /: name, watch \(see docs\/coming-from-pm2\.md\)$/)
   })
 

@@ -9,14 +9,11 @@
 
 const { describe, test, before, after } = require('node:test')
 const assert = require('node:assert')
-const { spawn, execFile } = require('child_process')
+const { spawn } = require('child_process')
 const fs = require('fs')
-const http = require('http')
 const os = require('os')
 const path = require('path')
 
-const BIN = path.join(__dirname, '..', 'bin', 'clusterize.js')
-const APP = path.join(__dirname, '..', 'examples', 'hello', 'app.js')
 const { FLAGS } = require('../lib/cli/args')
 const { formatBanner } = require('../lib/cli/banner')
 const { createJsonLogger } = require('../lib/cli/json-logger')
@@ -24,6 +21,7 @@ const { version } = require('../package.json')
 const { freePort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
 const { isAlive } = require('../lib/process-alive')
+const { HELLO_APP: APP, runCli, startCli, httpGet: get } = require('./helpers/cli')
 
 const tracked = new Set()
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'clusterize-cli-'))
@@ -39,34 +37,8 @@ after(function cleanUp () {
 
 
 /** Run the CLI to completion. */
-function run (args, options) {
-  options = options || {}
-  return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, ...args], {
-      cwd: options.cwd || tmp,
-      env: Object.assign({}, process.env, { PORT: '', WORKERS: '', REDIS_URL: '', NO_COLOR: '1' }, options.env),
-      timeout: 90000
-    }, (err, stdout, stderr) => {
-      resolve({ code: err ? (typeof err.code === 'number' ? err.code : -1) : 0, stdout, stderr })
-    })
-  })
-}
-
-function get (port, urlPath) {
-  return new Promise((resolve, reject) => {
-    const req = http.get({ host: '127.0.0.1', port, path: urlPath || '/', agent: false, timeout: 5000 }, (res) => {
-      let body = ''
-      res.setEncoding('utf8')
-      res.on('data', (chunk) => { body += chunk })
-      res.on('end', () => resolve({ status: res.statusCode, body, json: safeJson(body) }))
-    })
-    req.on('timeout', () => req.destroy(new Error('timeout')))
-    req.on('error', reject)
-  })
-}
-
-function safeJson (text) {
-  try { return JSON.parse(text) } catch { return null }
+function run (args, options = {}) {
+  return runCli(args, { cwd: options.cwd || tmp, env: options.env })
 }
 
 /** How long and how often the checks below poll. */
@@ -75,28 +47,16 @@ const POLL = { timeoutMs: 30000, intervalMs: 50 }
 describe('clusterize app.js: start, status, reload, stop', () => {
   const pidFile = path.join(tmp, 'run', 'hello.pid')
   let port
+  let cli
   let child
-  let output = ''
   let exited
   let firstPids
 
   before(async () => {
     port = await freePort()
-    child = spawn(process.execPath, [BIN, APP, '--workers', '2', '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile], {
-      cwd: tmp,
-      env: Object.assign({}, process.env, { WORKERS: '', PORT: '', REDIS_URL: '', NO_COLOR: '1' }),
-      stdio: ['ignore', 'pipe', 'pipe']
-    })
-    tracked.add(child.pid)
-    child.stdout.on('data', (chunk) => { output += chunk })
-    child.stderr.on('data', (chunk) => { output += chunk })
-    exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })))
-    let gone = false
-    exited.then(() => { gone = true })
-    await eventually(() => {
-      if (gone) throw new Error('the CLI exited before it was ready:\n' + output)
-      return fs.existsSync(pidFile) && output.includes('slot')
-    }, { ...POLL, what: 'the pid file and the banner' })
+    cli = await startCli([APP, '--workers', '2', '--bake-ms', '0', '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile], { cwd: tmp, pidFile, tracked, poll: POLL })
+    child = cli.child
+    exited = cli.exited
   })
 
   test('writes the pid file and prints the banner', () => {
@@ -104,10 +64,10 @@ describe('clusterize app.js: start, status, reload, stop', () => {
     assert.strictEqual(info.pid, child.pid)
     assert.strictEqual(info.port, port)
     assert.ok(Number.isInteger(info.probesPort) && info.probesPort > 0)
-    assert.match(output, /ready with 2 workers/)
-    assert.match(output, new RegExp(`primary +pid ${child.pid}`))
-    assert.match(output, /scheduling +rr/)
-    assert.doesNotMatch(output, /\x1b\[/, 'no colours when stdout is not a TTY')
+    assert.match(cli.output, /ready with 2 workers/)
+    assert.match(cli.output, new RegExp(`primary +pid ${child.pid}`))
+    assert.match(cli.output, /scheduling +rr/)
+    assert.doesNotMatch(cli.output, /\x1b\[/, 'no colours when stdout is not a TTY')
   })
 
   test('answers 200 from two different worker pids', async () => {
@@ -146,7 +106,7 @@ describe('clusterize app.js: start, status, reload, stop', () => {
 
   test('clusterize reload replaces every worker', async () => {
     const result = await run(['reload', '--pid-file', pidFile])
-    assert.strictEqual(result.code, 0, result.stderr + '\n' + output)
+    assert.strictEqual(result.code, 0, result.stderr + '\n' + cli.output)
     // The pid file's directory exists before the control socket listens, so it answers.
     assert.match(result.stdout, /reload done: generation 2, 2 worker\(s\) replaced in \d+ ms/)
     const fresh = new Set()
@@ -169,7 +129,7 @@ describe('clusterize app.js: start, status, reload, stop', () => {
     assert.strictEqual(result.code, 0, result.stderr)
     assert.match(result.stdout, new RegExp(`stopped: primary ${child.pid}`))
     const { code, signal } = await exited
-    assert.strictEqual(code, 0, output)
+    assert.strictEqual(code, 0, cli.output)
     assert.strictEqual(signal, null)
     assert.ok(!fs.existsSync(pidFile), 'the pid file is removed')
     for (const pid of tracked) assert.ok(!isAlive(pid), `pid ${pid} is gone`)
@@ -208,6 +168,7 @@ describe('usage errors exit with code 2 before anything forks', () => {
     { args: [APP, '--probes-port', 'x'], message: /--probes-port must be a port number/ },
     { args: [APP, '--json=yes'], message: /--json takes no value/ },
     { args: [APP, '--host', ''], message: /--host needs a non-empty value/ },
+    { args: [APP, '--bake-ms', '1.5'], message: /--bake-ms must be a whole number of milliseconds from 0 to 2147483647, got "1.5"/ },
     { args: [APP, '--reload-signal', 'SIGFOO'], message: /--reload-signal must be one of SIGUSR2, SIGHUP, SIGUSR1, got "SIGFOO"/ },
     { args: [APP, '--reload-signal', 'SIGKILL'], message: /--reload-signal must be one of SIGUSR2, SIGHUP, SIGUSR1, got "SIGKILL"/ },
     { args: ['reload', '--reload-signal', 'SIGHUP'], message: /--reload-signal does not apply to clusterize reload/ },

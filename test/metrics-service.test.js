@@ -17,6 +17,7 @@ const { RetainedTotals } = require('../lib/state/metrics/retained')
 const { aggregateLists, formatExposition } = require('../lib/state/metrics/exposition')
 const { renderAggregate, renderWorker } = require('../lib/state/metrics/render')
 const { startMetricsReporter, findRegistries } = require('../lib/state/metrics/reporter')
+const { valuesIfSameShape, applyValues } = require('../lib/state/metrics/values')
 const { parse } = require('./helpers/prometheus')
 
 /** One stand-in worker: its own registry with the app's usual metrics. */
@@ -28,7 +29,7 @@ function makeWorker (slot) {
   const version = new client.Gauge({ name: 'app_version', help: 'version', aggregator: 'first', registers: [registry] })
   version.set(7)
   nextPid++
-  return { caller: { id: slot, pid: nextPid, generation: 1 }, slot, pid: nextPid, registry, requests, latency, inFlight, blocked: false, held: [], reporter: null }
+  return { caller: { id: slot, pid: nextPid, generation: 1 }, slot, pid: nextPid, registry, requests, latency, inFlight, blocked: false, held: [], reporter: null, sent: [] }
 }
 let nextPid = 1000
 
@@ -52,6 +53,7 @@ function makeCluster (count, options) {
         client: {
           notify: (op, data) => {
             assert.strictEqual(op, OP.REPORT)
+            worker.sent.push(data.values !== undefined ? 'values' : data.metrics === null ? 'null' : 'full')
             // A report is the plain data the IPC channel would carry.
             service.report(JSON.parse(JSON.stringify(data)), worker.caller)
             return true
@@ -443,4 +445,101 @@ test('the per-worker view of a slot shows its newest worker (during a reload bot
   app.service.report({ seq: 0, metrics: metric(1) }, { id: 0, pid: 200, generation: 2 })
   assert.match(await app.renderWorker(0), /generation 2[\s\S]*^x_total 1$/m)
   await assert.rejects(app.renderWorker(3), (err) => err.status === 404 && /try one of 0/.test(err.message))
+})
+
+test('after a full report, scrapes carry numbers only; a new series or label set sends a full report again; sums stay right', async (t) => {
+  const cluster = makeCluster(2)
+  t.after(() => cluster.close())
+  const [a, b] = cluster.workers
+  for (const worker of [a, b]) await cluster.push(worker)
+  a.requests.inc({ route: '/x' }, 3)
+  b.requests.inc({ route: '/x' }, 4)
+  // The first scrape after the push: the new series /x changed the shape.
+  assert.strictEqual((await cluster.scrape()).get('app_requests_total{route="/x"}'), 7)
+  const before = a.sent.length
+  a.requests.inc({ route: '/x' }, 10)
+  a.latency.observe(0.5)
+  let series = await cluster.scrape()
+  assert.deepStrictEqual(a.sent.slice(before), ['values'], 'same series: numbers only')
+  assert.strictEqual(series.get('app_requests_total{route="/x"}'), 17)
+  assert.strictEqual(series.get('app_latency_seconds_bucket{le="1"}'), 1)
+  assert.strictEqual(series.get('app_latency_seconds_count'), 1)
+  // A label set the primary has not seen: a full report, the new series counted.
+  a.requests.inc({ route: '/z' }, 2)
+  series = await cluster.scrape()
+  assert.strictEqual(a.sent[a.sent.length - 1], 'full')
+  assert.strictEqual(series.get('app_requests_total{route="/z"}'), 2)
+  assert.strictEqual(series.get('app_requests_total{route="/x"}'), 17)
+  // A worker that exits after values reports: its last numbers are what is retained.
+  b.requests.inc({ route: '/x' }, 1)
+  await cluster.scrape()
+  assert.strictEqual(b.sent[b.sent.length - 1], 'values')
+  cluster.gone(b)
+  assert.strictEqual((await cluster.scrape()).get('app_requests_total{route="/x"}'), 18)
+})
+
+test('a values report the primary cannot place (it holds no full report: a new primary) is refused; the worker is asked for a full one', async (t) => {
+  const cluster = makeCluster(1)
+  t.after(() => cluster.close())
+  const [a] = cluster.workers
+  await cluster.push(a)
+  a.requests.inc({ route: '/x' }, 3)
+  await cluster.scrape()
+  // The primary forgets this worker's report, as a new primary would not have it.
+  cluster.service.reports.get(a.pid).shape = 99
+  a.requests.inc({ route: '/x' }, 1)
+  await cluster.push(a)
+  assert.strictEqual(a.sent[a.sent.length - 1], 'values')
+  await waitUntil(() => a.sent[a.sent.length - 1] === 'full')
+  assert.strictEqual((await cluster.scrape()).get('app_requests_total{route="/x"}'), 4)
+  assert.strictEqual(a.sent[a.sent.length - 1], 'values', 'numbers only again once the primary holds the full report')
+})
+
+test('values reports: never to a primary that did not offer them, nor in the same process, where the report is the app\'s own objects', async (t) => {
+  const registry = new client.Registry()
+  const counter = new client.Counter({ name: 'v_total', help: 'v', registers: [registry] })
+  const sent = []
+  let ask
+  const reporter = startMetricsReporter({
+    client: { notify: (op, data) => sent.push(data), request: () => new Promise((resolve) => { ask = resolve }) },
+    registries: [registry],
+    pushIntervalMs: 60000
+  })
+  t.after(() => reporter.stop())
+  await reporter.push()
+  // An older primary's question has no `values`: full reports only.
+  ask({ seq: 1 })
+  await waitUntil(() => sent.length === 2)
+  assert.ok(Array.isArray(sent[1].metrics) && sent[1].values === undefined)
+  counter.inc()
+  ask({ seq: 2, values: true })
+  await waitUntil(() => sent.length === 3)
+  assert.deepStrictEqual(sent[2], { seq: 2, shape: sent[1].shape, values: [1] })
+  // The service offers values to other processes only.
+  const service = new MetricsService({ timeoutMs: 100 })
+  t.after(() => service.close())
+  service.report({ seq: 0, shape: 1, metrics: [] }, { id: 1, pid: 4242, generation: 1 })
+  service.report({ seq: 0, shape: 1, metrics: [] }, { id: 0, pid: process.pid, generation: 1 })
+  const remote = service.next(null, { id: 1, pid: 4242, generation: 1 })
+  const local = service.next(null, { id: 0, pid: process.pid, generation: 1 })
+  service.collect()
+  assert.deepStrictEqual(await remote, { seq: service.seq, values: true })
+  assert.deepStrictEqual(await local, { seq: service.seq, values: false })
+})
+
+test('valuesIfSameShape and applyValues: label content, not objects, decides; counts must match', () => {
+  const one = [{ name: 'm', help: 'h', type: 'counter', values: [{ value: 1, labels: { a: 'x' } }, { value: 2, labels: { a: 'y' } }] }]
+  const same = [{ name: 'm', help: 'h', type: 'counter', values: [{ value: 5, labels: { a: 'x' } }, { value: 6, labels: { a: 'y' } }] }]
+  assert.deepStrictEqual(valuesIfSameShape(one, same), [5, 6])
+  const reordered = [{ name: 'm', help: 'h', type: 'counter', values: [{ value: 6, labels: { a: 'y' } }, { value: 5, labels: { a: 'x' } }] }]
+  assert.strictEqual(valuesIfSameShape(one, reordered), null)
+  const moreLabels = [{ name: 'm', help: 'h', type: 'counter', values: [{ value: 5, labels: { a: 'x', b: 'z' } }, { value: 6, labels: { a: 'y' } }] }]
+  assert.strictEqual(valuesIfSameShape(one, moreLabels), null)
+  assert.strictEqual(valuesIfSameShape(one, [{ ...same[0], help: 'other' }]), null)
+  const held = JSON.parse(JSON.stringify(one))
+  assert.strictEqual(applyValues(held, [7]), false, 'a count that does not fit writes nothing')
+  assert.deepStrictEqual(held[0].values.map((v) => v.value), [1, 2])
+  assert.strictEqual(applyValues(held, [7, 8]), true)
+  assert.deepStrictEqual(held[0].values.map((v) => v.value), [7, 8])
+  assert.strictEqual(applyValues([{ name: 'broken' }], []), false)
 })

@@ -11,7 +11,7 @@
 
 const { test, after } = require('node:test')
 const assert = require('node:assert')
-const { spawn, execFile } = require('child_process')
+const { spawn } = require('child_process')
 const fs = require('fs')
 const http = require('http')
 const net = require('net')
@@ -20,11 +20,10 @@ const path = require('path')
 const { freePort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
 const { isAlive } = require('../lib/process-alive')
+const { CLI_BIN: BIN, HELLO_APP: APP, runCli } = require('./helpers/cli')
 const { readPidFile, writePidFile } = require('../lib/cli/pid-file')
 const { defaultPidFile, ensurePrivateDir } = require('../lib/cli/runtime-dir')
 
-const BIN = path.join(__dirname, '..', 'bin', 'clusterize.js')
-const APP = path.join(__dirname, '..', 'examples', 'hello', 'app.js')
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-pidfile-'))
 const NOBODY = 65534
 const isRoot = typeof process.getuid === 'function' && process.getuid() === 0
@@ -39,17 +38,8 @@ after(() => {
   fs.rmSync(tmp, { recursive: true, force: true })
 })
 
-function run (args, options) {
-  options = options || {}
-  return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, ...args], {
-      cwd: options.cwd || tmp,
-      env: Object.assign({}, process.env, { PORT: '', WORKERS: '', REDIS_URL: '', NO_COLOR: '1' }, options.env),
-      timeout: 60000
-    }, (err, stdout, stderr) => {
-      resolve({ code: err ? (typeof err.code === 'number' ? err.code : -1) : 0, stdout, stderr })
-    })
-  })
+function run (args, options = {}) {
+  return runCli(args, { cwd: options.cwd || tmp, env: options.env, timeoutMs: 60000 })
 }
 
 /** A process that must survive: SIGHUP, SIGTERM or SIGKILL would end it. */

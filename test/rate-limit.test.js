@@ -4,15 +4,13 @@
  * The rate-limit store without processes: the primary's counters (this
  * host's, and Redis's against the real Redis at REDIS_URL over fresh
  * connections), the service's request checks, and ClusterStore under the
- * real express-rate-limit, its service in this process. The cluster runs
- * (2 workers, two clusters on one Redis) need the internal service layer.
+ * real express-rate-limit (v8 and v7, test/helpers/rate-limit-versions.js),
+ * its service in this process. The cluster runs (2 workers, two clusters on
+ * one Redis) are in app-state-cluster.test.js.
  */
 
 const { describe, it, before, after } = require('node:test')
 const assert = require('node:assert/strict')
-const http = require('http')
-const express = require('express')
-const { rateLimit, MemoryStore } = require('express-rate-limit')
 const Redis = require('ioredis')
 const { RateLimitCounters } = require('../lib/state/rate-limit-counters')
 const { RedisRateLimitCounters } = require('../lib/state/rate-limit-redis')
@@ -23,6 +21,9 @@ const { connectRedis } = require('../lib/redis/connect')
 const { parseRedisTarget } = require('../lib/redis/target')
 const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix } = require('./helpers/redis')
 const { freePort } = require('./helpers/net')
+const { whenReady } = require('../lib/state/redis-ready')
+const { VERSIONS, installedMajor } = require('./helpers/rate-limit-versions')
+const { serveLimited, statuses, count } = require('./helpers/rate-limit')
 
 /** A client calling the service's handlers in this process (the service layer's in-process path). */
 function serviceOver (service) {
@@ -102,84 +103,76 @@ describe('rate-limit service requests', () => {
   })
 })
 
-/** An express app limited to `limit` per window, on a loopback port. */
-async function limitedServer (limiterOptions) {
-  const app = express()
-  app.use(rateLimit(Object.assign({ windowMs: 60000, limit: 10, standardHeaders: 'draft-8', legacyHeaders: false }, limiterOptions)))
-  app.get('/', (req, res) => res.send('ok'))
-  app.use((err, req, res, next) => res.status(500).send('store error: ' + err.code))
-  const server = http.createServer(app)
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
-  return { port: server.address().port, close: () => new Promise((resolve) => server.close(resolve)) }
+/** An express app limited to `limit` per window by `rateLimit` (one major's), on a loopback port. */
+function limitedServer (rateLimit, limiterOptions) {
+  return serveLimited(rateLimit(Object.assign({ windowMs: 60000, limit: 10, standardHeaders: 'draft-8', legacyHeaders: false }, limiterOptions)))
 }
 
-/** `n` GETs over fresh connections; their status codes. */
-async function statuses (port, n) {
-  const out = []
-  for (let i = 0; i < n; i++) {
-    const res = await fetch(`http://127.0.0.1:${port}/`, { headers: { connection: 'close' } })
-    await res.text()
-    out.push(res.status)
+/** 8 requests to a server limited through `storeA`, 8 to one through `storeB`: exactly the limit (10) pass. */
+async function assertLimitAcross (rateLimit, storeA, storeB) {
+  const a = await limitedServer(rateLimit, { store: storeA })
+  const b = await limitedServer(rateLimit, { store: storeB })
+  try {
+    const codes = [...await statuses(a.port, 8), ...await statuses(b.port, 8)]
+    assert.equal(count(codes, 200), 10)
+    assert.equal(count(codes, 429), 6)
+  } finally {
+    await a.close()
+    await b.close()
   }
-  return out
 }
 
-function count (codes, code) {
-  return codes.filter((c) => c === code).length
+for (const version of VERSIONS) {
+  const { rateLimit, MemoryStore } = require(version.module)
+
+  describe(`ClusterStore under express-rate-limit ${version.label} (service in this process)`, () => {
+    it(`the package under test is express-rate-limit ${version.major}`, () => {
+      assert.equal(installedMajor(version.module), version.major)
+    })
+
+    it('two limiters (two servers) sharing one service let exactly `limit` through in total', async () => {
+      const client = serviceOver(createRateLimitService())
+      await assertLimitAcross(rateLimit, new ClusterStore({ prefix: 'shared:', client }), new ClusterStore({ prefix: 'shared:', client }))
+    })
+
+    it('control: two MemoryStores let twice the limit through', async () => {
+      const a = await limitedServer(rateLimit, { store: new MemoryStore() })
+      const b = await limitedServer(rateLimit, { store: new MemoryStore() })
+      try {
+        const codes = [...await statuses(a.port, 8), ...await statuses(b.port, 8)]
+        assert.equal(count(codes, 200), 16)
+      } finally {
+        await a.close()
+        await b.close()
+      }
+    })
+
+    it('stores without a prefix get distinct ones, so two limiters never share counts', () => {
+      const one = new ClusterStore()
+      const two = new ClusterStore()
+      assert.notEqual(one.prefix, two.prefix)
+      assert.equal(one.localKeys, false)
+    })
+
+    it('a service that never answers: the call fails after timeoutMs; passOnStoreError decides', async () => {
+      const silent = { request: () => new Promise(() => {}), notify () {}, onNotify () { return () => {} } }
+      const strict = await limitedServer(rateLimit, { store: new ClusterStore({ prefix: 's:', client: silent, timeoutMs: 50 }) })
+      const lenient = await limitedServer(rateLimit, { store: new ClusterStore({ prefix: 'l:', client: silent, timeoutMs: 50 }), passOnStoreError: true, logger: { error () {}, warn () {}, info () {} } })
+      try {
+        assert.deepEqual(await statuses(strict.port, 2), [500, 500])
+        assert.deepEqual(await statuses(lenient.port, 2), [200, 200])
+      } finally {
+        await strict.close()
+        await lenient.close()
+      }
+    })
+
+    it('invalid options fail at construction, naming the option', () => {
+      assert.throws(() => new ClusterStore({ timeoutMs: 0 }), { code: 'ERR_CLUSTERIZE_CONFIG_OPTION', option: 'timeoutMs' })
+      assert.throws(() => new ClusterStore({ prefix: 7 }), { code: 'ERR_CLUSTERIZE_CONFIG_OPTION', option: 'prefix' })
+    })
+  })
 }
-
-describe('ClusterStore under express-rate-limit (service in this process)', () => {
-  it('two limiters (two servers) sharing one service let exactly `limit` through in total', async () => {
-    const client = serviceOver(createRateLimitService())
-    const a = await limitedServer({ store: new ClusterStore({ prefix: 'shared:', client }) })
-    const b = await limitedServer({ store: new ClusterStore({ prefix: 'shared:', client }) })
-    try {
-      const codes = [...await statuses(a.port, 8), ...await statuses(b.port, 8)]
-      assert.equal(count(codes, 200), 10)
-      assert.equal(count(codes, 429), 6)
-    } finally {
-      await a.close()
-      await b.close()
-    }
-  })
-
-  it('control: two MemoryStores let twice the limit through', async () => {
-    const a = await limitedServer({ store: new MemoryStore() })
-    const b = await limitedServer({ store: new MemoryStore() })
-    try {
-      const codes = [...await statuses(a.port, 8), ...await statuses(b.port, 8)]
-      assert.equal(count(codes, 200), 16)
-    } finally {
-      await a.close()
-      await b.close()
-    }
-  })
-
-  it('stores without a prefix get distinct ones, so two limiters never share counts', () => {
-    const one = new ClusterStore()
-    const two = new ClusterStore()
-    assert.notEqual(one.prefix, two.prefix)
-    assert.equal(one.localKeys, false)
-  })
-
-  it('a service that never answers: the call fails after timeoutMs; passOnStoreError decides', async () => {
-    const silent = { request: () => new Promise(() => {}), notify () {}, onNotify () { return () => {} } }
-    const strict = await limitedServer({ store: new ClusterStore({ prefix: 's:', client: silent, timeoutMs: 50 }) })
-    const lenient = await limitedServer({ store: new ClusterStore({ prefix: 'l:', client: silent, timeoutMs: 50 }), passOnStoreError: true, logger: { error () {}, warn () {}, info () {} } })
-    try {
-      assert.deepEqual(await statuses(strict.port, 2), [500, 500])
-      assert.deepEqual(await statuses(lenient.port, 2), [200, 200])
-    } finally {
-      await strict.close()
-      await lenient.close()
-    }
-  })
-
-  it('invalid options fail at construction, naming the option', () => {
-    assert.throws(() => new ClusterStore({ timeoutMs: 0 }), { code: 'ERR_CLUSTERIZE_CONFIG_OPTION', option: 'timeoutMs' })
-    assert.throws(() => new ClusterStore({ prefix: 7 }), { code: 'ERR_CLUSTERIZE_CONFIG_OPTION', option: 'prefix' })
-  })
-})
 
 describe('rate-limit counts in Redis', async () => {
   const options = await redisTestOptions()
@@ -196,18 +189,24 @@ describe('rate-limit counts in Redis', async () => {
     if (!options.skip) await deletePrefix(prefix)
   })
 
-  it('two primaries (two fresh connections) count in the same keys: exactly `limit` pass across both', { skip: options.skip }, async () => {
-    const hostA = serviceOver(createRateLimitService({ redis: primaryClient(), keyPrefix: prefix }))
-    const hostB = serviceOver(createRateLimitService({ redis: primaryClient(), keyPrefix: prefix }))
-    const a = await limitedServer({ store: new ClusterStore({ prefix: 'fleet:', client: hostA }) })
-    const b = await limitedServer({ store: new ClusterStore({ prefix: 'fleet:', client: hostB }) })
+  it('a burst of commands while the client connects waits on one ready listener, not one each (no leak warning)', async () => {
+    const port = await freePort()
+    const client = new Redis({ host: '127.0.0.1', port, lazyConnect: true })
+    client.on('error', () => {})
     try {
-      const codes = [...await statuses(a.port, 8), ...await statuses(b.port, 8)]
-      assert.equal(count(codes, 200), 10)
-      assert.equal(count(codes, 429), 6)
+      assert.equal(client.status, 'wait')
+      const waits = Array.from({ length: 20 }, () => whenReady(client, undefined))
+      assert.equal(client.listenerCount('ready'), 1)
+      // The wait's timer is unref'd (a primary has its servers to keep it alive): this test keeps itself alive.
+      const alive = setInterval(() => {}, 1000)
+      try {
+        await Promise.all(waits)
+      } finally {
+        clearInterval(alive)
+      }
+      assert.equal(client.listenerCount('ready'), 0, 'the bounded wait ended and let go of its listener')
     } finally {
-      await a.close()
-      await b.close()
+      client.disconnect()
     }
   })
 
@@ -241,18 +240,28 @@ describe('rate-limit counts in Redis', async () => {
     assert.equal((await counters.get('two:a')).totalHits, 1)
   })
 
-  it('Redis unreachable: each call fails fast, passOnStoreError decides, nothing hangs or crashes', async () => {
-    const port = await freePort()
-    const service = createRateLimitService({ redis: primaryClient(`redis://127.0.0.1:${port}`), keyPrefix: prefix })
-    const client = serviceOver(service)
-    const strict = await limitedServer({ store: new ClusterStore({ prefix: 'down:', client }) })
-    const lenient = await limitedServer({ store: new ClusterStore({ prefix: 'down2:', client }), passOnStoreError: true, logger: { error () {}, warn () {}, info () {} } })
-    try {
-      assert.deepEqual(await statuses(strict.port, 3), [500, 500, 500])
-      assert.deepEqual(await statuses(lenient.port, 3), [200, 200, 200])
-    } finally {
-      await strict.close()
-      await lenient.close()
-    }
-  })
+  for (const version of VERSIONS) {
+    const { rateLimit } = require(version.module)
+
+    it(`express-rate-limit ${version.label}: two primaries (two fresh connections) count in the same keys: exactly \`limit\` pass across both`, { skip: options.skip }, async () => {
+      const hostA = serviceOver(createRateLimitService({ redis: primaryClient(), keyPrefix: prefix }))
+      const hostB = serviceOver(createRateLimitService({ redis: primaryClient(), keyPrefix: prefix }))
+      await assertLimitAcross(rateLimit, new ClusterStore({ prefix: `fleet-${version.label}:`, client: hostA }), new ClusterStore({ prefix: `fleet-${version.label}:`, client: hostB }))
+    })
+
+    it(`express-rate-limit ${version.label}: Redis unreachable: each call fails fast, passOnStoreError decides, nothing hangs or crashes`, async () => {
+      const port = await freePort()
+      const service = createRateLimitService({ redis: primaryClient(`redis://127.0.0.1:${port}`), keyPrefix: prefix })
+      const client = serviceOver(service)
+      const strict = await limitedServer(rateLimit, { store: new ClusterStore({ prefix: `down-${version.label}:`, client }) })
+      const lenient = await limitedServer(rateLimit, { store: new ClusterStore({ prefix: `down2-${version.label}:`, client }), passOnStoreError: true, logger: { error () {}, warn () {}, info () {} } })
+      try {
+        assert.deepEqual(await statuses(strict.port, 3), [500, 500, 500])
+        assert.deepEqual(await statuses(lenient.port, 3), [200, 200, 200])
+      } finally {
+        await strict.close()
+        await lenient.close()
+      }
+    })
+  }
 })

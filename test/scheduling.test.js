@@ -5,6 +5,7 @@ const assert = require('node:assert')
 const path = require('path')
 const { startCluster, stopAll } = require('./helpers/cluster')
 const { startLoad } = require('./helpers/load')
+const { tcpMigrateReq } = require('./helpers/net')
 const { reusePortSupport } = require('../lib/primary/scheduling')
 const { pickRendezvous } = require('../lib/primary/rendezvous')
 
@@ -118,9 +119,17 @@ test("'reuseport': on Node >= 22.12 every worker binds the port and a reload und
   await sleep(300)
   const results = await load.stop()
   assert.strictEqual(result.ok, true)
-  assert.strictEqual(results.failed + results.non2xx, 0, JSON.stringify(results.failures.slice(0, 3)))
+  assert.strictEqual(results.non2xx, 0, JSON.stringify(results.failures.slice(0, 3)))
+  if (!reuseport.supported || tcpMigrateReq()) {
+    assert.strictEqual(results.failed, 0, JSON.stringify(results.failures.slice(0, 3)))
+  } else {
+    // Without net.ipv4.tcp_migrate_req, Linux resets what is still queued on a closing
+    // SO_REUSEPORT socket (docs/operations.md): a reset, never a refusal or a wrong answer.
+    assert.deepStrictEqual(results.failures.filter((f) => f.error !== 'ECONNRESET'), [], 'only resets')
+  }
   await cluster.stop()
 })
+
 
 test("'none': workers accept on the shared socket and serve", async () => {
   const cluster = await startCluster(fixture, { env: env({ workers: 2, scheduling: 'none' }) })

@@ -7,14 +7,15 @@
  * No timing: each case asserts the exact command names, in order.
  */
 
-const { describe, it, before, after } = require('node:test')
+const { describe, it, before } = require('node:test')
 const assert = require('node:assert/strict')
 const express = require('express')
 const request = require('supertest')
 const session = require('../middleware/session')
 const { ClusterizeRedisStore } = require('../lib/session/redis-store')
 const { setSessionLogger, sessionLog } = require('../lib/session/log')
-const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix, watchCommands } = require('./helpers/redis')
+const { REDIS_URL } = require('./helpers/redis')
+const { monitoredRedisSuite } = require('./helpers/redis-monitor')
 const { sessionExpiringIn } = require('./helpers/session')
 const { TOUCH_RESOLUTION_MS } = require('../lib/session/touch-skip')
 
@@ -47,31 +48,18 @@ function cookieOf (res) {
 }
 
 describe('Redis commands per request', async () => {
-  const options = await redisTestOptions()
-  const prefix = uniquePrefix('commands')
-  let watch
-  const opened = []
-
-  before(async () => {
-    if (options.skip) return
-    watch = await watchCommands()
-  })
-  after(async () => {
-    for (const mw of opened) await mw.close()
-    if (watch) watch.stop()
-    if (!options.skip) await deletePrefix(prefix)
-  })
+  const suite = await monitoredRedisSuite('commands')
+  const { options, prefix } = suite
 
   /** A session() on the shared Redis with these options, its app, and a logged-in cookie. */
   async function setup (sessionOptions) {
-    const mw = session(Object.assign({ store: 'redis', redis: REDIS_URL, prefix, secret: SECRET }, sessionOptions))
-    opened.push(mw)
+    const mw = suite.track(session(Object.assign({ store: 'redis', redis: REDIS_URL, prefix, secret: SECRET }, sessionOptions)))
     const app = createApp(mw)
     const cookie = cookieOf(await request(app).get('/write').expect(200))
     // One read first, so the touch script is in Redis' script cache (a cold cache costs one NOSCRIPT answer once).
     await request(app).get('/read').set('Cookie', cookie).expect(200)
     const names = async (path, withCookie = cookie) => {
-      const commands = await watch.commandsOf(mw.store.redis, async () => {
+      const commands = await suite.watch.commandsOf(mw.store.redis, async () => {
         const req = request(app).get(path)
         if (withCookie) req.set('Cookie', withCookie)
         await req.expect(200)
@@ -127,23 +115,16 @@ describe('Redis commands per request', async () => {
 })
 
 describe('Redis touch in one round trip keeps its semantics', async () => {
-  const options = await redisTestOptions()
-  const prefix = uniquePrefix('touch1')
-  let watch
+  const suite = await monitoredRedisSuite('touch1')
+  const { options, prefix } = suite
   let store
   before(async () => {
     if (options.skip) return
-    watch = await watchCommands()
-    store = new ClusterizeRedisStore({ redis: REDIS_URL, prefix })
+    store = suite.track(new ClusterizeRedisStore({ redis: REDIS_URL, prefix }))
     if (store.redis.status !== 'ready') await new Promise((resolve) => store.redis.once('ready', resolve))
   })
-  after(async () => {
-    if (store) await store.close()
-    if (watch) watch.stop()
-    if (!options.skip) await deletePrefix(prefix)
-  })
   const sid = (label) => `${label}-${Math.random().toString(36).slice(2)}`
-  const names = (run) => watch.commandsOf(store.redis, run).then((list) => list.map((args) => args[0].toUpperCase()))
+  const names = (run) => suite.watch.commandsOf(store.redis, run).then((list) => list.map((args) => args[0].toUpperCase()))
   const quietly = async (run) => {
     const previous = sessionLog()
     setSessionLogger({ debug () {}, info () {}, warn () {}, error () {} })

@@ -7,13 +7,14 @@
  * with Date mocked so "how far the expiry moved" is exact, not a race.
  */
 
-const { describe, it, before, after } = require('node:test')
+const { describe, it } = require('node:test')
 const assert = require('node:assert/strict')
 const express = require('express')
 const request = require('supertest')
 const session = require('../middleware/session')
 const { TOUCH_RESOLUTION_MS, TOUCH_FRACTION } = require('../lib/session/touch-skip')
-const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix, watchCommands } = require('./helpers/redis')
+const { REDIS_URL } = require('./helpers/redis')
+const { monitoredRedisSuite } = require('./helpers/redis-monitor')
 
 const SECRET = 'touch-skip-secret-0123456789-abcdefghijklm'
 
@@ -34,30 +35,17 @@ function createApp (mw) {
 }
 
 describe('touches skipped while the expiry moved less than its resolution', async () => {
-  const options = await redisTestOptions()
-  const prefix = uniquePrefix('touchskip')
-  let watch
-  const opened = []
-
-  before(async () => {
-    if (options.skip) return
-    watch = await watchCommands()
-  })
-  after(async () => {
-    for (const mw of opened) await mw.close()
-    if (watch) watch.stop()
-    if (!options.skip) await deletePrefix(prefix)
-  })
+  const suite = await monitoredRedisSuite('touchskip')
+  const { options, prefix } = suite
 
   async function setup (sessionOptions) {
-    const mw = session(Object.assign({ store: 'redis', redis: REDIS_URL, prefix, secret: SECRET }, sessionOptions))
-    opened.push(mw)
+    const mw = suite.track(session(Object.assign({ store: 'redis', redis: REDIS_URL, prefix, secret: SECRET }, sessionOptions)))
     const app = createApp(mw)
     const login = await request(app).get('/login').expect(200)
     const cookie = login.headers['set-cookie'][0].split(';')[0]
     const names = async (path) => {
       let body
-      const commands = await watch.commandsOf(mw.store.redis, async () => {
+      const commands = await suite.watch.commandsOf(mw.store.redis, async () => {
         body = (await request(app).get(path).set('Cookie', cookie).expect(200)).body
       })
       return { commands: commands.map((args) => args[0].toUpperCase()), body }
@@ -121,7 +109,7 @@ describe('touches skipped while the expiry moved less than its resolution', asyn
     const { mw, names, cookie } = await setup({ cookie: { maxAge } })
     const read = async () => (await request(app(mw)).get('/read').set('Cookie', cookie).expect(200)).body
     // 2 maxAges of reads, one every 10 ms (mocked): most touches are skipped, none lets the session lapse.
-    const commands = await watch.commandsOf(mw.store.redis, async () => {
+    const commands = await suite.watch.commandsOf(mw.store.redis, async () => {
       for (let i = 0; i < 2 * maxAge / 10; i++) {
         t.mock.timers.tick(10)
         assert.deepEqual(await read(), { user: 'zoe' }, `read ${i} still has the session`)

@@ -16,6 +16,8 @@ const { createLocalLeaseBackend } = require('../lib/state/lease-local')
 const { createRedisLeaseBackend } = require('../lib/state/lease-redis')
 const { singletonService, singletonHandlers } = require('../lib/state/singleton-service')
 const { singleton } = require('../lib/state/singleton')
+const { singletonStats } = require('../lib/state/singleton-stats')
+const { formatSingletonsTable } = require('../lib/cli/banner')
 const { clientOf } = require('../lib/state/client')
 const { connectRedis } = require('../lib/redis/connect')
 const { parseRedisTarget } = require('../lib/redis/target')
@@ -78,6 +80,38 @@ describe('LeaseTable (one host)', () => {
     assert.equal(table.list()[0].owner, 401, 'no second holder before the first released')
     table.release('job', 401, first.token)
     assert.equal((await other).granted, true)
+    table.close()
+  })
+
+  it('stats: the holder (slot and pid), its token, since when, a local lease, who waits; a lost lease reads stopping', async () => {
+    let now = 1_700_000_000_000
+    const table = new LeaseTable(createLocalLeaseBackend(), { now: () => now })
+    const first = await table.acquire('job', 501, timing)
+    const waiting = table.acquire('job', 502, timing)
+    now += 2500
+    const workers = [{ id: 1, pid: 502 }, { id: 0, pid: 501 }]
+    assert.deepEqual(singletonStats({ list: () => table.list() }, workers, now), [{
+      name: 'job',
+      state: 'held',
+      worker: { slot: 0, pid: 501 },
+      token: first.token,
+      since: new Date(1_700_000_000_000).toISOString(),
+      heldMs: 2500,
+      lease: 'local',
+      waiting: 1
+    }])
+    table.revoke('job')
+    assert.equal(singletonStats({ list: () => table.list() }, workers, now)[0].state, 'stopping')
+    table.release('job', 501, first.token)
+    const second = await waiting
+    const [entry] = singletonStats({ list: () => table.list() }, workers, now)
+    assert.deepEqual([entry.state, entry.worker, entry.token, entry.waiting], ['held', { slot: 1, pid: 502 }, second.token, 0])
+    // `clusterize status` prints the same, one line per name.
+    const text = formatSingletonsTable(singletonStats({ list: () => table.list() }, workers, now))
+    assert.match(text, /^singleton\s+state\s+slot\s+pid\s+token\s+held for\s+lease\s+waiting\n/)
+    assert.match(text, new RegExp(`\\njob\\s+held\\s+1\\s+502\\s+${second.token}\\s+0s\\s+local\\s+0\\n$`))
+    assert.equal(formatSingletonsTable([]), '', 'no section without singletons')
+    assert.deepEqual(singletonStats(undefined, workers), [], 'no singleton service (not started here): an empty list')
     table.close()
   })
 
@@ -214,6 +248,12 @@ describe('LeaseTable across hosts (Redis)', async () => {
     const holders = answers.filter((x) => x.a.granted)
     assert.equal(holders.length, 1, 'one holder in the fleet, even after a lease time')
     const first = holders[0]
+    // Stats on each host: the holder's host names it and a Redis lease; the other sees it held elsewhere.
+    const otherTable = first.table === hostA ? hostB : hostA
+    const [held] = singletonStats({ list: () => first.table.list() }, [{ id: 0, pid: first.pid }])
+    assert.deepEqual([held.state, held.worker, held.token, held.lease, held.waiting], ['held', { slot: 0, pid: first.pid }, first.a.token, 'redis', 1])
+    const [elsewhere] = singletonStats({ list: () => otherTable.list() }, [])
+    assert.deepEqual([elsewhere.state, elsewhere.worker, elsewhere.token, elsewhere.lease, elsewhere.waiting], ['held-elsewhere', null, null, 'redis', 2])
     // Its host gives the name to its other worker first (same host, the fleet lease stays).
     first.table.release('fleet-job', first.pid, first.a.token)
     await eventually(() => answers.filter((x) => x.a.granted).length === 2, { what: 'a second holder' })
@@ -222,6 +262,19 @@ describe('LeaseTable across hosts (Redis)', async () => {
     hostA.close()
     hostB.close()
     await Promise.allSettled(asks)
+  })
+
+  it('a name claimed for the first time (one lease of wait) is kept through its renewals, not revoked at the first one', { skip: options.skip }, async () => {
+    const host = new LeaseTable(createRedisLeaseBackend(redisClient(REDIS_URL, opened), { namespace: ns, hostId: 'fresh' }))
+    try {
+      const granted = await host.acquire('first-use', 1, timing)
+      assert.equal(granted.granted, true)
+      // Watches answer held: false as soon as the lease is lost; three lease times of renewals.
+      for (let i = 0; i < 3; i++) assert.deepEqual(await host.watch('first-use', 1, granted.token, timing.leaseMs), { held: true })
+      assert.equal(host.list()[0].revoked, false)
+    } finally {
+      host.close()
+    }
   })
 })
 

@@ -15,7 +15,7 @@ const { spawn, execFile, execFileSync } = require('child_process')
 const fs = require('fs')
 const os = require('os')
 const path = require('path')
-const { freePort, waitForPort } = require('./helpers/net')
+const { freePort, waitForPort, tcpMigrateReq } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
 const { startLoad } = require('./helpers/load')
 const { request } = require('./helpers/cluster')
@@ -302,10 +302,51 @@ for (const scheduling of ['sticky', 'none']) {
   })
 }
 
+/**
+ * `clusterize upgrade` of the primary in `pidFile`, `times` times in a row, under a new connection
+ * per request and under kept-alive connections: each new primary's workers answer and the first
+ * old primary exits. Linux resets connections still queued in a SO_REUSEPORT socket that closes
+ * (an old worker's) unless net.ipv4.tcp_migrate_req is 1 (docs/operations.md): never a
+ * refusal. Kept-alive connections lose nothing. Then the CLI stops the last primary.
+ * @param {{ port: number, pidFile: string, first: { pid: number }, output: () => string, times?: number }} options
+ */
+async function assertUpgradesUnderLoad ({ port, pidFile, first, output, times = 1 }) {
+  const fresh = newConnectionLoad(port)
+  const keepAlive = startLoad({ port, connections: 3, durationMs: 120000, paceMs: 2 })
+  await keepAlive.served(30)
+  let previous = first
+  for (let i = 0; i < times; i++) {
+    const upgrade = await run(['upgrade', '--pid-file', pidFile])
+    assert.strictEqual(upgrade.code, 0, upgrade.stdout + upgrade.stderr + output())
+    const next = await primaryInfo(pidFile, previous.pid)
+    await eventually(() => fresh.results.primaries.has(next.pid), { timeoutMs: 20000, what: `a response from the workers of primary ${i + 2}` })
+    if (i === 0) await eventually(() => !isAlive(first.pid), { timeoutMs: 30000, what: 'the old primary to exit\n' + output() })
+    previous = next
+  }
+  await keepAlive.served(30)
+  const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
+  if (tcpMigrateReq()) assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
+  else assert.deepStrictEqual(freshResults.failures.filter((code) => code !== 'ECONNRESET'), [], 'new-connection load')
+  assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
+  for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
+  const stop = await run(['stop', '--pid-file', pidFile])
+  assert.strictEqual(stop.code, 0, stop.stderr)
+}
+
 test("scheduling 'none' on a plain start: a worker passes on the socket node:cluster shares, and the upgrade loses no request", async () => {
   const port = await freePort()
   const { pidFile, out } = startPrimary('none', port, ['--workers', '2', '--scheduling', 'none'])
   const before = await primaryInfo(pidFile)
+  // Twice: the second from the new primary, which was given its socket.
+  await assertUpgradesUnderLoad({ port, pidFile, first: before, output: () => out.text, times: 2 })
+})
+
+test("scheduling 'balanced': the new primary takes the shared socket the workers accept from; both generations accept from it and no request fails", async () => {
+  const port = await freePort()
+  const { pidFile, out } = startPrimary('balanced', port, ['--workers', '2', '--scheduling', 'balanced'])
+  const before = await primaryInfo(pidFile)
+  const status = await run(['status', '--pid-file', pidFile])
+  assert.match(status.stdout, /scheduling balanced/, status.stdout + out.text)
   const fresh = newConnectionLoad(port)
   const keepAlive = startLoad({ port, connections: 3, durationMs: 120000, paceMs: 2 })
   await keepAlive.served(30)
@@ -314,27 +355,22 @@ test("scheduling 'none' on a plain start: a worker passes on the socket node:clu
   const after = await primaryInfo(pidFile, before.pid)
   await eventually(() => fresh.results.primaries.has(after.pid), { timeoutMs: 20000, what: 'a response from the new primary\'s workers' })
   await eventually(() => !isAlive(before.pid), { timeoutMs: 30000, what: 'the old primary to exit\n' + out.text })
-  // And again from the new primary, which was given its socket.
+  // And again from the new primary, which holds the inherited socket now.
   const second = await run(['upgrade', '--pid-file', pidFile])
   assert.strictEqual(second.code, 0, second.stdout + second.stderr + out.text)
   const third = await primaryInfo(pidFile, after.pid)
   await eventually(() => fresh.results.primaries.has(third.pid), { timeoutMs: 20000, what: 'a response from the third primary\'s workers' })
+  const again = await run(['status', '--pid-file', pidFile])
+  assert.match(again.stdout, /scheduling balanced/, again.stdout + out.text)
   await keepAlive.served(30)
   const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
-  // Linux resets connections still queued in a SO_REUSEPORT socket that closes (an old worker's)
-  // unless net.ipv4.tcp_migrate_req is 1 (README, Upgrading the primary): never a refusal.
-  const migrate = readSysctl('net/ipv4/tcp_migrate_req') === '1'
-  if (migrate) assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
-  else assert.deepStrictEqual(freshResults.failures.filter((code) => code !== 'ECONNRESET'), [], 'new-connection load')
+  // One socket (no SO_REUSEPORT): what is queued in it waits for whichever worker accepts next.
+  assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
   assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
   for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
   const stop = await run(['stop', '--pid-file', pidFile])
   assert.strictEqual(stop.code, 0, stop.stderr)
 })
-
-function readSysctl (name) {
-  try { return fs.readFileSync('/proc/sys/' + name, 'utf8').trim() } catch { return null }
-}
 
 test("scheduling 'reuseport' (Node 24): the new workers bind next to the old ones; no connection is refused, kept-alive ones lose nothing", async () => {
   const node24 = process.versions.node.startsWith('24.') ? process.execPath : nodeBinary('node@24')
@@ -350,30 +386,8 @@ test("scheduling 'reuseport' (Node 24): the new workers bind next to the old one
   const before = await primaryInfo(pidFile)
   const status = await run(['status', '--pid-file', pidFile])
   assert.match(status.stdout, /scheduling reuseport/, status.stdout + output)
-  const fresh = newConnectionLoad(port)
-  const keepAlive = startLoad({ port, connections: 3, durationMs: 120000, paceMs: 2 })
-  await keepAlive.served(30)
-  const upgrade = await run(['upgrade', '--pid-file', pidFile])
-  assert.strictEqual(upgrade.code, 0, upgrade.stdout + upgrade.stderr + output)
-  const after = await primaryInfo(pidFile, before.pid)
-  await eventually(() => fresh.results.primaries.has(after.pid), { timeoutMs: 20000, what: 'a response from the new primary\'s workers' })
-  await eventually(() => !isAlive(before.pid), { timeoutMs: 30000, what: 'the old primary to exit\n' + output })
-  await keepAlive.served(30)
-  const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
-  // Linux resets connections still queued in a SO_REUSEPORT socket that closes (an old worker's)
-  // unless net.ipv4.tcp_migrate_req is 1 (README, Upgrading the primary): never a refusal.
-  const migrate = readSysctl('net/ipv4/tcp_migrate_req') === '1'
-  if (migrate) assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
-  else assert.deepStrictEqual(freshResults.failures.filter((code) => code !== 'ECONNRESET'), [], 'new-connection load')
-  assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
-  for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
-  const stop = await run(['stop', '--pid-file', pidFile])
-  assert.strictEqual(stop.code, 0, stop.stderr)
+  await assertUpgradesUnderLoad({ port, pidFile, first: before, output: () => output })
 })
-
-function readSysctl (name) {
-  try { return fs.readFileSync('/proc/sys/' + name, 'utf8').trim() } catch { return null }
-}
 
 test('as PID 1 (a container) the upgrade is refused with a message that points to a rolling update or an init', async () => {
   const port = await freePort()

@@ -366,6 +366,8 @@ export interface ClusterStats {
   bus?: unknown
   /** What the cluster session store in the primary holds (null in single-process mode before any use). */
   sessions?: ClusterSessionStats | null
+  /** The `singleton()` jobs this host holds or waits for. */
+  singletons?: SingletonStats[]
   /** Connections the primary holds itself ('rr' and 'sticky' only). */
   connections?: PrimaryConnectionStats
   /** The dashboard's event streams (when `probes.dashboard` is on). */
@@ -392,6 +394,27 @@ export interface DashboardStreamStats {
   refused: number
   /** `/dashboard/history` requests refused: past `probes.streamsPerMinute` from one peer. */
   historyRefused: number
+}
+
+export interface SingletonStats {
+  name: string
+  /**
+   * 'held': a worker of this host runs it; 'stopping': its lease was lost and the holder has not
+   * stopped yet (nobody else starts meanwhile); 'held-elsewhere': another host of the fleet holds it
+   * (Redis); 'waiting': asked for, not yet granted.
+   */
+  state: 'held' | 'stopping' | 'held-elsewhere' | 'waiting'
+  /** The worker that runs it (slot as in `workers`, null when its record is gone), or null. */
+  worker: { slot: number | null, pid: number } | null
+  /** The holder's fencing token (grows with each new holder), or null. */
+  token: number | null
+  /** When the holder got it (ISO 8601), or null. */
+  since: string | null
+  heldMs: number | null
+  /** 'local': this primary decides alone; 'redis': the lease is claimed in Redis for the fleet. */
+  lease: 'local' | 'redis'
+  /** Workers of this host waiting to take over. */
+  waiting: number
 }
 
 export interface ClusterSessionStats {

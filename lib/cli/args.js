@@ -25,6 +25,7 @@ const FLAGS = {
   '--probes-host': { key: 'probesHost', value: 'string', for: ['start', 'status', 'top'] },
   '--redis': { key: 'redis', value: 'string', for: ['start'] },
   '--reload-signal': { key: 'reloadSignal', value: 'signal', for: ['start'] },
+  '--bake-ms': { key: 'bakeMs', value: 'ms', for: ['start'] },
   '--sessions': { key: 'sessions', value: 'sessions', for: ['start'] },
   '--rate-limit': { key: 'rateLimit', value: 'rateLimit', for: ['start'] },
   '--pid-file': { key: 'pidFile', value: 'string', for: ['start', 'reload', 'upgrade', 'stop', 'status', 'top'] },
@@ -130,6 +131,9 @@ function convert (name, kind, raw) {
     case 'signal':
       if (!RELOAD_SIGNALS.includes(raw)) throw new CliUsageError(`${name} must be one of ${RELOAD_SIGNALS.join(', ')}, got ${JSON.stringify(raw)}`)
       return raw
+    case 'ms':
+      if (!/^\d+$/.test(raw) || Number(raw) > MAX_TIMER_MS) throw new CliUsageError(`${name} must be a whole number of milliseconds from 0 to ${MAX_TIMER_MS}, got ${JSON.stringify(raw)}`)
+      return Number(raw)
     case 'seconds':
       if (!/^\d+(\.\d+)?$/.test(raw) || Number(raw) <= 0 || Number(raw) * 1000 > MAX_TIMER_MS) throw new CliUsageError(`${name} must be a number of seconds from 0 to ${Math.floor(MAX_TIMER_MS / 1000)}, got ${JSON.stringify(raw)}`)
       return Number(raw)
@@ -145,6 +149,7 @@ function describeValue (kind) {
     workers: 'a number or "auto"',
     scheduling: SCHEDULING.join('|'),
     seconds: 'seconds',
+    ms: 'milliseconds',
     signal: RELOAD_SIGNALS.join('|'),
     sessions: 'cluster|memory',
     rateLimit: 'cluster|memory',
@@ -195,7 +200,11 @@ function buildOptions (flags, env) {
   if (flags.rateLimit !== undefined) options.defaultRateLimitStore = flags.rateLimit
   const redis = flags.redis !== undefined ? flags.redis : (env.REDIS_URL || undefined)
   if (redis) options.bus = { redis }
-  if (flags.reloadSignal !== undefined) options.reload = { signal: flags.reloadSignal }
+  if (flags.reloadSignal !== undefined || flags.bakeMs !== undefined) {
+    options.reload = {}
+    if (flags.reloadSignal !== undefined) options.reload.signal = flags.reloadSignal
+    if (flags.bakeMs !== undefined) options.reload.bakeMs = flags.bakeMs
+  }
   // The CLI always serves probes (loopback, any free port unless given) so
   // that `clusterize status` works from the pid file alone.
   options.probes = { port: flags.probesPort !== undefined ? flags.probesPort : 0 }

@@ -82,6 +82,30 @@ function formatWorkersTable (workers, options) {
   return lines.join('\n') + '\n'
 }
 
+/**
+ * The singleton() jobs of stats().singletons: which worker runs each, its
+ * token, for how long, and where the lease lives. Used by `clusterize status`.
+ * @param {object[]} singletons stats().singletons
+ * @returns {string} '' when there are none, else a table ending with a newline
+ */
+function formatSingletonsTable (singletons) {
+  if (!Array.isArray(singletons) || singletons.length === 0) return ''
+  const header = ['singleton', 'state', 'slot', 'pid', 'token', 'held for', 'lease', 'waiting']
+  const body = singletons.map((s) => [
+    String(s.name),
+    String(s.state),
+    s.worker && s.worker.slot !== null ? String(s.worker.slot) : '-',
+    s.worker ? String(s.worker.pid) : '-',
+    s.token === null || s.token === undefined ? '-' : String(s.token),
+    typeof s.heldMs === 'number' ? formatDuration(s.heldMs) : '-',
+    String(s.lease),
+    String(s.waiting)
+  ])
+  const widths = header.map((h, i) => Math.max(h.length, ...body.map((row) => row[i].length)))
+  const format = (cells) => cells.map((cell, i) => i === cells.length - 1 ? cell : cell.padEnd(widths[i])).join('  ')
+  return [format(header), format(widths.map((w) => '-'.repeat(w))), ...body.map(format)].join('\n') + '\n'
+}
+
 function describeSessions (workers) {
   const reported = workers.filter((w) => w.heartbeat || w.session)
   if (reported.length === 0) return workers.length ? 'not reported yet' : 'none'
@@ -159,4 +183,4 @@ function painter (color) {
   }
 }
 
-module.exports = { formatBanner, formatWorkersTable, redactUrl }
+module.exports = { formatBanner, formatWorkersTable, formatSingletonsTable, redactUrl }

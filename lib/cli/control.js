@@ -9,7 +9,7 @@ const fs = require('fs')
 const http = require('http')
 const path = require('path')
 const debug = require('debug')('clusterize:cli')
-const { formatWorkersTable } = require('./banner')
+const { formatWorkersTable, formatSingletonsTable } = require('./banner')
 const { LEGACY_PID_FILE } = require('./args')
 const pidFile = require('./pid-file')
 const { defaultPidFile } = require('./runtime-dir')
@@ -247,6 +247,8 @@ function printStatus (io, flags, stats, pid) {
   const state = stats.shuttingDown ? 'shutting down' : stats.crashLooping ? 'CRASH LOOP' : stats.ready ? 'ready' : 'not ready'
   io.stdout.write(`primary ${stats.pid || pid}: ${state}, port ${stats.port}, scheduling ${stats.scheduling}, ` +
     `generation ${stats.generation}, ${stats.reloads} reload(s)\n\n` + formatWorkersTable(stats.workers || []))
+  const singletons = formatSingletonsTable(stats.singletons)
+  if (singletons !== '') io.stdout.write('\n' + singletons)
   return 0
 }
 

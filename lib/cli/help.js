@@ -34,6 +34,7 @@ Start flags
                          none       the kernel picks (node:cluster SCHED_NONE)
                          reuseport  every worker binds the port (Linux, Node >= 22.12; else rr)
                          sticky     the same client IP always reaches the same worker
+                         balanced   workers accept, each up to its share of the open connections
   --probes-port P      serve /live /ready /stats /metrics on this port          [default: any free port]
   --probes-host H      address for the probes server                            [default 127.0.0.1]
   --sessions cluster   express-session's default store (the app gives none) becomes the cluster
@@ -45,6 +46,8 @@ Start flags
                        redis://host:6379, redis+sentinel://host:26379,.../name,
                        redis+cluster://host:7000,host:7001
   --reload-signal SIG  the signal that starts a rolling reload: SIGUSR2, SIGHUP or SIGUSR1 [default SIGUSR2]
+  --bake-ms MS         how long each new worker of a reload must serve healthy before the next
+                       old one goes (reload.bakeMs; 0: no bake)                  [default 5000]
   --main-pid-file F    also write the bare pid here, for systemd's PIDFile= (follows upgrades)
   --pid-file F         where the primary writes its pid file (and F.sock, its control socket)
                        [default $XDG_RUNTIME_DIR/clusterize/<dir>-<hash>.pid, or

@@ -117,6 +117,9 @@ async function start (parsed, io) {
   }
 
   function writeInfo (control, info) {
+    // The bare pid first: the pid file is what `clusterize status`/`reload` (and the tests) wait
+    // for, so by the time it appears the main pid file already names this primary.
+    if (mainPidFile) writeMainPid(mainPidFile, process.pid)
     pidFile.writePidFile(file, {
       pid: process.pid,
       controlSocket: control ? control.path : null,
@@ -130,7 +133,6 @@ async function start (parsed, io) {
       workers: config.workers,
       startedAt: new Date(startedAt).toISOString()
     })
-    if (mainPidFile) writeMainPid(mainPidFile, process.pid)
   }
 }
 

@@ -14,14 +14,14 @@
 const { performance } = require('node:perf_hooks')
 const debug = require('debug')('clusterize:pool')
 const registry = require('./registry')
-const { normalizeOptions, callOptions } = require('./options')
-const { resolveTask, unwrapTransfers, cloneError } = require('./task')
+const { normalizeOptions, readCall } = require('./options')
+const { unwrapTransfers, cloneError } = require('./task')
 const TaskQueue = require('./task-queue')
 const Pending = require('./pending')
 const PoolMetrics = require('./metrics')
 const StartupBackoff = require('./backoff')
 const { PoolThread } = require('./thread')
-const { QueueFullError, TaskAbortedError, TaskTimeoutError, ThreadStartupError, PoolClosedError, OffloadOptionError } = require('./errors')
+const { QueueFullError, TaskAbortedError, TaskTimeoutError, ThreadStartupError, PoolClosedError } = require('./errors')
 const { Task, removeItem } = require('./records')
 
 const now = performance.now.bind(performance)
@@ -31,7 +31,7 @@ let nextPoolId = 1
 /** A pool of worker threads. Create it with `createPool(options)`. */
 class Pool {
   /**
-   * @param {object} [options] see the README, "Offload" (threads, maxQueue, taskTimeoutMs, resourceLimits, setup, maxStartupFailures, niceness)
+   * @param {object} [options] see docs/offload.md, "Options" (threads, maxQueue, taskTimeoutMs, resourceLimits, setup, maxStartupFailures, niceness)
    * @param {{ prefix?: string, middleware?: boolean, normalized?: boolean }} [ctx]
    */
   constructor (options, ctx = {}) {
@@ -90,26 +90,16 @@ class Pool {
   exec (task, args = [], options) {
     if (this._closing) return Promise.reject(new PoolClosedError(this._closed ? 'offload pool is closed' : 'offload pool is closing'))
     if (this._broken !== null && this._threads.length === 0) return Promise.reject(this._broken)
-    let entry
+    let call
     try {
-      entry = resolveTask(task)
+      call = readCall(task, args, options, this.options.taskTimeoutMs)
     } catch (err) {
       return Promise.reject(err)
     }
-    if (!Array.isArray(args)) return Promise.reject(new OffloadOptionError('offload: args must be an array', 'args'))
-    let timeoutMs = this.options.taskTimeoutMs
-    let signal = null
-    let terminateOnAbort = true
-    if (options !== undefined && options !== null) {
-      try {
-        ({ timeoutMs, signal, terminateOnAbort } = callOptions(options, timeoutMs))
-      } catch (err) {
-        return Promise.reject(err)
-      }
-      if (signal !== null && signal.aborted) {
-        this._metrics.cancelled++
-        return Promise.reject(new TaskAbortedError(signal.reason))
-      }
+    const signal = call.signal
+    if (signal !== null && signal.aborted) {
+      this._metrics.cancelled++
+      return Promise.reject(new TaskAbortedError(signal.reason))
     }
     const idle = this._idle
     // threads still starting count as capacity: a fresh pool accepts its first tasks
@@ -120,7 +110,7 @@ class Pool {
     const transfer = unwrapTransfers(args)
     let t
     const promise = new Promise((resolve, reject) => {
-      t = new Task(entry, args, transfer, timeoutMs, signal, terminateOnAbort, resolve, reject)
+      t = new Task(call.entry, args, transfer, call.timeoutMs, signal, call.terminateOnAbort, resolve, reject)
     })
     if (signal !== null) {
       t.onAbort = () => this._abort(t)
@@ -172,14 +162,7 @@ class Pool {
   }
 
   _settle (t, ok, value) {
-    if (t.done) return
-    t.done = true
-    if (t.onAbort !== null) t.signal.removeEventListener('abort', t.onAbort)
-    t.signal = null
-    t.onAbort = null
-    if (ok) t.resolve(value)
-    else t.reject(value)
-    this._pending.settled()
+    if (t.settle(ok, value)) this._pending.settled()
   }
 
   _abort (t) {

@@ -4,6 +4,7 @@ const path = require('node:path')
 const { OffloadOptionError } = require('./errors')
 const { createChecks, describe } = require('../check-options')
 const cpus = require('../cpus')
+const { resolveTask } = require('./task')
 const { MAX_TIMER_MS } = require('../errors')
 
 const RESOURCE_LIMIT_KEYS = ['maxOldGenerationSizeMb', 'maxYoungGenerationSizeMb', 'codeRangeSizeMb', 'stackSizeMb']
@@ -142,4 +143,23 @@ function callOptions (options, defaultTimeoutMs) {
   }
 }
 
-module.exports = { normalizeOptions, callOptions, defaultThreads, QUEUE_PER_THREAD, DEFAULT_NICENESS, POOL_KEYS, MIDDLEWARE_KEYS }
+/**
+ * Check one `pool.exec(task, args, options)` call before it is admitted;
+ * throws InvalidTaskError or OffloadOptionError.
+ * @param {Function|object} task
+ * @param {unknown[]} args
+ * @param {object} [options] see callOptions()
+ * @param {number} defaultTimeoutMs the pool's taskTimeoutMs
+ * @returns {{ entry: object, timeoutMs: number, signal: AbortSignal|null, terminateOnAbort: boolean }}
+ */
+function readCall (task, args, options, defaultTimeoutMs) {
+  const entry = resolveTask(task)
+  if (!Array.isArray(args)) throw new OffloadOptionError('offload: args must be an array', 'args')
+  const call = options === undefined || options === null
+    ? { timeoutMs: defaultTimeoutMs, signal: null, terminateOnAbort: true }
+    : callOptions(options, defaultTimeoutMs)
+  call.entry = entry
+  return call
+}
+
+module.exports = { normalizeOptions, callOptions, readCall, defaultThreads, QUEUE_PER_THREAD, DEFAULT_NICENESS, POOL_KEYS, MIDDLEWARE_KEYS }

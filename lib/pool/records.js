@@ -24,6 +24,21 @@ class Task {
     this.done = false
     this.onAbort = null
   }
+
+  /**
+   * Resolve or reject the caller's promise, once; stop listening to its signal.
+   * @returns {boolean} false if it was already settled
+   */
+  settle (ok, value) {
+    if (this.done) return false
+    this.done = true
+    if (this.onAbort !== null) this.signal.removeEventListener('abort', this.onAbort)
+    this.signal = null
+    this.onAbort = null
+    if (ok) this.resolve(value)
+    else this.reject(value)
+    return true
+  }
 }
 
 function remoteError (info) {

@@ -62,6 +62,7 @@ const net = require('net')
 const util = require('util')
 const debug = require('debug')('clusterize:balanced')
 const protocol = require('../protocol')
+const { descriptorOf } = require('./inherit')
 
 /** A worker may hold this fraction over the mean... */
 const MARGIN = 0.1
@@ -220,7 +221,10 @@ function createBalancer (options, supervisor, health) {
      */
     async listen () {
       const { address, family } = await resolveHost(options.host)
-      const result = net._createServerHandle(address, options.port, family, undefined, 0)
+      // A socket inherited (an upgrade, systemd) is taken as it is: listening already, workers of the old primary accepting on it.
+      const result = options.fd !== undefined
+        ? net._createServerHandle(null, 0, undefined, options.fd, 0)
+        : net._createServerHandle(address, options.port, family, undefined, 0)
       if (typeof result === 'number') throw listenError(result, options)
       handle = result
       const out = {}
@@ -228,6 +232,11 @@ function createBalancer (options, supervisor, health) {
       if (err) throw listenError(err, options)
       debug('bound %s:%d for the workers', out.address, out.port)
       return { port: out.port, address: out.address }
+    },
+
+    /** @returns {number|null} the descriptor of our copy, to pass to a new primary (`clusterize upgrade`) */
+    descriptor () {
+      return descriptorOf(handle)
     },
 
     /** A worker asks for a copy of the listening socket. */

@@ -14,9 +14,9 @@ const path = require('path')
 const debug = require('debug')('clusterize:primary')
 const protocol = require('../protocol')
 const { Supervisor } = require('./supervisor')
-const { createDispatcher } = require('./dispatcher')
-const { createBalancer } = require('./balancer')
-const { resolveScheduling, findFreePort } = require('./scheduling')
+const { resolveScheduling } = require('./scheduling')
+const { bindAppPort } = require('./listen')
+const { waitAllReady } = require('./readiness')
 const { watchHealth } = require('./health')
 const { createReloader } = require('./reload')
 const { createMetrics } = require('./metrics')
@@ -29,7 +29,6 @@ const { readInherited, checkInheritedPort } = require('./inherit')
 const { createSocketPasser, inheritedScheduling } = require('./pass-sockets')
 const upgrades = require('./upgrade')
 const { createLogger } = require('../logger')
-const { explainListenError, ClusterizeError, ClusterizeAppError } = require('../errors')
 
 /**
  * The handle returned by clusterize() in the primary.
@@ -71,6 +70,7 @@ function startPrimary (createApp, config) {
     emit: (name, info) => handle.emit(name, info),
     sockets: () => passer.passable(),
     sessions: () => services.get('session'),
+    recovery: () => services.get('recovery'),
     isShuttingDown: () => state.shuttingDown,
     retire: (reason) => shutdown(0, reason)
   })
@@ -80,7 +80,7 @@ function startPrimary (createApp, config) {
   cluster.setupPrimary({ serialization: config.bus.serialization })
   busRuntime.configure(config.bus, { logger: log, role: 'primary' })
   // The library's primary-side services (cluster sessions, socket.io recovery): cheap until a worker uses one.
-  const services = startServices({ config, log, isRetiringPid: supervisor.isRetiringPid.bind(supervisor) })
+  const services = startServices({ config, log, isRetiringPid: supervisor.isRetiringPid.bind(supervisor), upgrading: inherited.source === 'upgrade' })
   forwardEvents()
 
   Object.defineProperty(handle, 'bus', { enumerable: true, get: () => require('../bus').bus })
@@ -151,14 +151,16 @@ function startPrimary (createApp, config) {
     // A new primary replacing another accepts nothing until its workers are
     // ready and the old one says go: the old one serves meanwhile.
     const replacing = inherited.source === 'upgrade'
+    // 'balanced' workers ask for the inherited socket as they boot: they accept before go, as 'none' ones do.
     if (!replacing) await listenAll()
+    else if (listenMode === 'balanced') await bindPort()
     parts.health = watchHealth(config, supervisor, log, reloader)
     supervisor.start()
     log.info(`primary ${process.pid} starting ${config.workers} workers on port ${state.port}`, { scheduling: mode })
     try {
-      await allWorkersReady()
+      await waitAllReady(supervisor, config.workers)
       if (replacing) {
-        await upgrades.awaitGo({ log, sessions: () => services.get('session'), generation: supervisor.generation })
+        await upgrades.awaitGo({ log, sessions: () => services.get('session'), recovery: () => services.get('recovery'), generation: supervisor.generation })
         await listenAll()
       }
     } catch (err) {
@@ -178,9 +180,14 @@ function startPrimary (createApp, config) {
     return info
   }
 
+  /** The app's port (./listen.js). */
+  async function bindPort () {
+    state.port = runtime.port = await bindAppPort({ config, mode, listenMode, inherited, port: state.port, supervisor, parts, log })
+  }
+
   /** The app's port, then the probes server. */
   async function listenAll () {
-    await listen()
+    await bindPort()
     if (config.probes) {
       // http is loaded only when probes are on: the primary stays small otherwise.
       const dashboard = config.probes.dashboard
@@ -191,66 +198,6 @@ function startPrimary (createApp, config) {
       parts.probes = await require('./probes').startProbes(probesOptions, { stats, metrics, isLive, isReady, degradation: sessions.degradation, dashboard })
       state.probesPort = parts.probes.port
     }
-  }
-
-  /** Bind the port: our acceptor for 'rr'/'sticky', the shared socket for 'balanced'; otherwise agree on one for the workers. */
-  async function listen () {
-    if (listenMode === 'balanced') {
-      const health = { isOverloaded: (record) => (parts.health ? parts.health.isOverloaded(record) : false) }
-      parts.balancer = createBalancer({ port: config.port, host: config.host, workers: config.workers }, supervisor, health)
-      try {
-        state.port = (await parts.balancer.listen()).port
-      } catch (err) {
-        explainListenError(err, config.port)
-        log.error(`cannot listen: ${err.message}`)
-        throw err
-      }
-    } else if (listenMode === 'handoff') {
-      const health = { isOverloaded: (record) => (parts.health ? parts.health.isOverloaded(record) : false) }
-      const fd = inherited.http !== null ? inherited.http : undefined
-      parts.dispatcher = createDispatcher({ mode, port: config.port, host: config.host, fd, sid: mode === 'sticky' && config.sticky.sid, maxAwaiting: config.maxIdleConnections, log }, supervisor, health)
-      try {
-        state.port = (await parts.dispatcher.listen()).port
-      } catch (err) {
-        explainListenError(err, config.port)
-        log.error(`cannot listen: ${err.message}`)
-        throw err
-      }
-    } else if (config.port === 0 && inherited.port === null) {
-      // Workers bind the port themselves: they must all agree on one.
-      state.port = await findFreePort(config.host)
-    }
-    runtime.port = state.port
-    if (inherited.source === 'systemd' && listenMode === 'handoff' && state.port !== config.port) {
-      log.info(`serving on the socket systemd passed (LISTEN_FDS), port ${state.port}; the port option (${config.port}) is not used`)
-    }
-  }
-
-  /** Resolve once every slot is ready; reject on a crash loop or an app that cannot load. */
-  function allWorkersReady () {
-    return new Promise((resolve, reject) => {
-      function stopWaiting () {
-        supervisor.removeListener('record:ready', check)
-        supervisor.removeListener('crashloop', onLoop)
-        supervisor.removeListener('boot-fatal', onFatal)
-      }
-      function check () {
-        if (supervisor.readyRecords().length !== config.workers) return
-        stopWaiting()
-        resolve()
-      }
-      function onLoop (info) {
-        stopWaiting()
-        reject(new ClusterizeError(`crash loop before all workers were ready: ${info.lastError}`, 'ERR_CLUSTERIZE_WORKER_CRASHLOOP'))
-      }
-      function onFatal (message) {
-        stopWaiting()
-        reject(new ClusterizeAppError(message))
-      }
-      supervisor.on('record:ready', check)
-      supervisor.on('crashloop', onLoop)
-      supervisor.on('boot-fatal', onFatal)
-    })
   }
 
   /**
@@ -352,7 +299,7 @@ function startPrimary (createApp, config) {
   }
 
   function stats () {
-    return buildStats({ supervisor, dispatcher: parts.dispatcher, balancer: parts.balancer, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: services.get('session').stats(), dashboard: parts.dashboard ? parts.dashboard.streams : undefined })
+    return buildStats({ supervisor, dispatcher: parts.dispatcher, balancer: parts.balancer, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: services.get('session').stats(), singletons: services.get('singleton'), dashboard: parts.dashboard ? parts.dashboard.streams : undefined })
   }
 
   /** The primary's own counters for /metrics: its held connections and the dashboard's streams. */

@@ -6,6 +6,7 @@
  * - 'rr'/'sticky': the socket the primary's acceptor listens on;
  * - 'none': node:cluster keeps its shared socket private, so a ready
  *   worker sends its copy (or the primary passes the one it inherited);
+ * - 'balanced': the shared socket the primary holds for its workers;
  * - 'reuseport': none; every new worker binds its own socket next to the old ones.
  * The probes socket goes with it in every mode.
  */
@@ -33,8 +34,9 @@ function createSocketPasser (context) {
       sockets.http = parts.dispatcher ? parts.dispatcher.descriptor() : null
       if (sockets.http === null) sockets.error = `the listening socket has no descriptor to pass on (${process.platform})`
     } else if (listenMode === 'balanced') {
-      // Not built yet: the new primary would have to take over the shared socket the workers accept from.
-      sockets.error = "scheduling 'balanced' cannot hand its listening socket to a new primary yet: upgrade from 'rr', or restart"
+      // The shared socket the workers accept from: the new primary's workers accept from it too.
+      sockets.http = parts.balancer ? parts.balancer.descriptor() : null
+      if (sockets.http === null) sockets.error = `the listening socket has no descriptor to pass on (${process.platform})`
     } else if (listenMode === 'cluster') {
       sockets.http = inherited.http
       if (sockets.http === null) {

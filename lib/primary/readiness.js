@@ -1,10 +1,45 @@
 'use strict'
 
 /**
- * Waiting on one worker: until it is ready (a reload's successor, a
- * recycle), or through a bake window (a canary), and how its exit is told
- * (in errors and in the log).
+ * Waiting on workers: every slot at startup, one until it is ready (a
+ * reload's successor, a recycle), or through a bake window (a canary), and
+ * how its exit is told (in errors and in the log).
  */
+
+const { ClusterizeError, ClusterizeAppError } = require('../errors')
+
+/**
+ * Resolve once `count` workers are ready; reject on a crash loop or an app
+ * that cannot load (the primary's startup).
+ * @param {import('./supervisor').Supervisor} supervisor
+ * @param {number} count
+ * @returns {Promise<void>}
+ */
+function waitAllReady (supervisor, count) {
+  return new Promise((resolve, reject) => {
+    function stopWaiting () {
+      supervisor.removeListener('record:ready', check)
+      supervisor.removeListener('crashloop', onLoop)
+      supervisor.removeListener('boot-fatal', onFatal)
+    }
+    function check () {
+      if (supervisor.readyRecords().length !== count) return
+      stopWaiting()
+      resolve()
+    }
+    function onLoop (info) {
+      stopWaiting()
+      reject(new ClusterizeError(`crash loop before all workers were ready: ${info.lastError}`, 'ERR_CLUSTERIZE_WORKER_CRASHLOOP'))
+    }
+    function onFatal (message) {
+      stopWaiting()
+      reject(new ClusterizeAppError(message))
+    }
+    supervisor.on('record:ready', check)
+    supervisor.on('crashloop', onLoop)
+    supervisor.on('boot-fatal', onFatal)
+  })
+}
 
 /**
  * Resolve once the worker is ready and has sent its first heartbeat;
@@ -100,4 +135,4 @@ function howExited (event) {
   return event.signal || 'code ' + event.code
 }
 
-module.exports = { waitReady, survives, describeExit, howExited, logExit }
+module.exports = { waitAllReady, waitReady, survives, describeExit, howExited, logExit }

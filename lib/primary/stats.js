@@ -5,6 +5,8 @@
  * with its last heartbeat.
  */
 
+const { singletonStats } = require('../state/singleton-stats')
+
 /**
  * @param {object} parts
  * @param {import('./supervisor').Supervisor} parts.supervisor
@@ -17,6 +19,7 @@
  * @param {object} parts.bus the bus status
  * @param {object} [parts.sessions] what the cluster session store holds
  * @param {object} [parts.dashboard] the dashboard's stream counters, when it is on
+ * @param {{ list: () => object[] }} [parts.singletons] the singleton service's api
  * @returns {object}
  */
 function buildStats (parts) {
@@ -51,6 +54,8 @@ function buildStats (parts) {
     connections: dispatcher ? dispatcher.status() : undefined,
     bus: parts.bus,
     sessions: parts.sessions,
+    // Which worker runs each singleton() job: by the live workers' slots, spares and retiring ones included.
+    singletons: singletonStats(parts.singletons, supervisor.liveRecords(), now),
     dashboard: parts.dashboard
   }
 }

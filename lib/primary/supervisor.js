@@ -15,6 +15,7 @@ const { Breaker } = require('./breaker')
 const { WorkerRecord, STATES, isFailureReason } = require('./worker-record')
 const { Spares } = require('./spares')
 const { logExit } = require('./readiness')
+const { drainOrKill, killNow } = require('./retire')
 
 /** A worker that stays ready this long is considered healthy again. */
 const STABLE_AFTER_MS = 30000
@@ -287,28 +288,11 @@ class Supervisor extends EventEmitter {
   }
 
   /**
-   * Ask a worker to drain and exit; SIGKILL it if the deadline passes.
+   * Ask a worker to drain and exit; SIGKILL it if the deadline passes (./retire.js).
    * @returns {Promise<object>} its exit event
    */
   retire (record, reason, timeoutMs) {
-    if (record.isExited()) return record.exited
-    if (!record.retireReason) record.retireReason = reason
-    if (record.isRetiring()) return record.exited
-    record.state = reason === 'shutdown' ? STATES.STOPPING : STATES.DRAINING
-    this.emit('record:unready', record)
-    if (!record.channel.postNow(protocol.drain(timeoutMs, reason))) {
-      record.worker.process.kill('SIGKILL')
-    }
-    // The worker enforces the deadline itself; this is the backstop.
-    const timer = setTimeout(() => {
-      if (record.isExited()) return
-      this.log.warn(`worker ${record.id} did not drain within ${timeoutMs} ms, killing it`, { pid: record.pid })
-      record.forced = true
-      record.worker.process.kill('SIGKILL')
-    }, timeoutMs + 2000)
-    timer.unref()
-    record.exited.then(() => clearTimeout(timer))
-    return record.exited
+    return drainOrKill(this, record, reason, timeoutMs)
   }
 
   /**
@@ -316,15 +300,7 @@ class Supervisor extends EventEmitter {
    * @param {string} [detail] why, for the crash-loop breaker's message (a hang)
    */
   kill (record, reason, detail) {
-    if (record.isExited()) return record.exited
-    if (!record.retireReason) {
-      record.retireReason = reason
-      record.retireDetail = detail || null
-    }
-    record.state = STATES.STOPPING
-    this.emit('record:unready', record)
-    record.worker.process.kill('SIGKILL')
-    return record.exited
+    return killNow(this, record, reason, detail)
   }
 
   /** Is the worker process `pid` draining or stopping? */

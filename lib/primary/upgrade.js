@@ -12,11 +12,14 @@
  * CLI's control socket. The new primary does not bind; the sockets never
  * close, so no connection is refused. Over the IPC channel between them:
  *
- *   new -> old  ready     its workers are ready (it accepts nothing yet)
+ *   new -> old  ready     its workers are ready (it accepts nothing yet); recovery: 1 if it takes the socket.io state
  *   old -> new  sessions  the cluster store's sessions, in batches
+ *   old -> new  recovery  socket.io recovery state, in batches (lib/realtime/recovery-handover.js)
  *   old -> new  go        start accepting
  *   new -> old  serving   it accepts, owns the pid file and the control socket
  *   old -> new  write     a session write the old workers made while draining
+ *   old <-> new sio       socket.io recovery relayed until the old one exits: its workers'
+ *                         broadcasts, persists and restores up, the numbered packets down
  *   new -> old  failed    why it could not start
  *
  * Only after `serving` does the old primary stop accepting and drain its
@@ -28,6 +31,7 @@
 const { spawn } = require('child_process')
 const debug = require('debug')('clusterize:upgrade')
 const { readInherited, UPGRADE_ENV } = require('./inherit')
+const recoveryHandover = require('../realtime/recovery-handover')
 
 const TAG = '$czUpgrade'
 const SESSION_BATCH = 1000
@@ -56,7 +60,7 @@ function onTakeover (fn) {
 /**
  * The old primary's side.
  * @param {{ config: object, log: object, emit: Function, sockets: () => object, sessions: () => object|undefined,
- *   isShuttingDown: () => boolean, retire: (reason: string) => Promise<{ code: number }> }} deps
+ *   recovery?: () => object|undefined, isShuttingDown: () => boolean, retire: (reason: string) => Promise<{ code: number }> }} deps
  *   `sockets()` resolves `{ http, probes, port, portOption, error, release }`: descriptors, or why the
  *   HTTP socket cannot be passed; release() closes what was borrowed for the handover
  * @returns {{ upgrade: (options?: { node?: string, args?: string[] }) => Promise<object>, abort: () => void }}
@@ -129,13 +133,16 @@ function createUpgrader (deps) {
       const entries = backend.snapshot()
       for (let i = 0; i < entries.length; i += SESSION_BATCH) child.send({ [TAG]: 'sessions', entries: entries.slice(i, i + SESSION_BATCH) })
       // Old workers keep serving their in-flight and keep-alive requests while they drain.
-      backend.onWrite = (msg) => { if (child.connected) child.send({ [TAG]: 'write', msg }) }
+      backend.onWrite = (msg) => { if (child.connected) child.send({ [TAG]: 'write', msg }, unsent) }
       debug('handed %d sessions to %d', entries.length, child.pid)
     }
+    // A new primary of a clusterize without the handover (a downgrade) would drop what is relayed to it.
+    const recovery = ready.message.recovery === 1 ? handOverRecovery(child) : null
     child.send({ [TAG]: 'go' })
     const serving = await waitFor(child, 'serving', config.upgrade.timeoutMs)
     if (!serving.ok) {
       if (backend) backend.onWrite = null
+      if (recovery) recovery.cancel()
       return abandon(child, failed(serving.reason))
     }
     pending = null
@@ -152,6 +159,32 @@ function createUpgrader (deps) {
       })
     })
     return result
+  }
+
+  /**
+   * socket.io recovery state to the new primary, then relayed to it until
+   * this primary exits (or the new one goes away: this one numbers again).
+   */
+  function handOverRecovery (child) {
+    const service = deps.recovery ? deps.recovery() : undefined
+    if (!service) return null
+    const send = (kind, x) => { if (child.connected) child.send({ [TAG]: kind, x }, unsent) }
+    let handover
+    try {
+      handover = recoveryHandover.handOver(service, { send, serialization: config.bus.serialization })
+    } catch (err) {
+      // The upgrade goes on without it: the new primary numbers afresh (its clients connect as new sockets).
+      service.relay = null
+      log.error(`upgrade: the socket.io recovery state could not be handed over: ${err.message}`, { pid: process.pid })
+      return null
+    }
+    const onMessage = (message) => { if (message && message[TAG] === 'sio') handover.onMessage(message.x) }
+    child.on('message', onMessage)
+    child.once('disconnect', function newPrimaryGone () {
+      child.removeListener('message', onMessage)
+      handover.cancel()
+    })
+    return handover
   }
 
   /** Why this primary cannot be replaced now, or null. */
@@ -213,29 +246,36 @@ function waitFor (child, kind, timeoutMs) {
 }
 
 /**
- * The new primary's side: report ready, take the sessions, wait for `go`.
+ * The new primary's side: report ready, take the sessions and the socket.io
+ * recovery state, wait for `go`.
  * Resolves when it may accept. If the old primary is gone before `go`
  * (killed), this one serves anyway: it holds the sockets now.
- * @param {{ log: object, sessions: () => object|undefined, generation: number }} deps
+ * @param {{ log: object, sessions: () => object|undefined, recovery?: () => object|undefined, generation: number }} deps
  * @returns {Promise<void>}
  */
 function awaitGo (deps) {
   return new Promise((resolve) => {
     const backend = deps.sessions()
+    const service = deps.recovery ? deps.recovery() : undefined
+    const recovery = service ? recoveryHandover.takeOver(service, { send: (kind, x) => send({ [TAG]: kind, x }) }) : null
     let taken = 0
     let going = false
     function onMessage (message) {
       if (!message || typeof message !== 'object') return
       if (message[TAG] === 'sessions' && backend && Array.isArray(message.entries)) taken += backend.restore(message.entries)
       else if (message[TAG] === 'write' && backend) applyWrite(backend, message.msg)
+      else if (message[TAG] === 'recovery' && recovery) recovery.onRecovery(message.x)
+      else if (message[TAG] === 'sio' && recovery) recovery.onRelay(message.x)
       else if (message[TAG] === 'go') {
         debug('go: %d sessions taken over', taken)
         going = true
+        if (recovery) recovery.go()
         resolve()
       }
     }
     function onOldGone () {
       process.removeListener('message', onMessage)
+      if (recovery) recovery.oldGone()
       if (going) return
       deps.log.warn(`upgrade: the old primary ${readInherited().from} went away before handing over; serving on the inherited sockets`, { pid: process.pid })
       resolve()
@@ -244,7 +284,7 @@ function awaitGo (deps) {
     if (typeof process.send !== 'function' || !process.connected) return onOldGone()
     process.on('message', onMessage)
     process.once('disconnect', onOldGone)
-    send({ [TAG]: 'ready', node: process.version, generation: deps.generation })
+    send({ [TAG]: 'ready', node: process.version, generation: deps.generation, recovery: recovery ? 1 : 0 })
   })
 }
 
@@ -279,7 +319,16 @@ function reportFailure (reason, then) {
 }
 
 function send (message) {
-  if (typeof process.send === 'function' && process.connected) process.send(message)
+  if (typeof process.send === 'function' && process.connected) process.send(message, unsent)
+}
+
+/**
+ * A write to the other primary that failed (EPIPE: it exited meanwhile). With
+ * a callback the error comes here instead of as an 'error' event, which
+ * nothing handles and which would end this primary.
+ */
+function unsent (err) {
+  if (err) debug('not sent to the other primary: %s', err.message)
 }
 
 module.exports = { createUpgrader, awaitGo, announceServing, reportFailure, registerControl, onTakeover }

@@ -8,7 +8,8 @@
 const HINTS = [
   [/^WRONGPASS|invalid password|invalid username-password/i, 'the password (or ACL user) in the redis option or URL is wrong'],
   [/^NOAUTH/i, 'Redis requires a password: put it in the URL (redis://:password@host:6379) or in the `password` option'],
-  [/^NOPERM/i, 'the ACL user lacks a permission these commands need (GET, SET, DEL, SCAN, EVAL, PUBLISH/SPUBLISH, SUBSCRIBE/SSUBSCRIBE)'],
+  // The complete list is long and per feature: name the refused command (Redis's message does) and where the list is.
+  [/^NOPERM/i, 'the ACL user lacks a permission clusterize needs: the complete list of commands, keys and channels is in docs/operations.md, "Redis ACL: the complete command list"'],
   [/ECONNREFUSED/, 'nothing listens there: is Redis running, and are host and port right?'],
   [/ENOTFOUND|EAI_AGAIN/, 'the host name does not resolve'],
   // Before the "unreachable" hint: ioredis reports an unknown name inside that message.

@@ -20,25 +20,11 @@
 
 const debug = require('debug')('clusterize:session')
 const { ExpiryHeap } = require('./expiry-heap')
+const { SESSION_OP, dispatchSessionOp, sidOf } = require('./cluster-ops')
 
-/** The bus topic every cluster-store operation uses. */
-
-/** The cluster store's requests to the backend: `{ op, sid?, sess?, expires?, cookie?, prefix? }`. */
-const SESSION_OP = Object.freeze({
-  GET: 'get',
-  SET: 'set',
-  TOUCH: 'touch',
-  DESTROY: 'destroy',
-  ALL: 'all',
-  LENGTH: 'length',
-  CLEAR: 'clear',
-  CONFIGURE: 'configure'
-})
 /** The defaults of clusterize()'s clusterStore option, which sets these bounds in the primary. */
 const { maxSessions: DEFAULT_MAX_SESSIONS, maxTotalBytes: DEFAULT_MAX_TOTAL_BYTES } = require('../config').DEFAULTS.clusterStore
 const DEFAULT_SWEEP_INTERVAL_MS = 60000
-
-/** One backend per bus: attaching twice (lead + single-process store) is harmless. */
 
 class SessionBackend {
   /**
@@ -242,28 +228,21 @@ class SessionBackend {
   }
 
   /**
-   * Answer one bus request.
+   * Answer one store request (./cluster-ops.js).
    * @param {{ op: string, prefix?: string, sid?: string, sess?: string, expires?: number, maxSessions?: number, maxTotalBytes?: number }} msg
    * @returns {*} a JSON-serialisable answer
    */
   dispatch (msg) {
-    if (this.onWrite !== null && msg && WRITES.has(msg.op)) this.onWrite(msg)
-    // Messages with no prefix (older workers) are in the default namespace ''.
-    const prefix = msg && typeof msg.prefix === 'string' ? msg.prefix : ''
-    switch (msg && msg.op) {
-      case SESSION_OP.GET: return this.get(keyOf(prefix, msg.sid))
-      case SESSION_OP.SET: this.set(keyOf(prefix, msg.sid), msg.sess, msg.expires, prefix); return true
-      case SESSION_OP.TOUCH: return this.touch(keyOf(prefix, msg.sid), msg.expires, msg.cookie)
-      case SESSION_OP.DESTROY: this.destroy(keyOf(prefix, msg.sid)); return true
-      case SESSION_OP.ALL: return this.all(prefix)
-      case SESSION_OP.LENGTH: return this.length(prefix)
-      case SESSION_OP.CLEAR: this.clear(prefix); return true
-      case SESSION_OP.CONFIGURE:
-        if (msg.maxSessions !== undefined) this.maxSessions = positiveInt(msg.maxSessions, this.maxSessions, 'maxSessions')
-        if (msg.maxTotalBytes !== undefined) this.maxTotalBytes = positiveInt(msg.maxTotalBytes, this.maxTotalBytes, 'maxTotalBytes')
-        return true
-      default: throw new Error(`cluster session store: unknown operation ${JSON.stringify(msg && msg.op)}`)
-    }
+    return dispatchSessionOp(this, msg)
+  }
+
+  /**
+   * New bounds from a store (deprecated store options, see cluster-store.js); a bound left out stays.
+   * @param {{ maxSessions?: number, maxTotalBytes?: number }} bounds
+   */
+  configure (bounds) {
+    if (bounds.maxSessions !== undefined) this.maxSessions = positiveInt(bounds.maxSessions, this.maxSessions, 'maxSessions')
+    if (bounds.maxTotalBytes !== undefined) this.maxTotalBytes = positiveInt(bounds.maxTotalBytes, this.maxTotalBytes, 'maxTotalBytes')
   }
 
   /**
@@ -321,25 +300,9 @@ class SessionBackend {
   }
 }
 
-/** The operations that change what is stored. */
-const WRITES = new Set([SESSION_OP.SET, SESSION_OP.TOUCH, SESSION_OP.DESTROY, SESSION_OP.CLEAR])
-
 /** [sid, expires] of every stored session. */
 function * liveExpiries (sessions) {
   for (const [sid, entry] of sessions) yield [sid, entry.expires]
-}
-
-/**
- * The map key of a session: the bare id in the default namespace (so keys
- * are what they always were), else prefix, NUL, id. A session id is a cookie
- * value and never holds a NUL, so keys of different prefixes cannot meet.
- */
-function keyOf (prefix, sid) {
-  return prefix === '' ? sid : prefix + '\u0000' + sid
-}
-
-function sidOf (prefix, key) {
-  return prefix === '' ? key : key.slice(prefix.length + 1)
 }
 
 /**

@@ -9,7 +9,8 @@
  */
 
 const debug = require('debug')('clusterize:session')
-const { SessionBackend, SESSION_OP } = require('./cluster-backend')
+const { SessionBackend } = require('./cluster-backend')
+const { SESSION_OP } = require('./cluster-ops')
 
 /** The service's name: what the stores' client asks for. */
 const SERVICE = 'session'

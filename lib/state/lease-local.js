@@ -10,6 +10,7 @@ function createLocalLeaseBackend (now) {
   now = now || Date.now
   let last = 0
   return {
+    kind: 'local',
     claim () {
       last = Math.max(last + 1, now())
       return Promise.resolve(last)

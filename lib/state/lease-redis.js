@@ -72,21 +72,24 @@ function createRedisLeaseBackend (client, options) {
 
   async function claim (name, leaseMs) {
     await whenReady(client)
-    const started = now()
+    let lastOk = now()
     const [ok, token, fresh] = await client.czLeaseClaim(leaseKey(name), tokenKey(name), hostId, leaseMs)
     if (Number(ok) !== 1) return null
     if (Number(fresh) === 1) {
       // A previous holder may predate a loss of Redis's data: give it one lease to be revoked.
       debug('%s: no token in Redis (first use or data lost): waiting one lease (%d ms) before handing it out', name, leaseMs)
-      if (!(await holdFor(name, leaseMs, started))) return null
+      lastOk = await holdFor(name, leaseMs, lastOk)
+      if (lastOk === null) return null
     }
+    // The renewals count from the last success, the wait's included: counting from the
+    // claim would revoke the new holder at its first renewal after a wait of one lease.
     const entry = kept.get(name)
-    if (entry) entry.lastOk = started
-    else kept.set(name, { timer: null, lastOk: started, leaseMs, onLost: null, lost: false })
+    if (entry) entry.lastOk = lastOk
+    else kept.set(name, { timer: null, lastOk, leaseMs, onLost: null, lost: false })
     return Number(token)
   }
 
-  /** Keep renewing through a wait of `ms`; false when the lease was lost meanwhile. */
+  /** Keep renewing through a wait of one lease; when the last renewal succeeded, or null when the lease was lost meanwhile. */
   async function holdFor (name, leaseMs, since) {
     const deadline = since + leaseMs
     let lastOk = since
@@ -94,12 +97,12 @@ function createRedisLeaseBackend (client, options) {
       await new Promise((resolve) => setTimeout(resolve, Math.max(1, Math.min(leaseMs / 3, deadline - now()))).unref())
       const at = now()
       if (!(await renewOnce(name, leaseMs).catch(() => false))) {
-        if (at - lastOk > leaseMs - leaseMs / 3) return false
+        if (at - lastOk > leaseMs - leaseMs / 3) return null
         continue
       }
       lastOk = at
     }
-    return true
+    return lastOk
   }
 
   async function renewOnce (name, leaseMs) {
@@ -150,7 +153,7 @@ function createRedisLeaseBackend (client, options) {
     for (const name of Array.from(kept.keys())) drop(name)
   }
 
-  return { claim, keep, drop, close, hostId }
+  return { kind: 'redis', claim, keep, drop, close, hostId }
 }
 
 module.exports = { createRedisLeaseBackend }

@@ -35,6 +35,7 @@ class LeaseTable {
   constructor (backend, options) {
     this.backend = backend
     this.log = (options && options.log) || null
+    this.now = (options && options.now) || Date.now
     /** name -> { holder, waiters: Array, claiming, retryTimer, leaseMs } */
     this.names = new Map()
   }
@@ -42,7 +43,7 @@ class LeaseTable {
   entry (name) {
     let entry = this.names.get(name)
     if (entry === undefined) {
-      entry = { holder: null, waiters: [], claiming: false, retryTimer: null, leaseMs: 0 }
+      entry = { holder: null, waiters: [], claiming: false, retryTimer: null, leaseMs: 0, elsewhere: false }
       this.names.set(name, entry)
     }
     return entry
@@ -139,13 +140,23 @@ class LeaseTable {
     }
   }
 
-  /** @returns {Array<{ name: string, owner: number|null, token: number|null, waiting: number }>} for /stats */
+  /**
+   * For /stats: each name this host holds or wants. `lease` says where the
+   * lease lives: 'local' (this primary decides) or 'redis' (claimed in Redis
+   * for the fleet); `elsewhere`: the last claim found it held by another host.
+   * @returns {Array<{ name: string, owner: number|null, token: number|null, since: number|null, revoked: boolean, elsewhere: boolean, waiting: number, lease: string }>}
+   */
   list () {
+    const lease = this.backend.kind || 'local'
     return Array.from(this.names, ([name, entry]) => ({
       name,
       owner: entry.holder ? entry.holder.owner : null,
       token: entry.holder ? entry.holder.token : null,
-      waiting: entry.waiters.length
+      since: entry.holder ? entry.holder.since : null,
+      revoked: entry.holder ? entry.holder.revoked : false,
+      elsewhere: entry.holder === null && entry.elsewhere,
+      waiting: entry.waiters.length,
+      lease
     }))
   }
 
@@ -196,20 +207,22 @@ class LeaseTable {
   grantNext (name, entry) {
     if (entry.holder !== null || entry.claiming || entry.retryTimer !== null || entry.waiters.length === 0) return
     entry.claiming = true
+    // undefined: the claim failed (Redis unreachable); null: another host holds the name.
     Promise.resolve().then(() => this.backend.claim(name, entry.leaseMs)).then((token) => token, (err) => {
       debug('%s: claim failed: %s', name, err && err.message)
-      return null
+      return undefined
     }).then((token) => {
       entry.claiming = false
       if (this.names.get(name) !== entry) {
-        if (token !== null) this.backend.drop(name)
+        if (token !== null && token !== undefined) this.backend.drop(name)
         return
       }
-      if (token === null) return this.retryLater(name, entry)
+      entry.elsewhere = token === null
+      if (token === null || token === undefined) return this.retryLater(name, entry)
       const waiter = entry.waiters.shift()
       if (waiter === undefined) return this.settle(name, entry)
       clearTimeout(waiter.timer)
-      entry.holder = { owner: waiter.owner, token, revoked: false, watch: null }
+      entry.holder = { owner: waiter.owner, token, since: this.now(), revoked: false, watch: null }
       debug('%s granted to %d (token %d)', name, waiter.owner, token)
       this.backend.keep(name, entry.leaseMs, () => this.revoke(name))
       waiter.resolve({ granted: true, token })

@@ -20,8 +20,23 @@ function whenReady (client, waitMs) {
   // Waiting helps only while a first connection is under way; through an
   // outage (reconnecting) a command fails at once rather than late.
   if (!CONNECTING.has(client.status)) return Promise.resolve()
-  return new Promise(function waitForReady (resolve) {
-    const timer = setTimeout(done, waitMs === undefined ? READY_WAIT_MS : waitMs)
+  if (waitMs !== undefined && waitMs !== READY_WAIT_MS) return waitForReady(client, waitMs)
+  // One wait per client however many commands come meanwhile (a burst of requests at startup):
+  // one 'ready' listener, not one each (Node warns of a leak past ten).
+  let shared = sharedWaits.get(client)
+  if (shared === undefined) {
+    shared = waitForReady(client, READY_WAIT_MS).then(function waited () { sharedWaits.delete(client) })
+    sharedWaits.set(client, shared)
+  }
+  return shared
+}
+
+/** @type {WeakMap<object, Promise<void>>} */
+const sharedWaits = new WeakMap()
+
+function waitForReady (client, waitMs) {
+  return new Promise(function readyOrTimeout (resolve) {
+    const timer = setTimeout(done, waitMs)
     if (timer.unref) timer.unref()
     client.once('ready', done)
     function done () {

@@ -11,6 +11,7 @@ const { listenServer } = require('./listen')
 const { prepareServer, drainServer } = require('./serve')
 const { busRuntime } = require('../bus')
 const { startServices, closeServices } = require('../services')
+const { singletonStats } = require('../state/singleton-stats')
 const { setSessionLogger } = require('../session/log')
 const { handleSignals } = require('../signals')
 const { createLogger } = require('../logger')
@@ -88,7 +89,8 @@ function startStandalone (createApp, config) {
       reloads: 0,
       workers: [{ id: 0, pid: process.pid, generation: 1, state: shutdownPromise ? 'stopping' : 'ready', uptimeMs: Math.round(process.uptime() * 1000), restarts: 0, heartbeat: figures }],
       bus: busRuntime.status(),
-      sessions: services.get('session') ? services.get('session').stats() : null
+      sessions: services.get('session') ? services.get('session').stats() : null,
+      singletons: singletonStats(services.get('singleton'), [{ id: 0, pid: process.pid }])
     }
   }
 

@@ -31,4 +31,17 @@ function waitForPort (port, { timeoutMs = 5000, what = `a listener on port ${por
   return eventually(() => canConnect(port), { timeoutMs, what })
 }
 
-module.exports = { freePort, canConnect, waitForPort }
+/**
+ * net.ipv4.tcp_migrate_req (Linux 5.14+): connections queued on a closing SO_REUSEPORT socket
+ * move to one that stays open instead of being reset (docs/operations.md). .ci/run sets it.
+ * @returns {boolean}
+ */
+function tcpMigrateReq () {
+  try {
+    return require('fs').readFileSync('/proc/sys/net/ipv4/tcp_migrate_req', 'utf8').trim() === '1'
+  } catch {
+    return false
+  }
+}
+
+module.exports = { freePort, canConnect, waitForPort, tcpMigrateReq }

@@ -31,7 +31,11 @@ function startSender (port, room, sockets, from = 1) {
     let n = from - 1
     while (!sender.stopped) {
       if (!socket.connected) {
-        await new Promise((resolve) => socket.once('connect', resolve))
+        // stop() wakes it too: a server that never comes back must not hold the test forever.
+        await new Promise((resolve) => {
+          socket.once('connect', resolve)
+          sender.wake = resolve
+        })
         continue
       }
       n++
@@ -45,6 +49,7 @@ function startSender (port, room, sockets, from = 1) {
   })()
   sender.stop = () => {
     sender.stopped = true
+    if (sender.wake) sender.wake()
     return sender.done
   }
   return sender

@@ -27,6 +27,16 @@ if ('stats' in handle) {
   if (dashboard) dashboard.open.toUpperCase()
 }
 if ('stats' in handle) {
+  // Which worker runs each singleton() job, its token, and where the lease lives (#25).
+  for (const job of handle.stats().singletons ?? []) {
+    if (job.state === 'held' && job.worker) console.log(job.name, job.worker.slot, job.worker.pid, job.token, job.since, job.heldMs)
+    const lease: 'local' | 'redis' = job.lease
+    console.log(lease, job.waiting)
+    // @ts-expect-error the state is one of four strings
+    if (job.state === 'running') console.log(job.name)
+  }
+}
+if ('stats' in handle) {
   const beat = handle.stats().workers[0].heartbeat
   if (beat) console.log(beat.idleConnections + beat.idleShed, beat.fdExhausted === true)
 }

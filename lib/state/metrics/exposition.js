@@ -81,8 +81,20 @@ function formatExposition (metrics) {
   return blocks.length === 0 ? '' : blocks.join('\n\n') + '\n'
 }
 
+/** Label text by label set: the same objects come back scrape after scrape (./values.js). */
+const labelText = new WeakMap()
+
 function formatLabels (labels) {
   if (labels === undefined || labels === null) return ''
+  let text = labelText.get(labels)
+  if (text === undefined) {
+    text = writeLabels(labels)
+    if (typeof labels === 'object') labelText.set(labels, text)
+  }
+  return text
+}
+
+function writeLabels (labels) {
   let out = ''
   for (const name in labels) {
     const value = labels[name]

@@ -13,6 +13,7 @@
 
 const debug = require('debug')('clusterize:metrics')
 const { OP, HOLD_MS } = require('./ops')
+const { valuesIfSameShape } = require('./values')
 
 const PROM_CLIENT_ENTRY = /[\\/]node_modules[\\/]prom-client[\\/]index\.js$/
 
@@ -49,6 +50,11 @@ function startMetricsReporter (options) {
   let stopped = false
   let listening = false
   let retryTimer = null
+  /** The last full report the primary holds, { id, metrics }: later reports of its shape send numbers only (./values.js). */
+  let shape = null
+  let shapes = 0
+  /** Set once the primary said it takes values reports (an older primary would read one as empty). */
+  let primaryTakesValues = false
 
   /** Read the registries and report them with `seq` (0: an interval push). */
   async function report (seq) {
@@ -71,7 +77,15 @@ function startMetricsReporter (options) {
       metrics = null
     }
     if (stopped) return
-    client.notify(OP.REPORT, { seq, metrics })
+    const values = metrics !== null && shape !== null && primaryTakesValues ? valuesIfSameShape(shape.metrics, metrics) : null
+    if (values !== null) {
+      client.notify(OP.REPORT, { seq, shape: shape.id, values })
+    } else if (metrics === null) {
+      client.notify(OP.REPORT, { seq, metrics })
+    } else {
+      shape = { id: ++shapes, metrics }
+      client.notify(OP.REPORT, { seq, shape: shape.id, metrics })
+    }
     // From the first report on, this worker has metrics: wait for the scrapes' questions.
     if (!listening) {
       listening = true
@@ -83,7 +97,11 @@ function startMetricsReporter (options) {
   function listen () {
     if (stopped) return
     client.request(OP.NEXT, null, { timeoutMs: holdMs + 10000 }).then(function onQuestion (question) {
-      if (question && Number.isInteger(question.seq) && question.seq > 0) report(question.seq).catch(noteFailure)
+      if (question && question.values === true) primaryTakesValues = true
+      const seq = question && Number.isInteger(question.seq) && question.seq > 0 ? question.seq : 0
+      // full: the primary does not hold our last full report (it restarted, or refused a values report).
+      if (question && question.full === true) shape = null
+      if (seq > 0 || (question && question.full === true)) report(seq).catch(noteFailure)
       listen()
     }, function onFailure (err) {
       // No primary (yet, or any more): ask again later, never in a tight loop.

@@ -10,13 +10,17 @@
  *   `timeoutMs` for the reports. A worker that does not answer in time
  *   counts with its last report and is named as missing;
  * - a gone worker's last counters and histograms move into RetainedTotals,
- *   so the sums never go down.
+ *   so the sums never go down;
+ * - after a full report a worker sends numbers only (./values.js); one that
+ *   does not fit the report held here is refused and the worker asked for a
+ *   full one (answer `{ full: true }`).
  * Workers are told apart by pid (`caller.pid`), unique while they live.
  */
 
 const debug = require('debug')('clusterize:metrics')
 const { HOLD_MS } = require('./ops')
 const { RetainedTotals } = require('./retained')
+const { applyValues } = require('./values')
 
 /**
  * A report still in flight when its worker's exit is handled must not count
@@ -44,6 +48,8 @@ class MetricsService {
     this.seq = 0
     /** The collection in flight: concurrent scrapes share it. */
     this.round = null
+    /** @type {Set<number>} pids whose values report did not fit: their next question asks for a full one */
+    this.fullWanted = new Set()
   }
 
   /**
@@ -63,10 +69,20 @@ class MetricsService {
       if (held && this.round && seq >= this.round.seq) this.round.answered(caller.pid)
       return
     }
+    const shape = Number.isInteger(data.shape) ? data.shape : 0
+    let metrics
+    if (data.values !== undefined) {
+      if (!held || shape === 0 || held.shape !== shape || !applyValues(held.metrics, data.values)) return this.askFull(caller.pid, seq)
+      metrics = held.metrics
+    } else {
+      // Checked piece by piece where it is used (./snapshot.js): a report is never copied.
+      metrics = Array.isArray(data.metrics) ? data.metrics : []
+      this.fullWanted.delete(caller.pid)
+    }
     this.reports.set(caller.pid, {
       worker: { slot: caller.id, pid: caller.pid, generation: caller.generation },
-      // Checked piece by piece where it is used (./snapshot.js): a report is never copied.
-      metrics: Array.isArray(data.metrics) ? data.metrics : [],
+      metrics,
+      shape,
       at: this.now(),
       seq: Math.max(seq, held ? held.seq : 0),
       asked: held ? held.asked : 0
@@ -84,6 +100,7 @@ class MetricsService {
   next (_data, caller) {
     const pid = caller.pid
     if (this.isGone(pid)) return { seq: 0 }
+    if (this.fullWanted.delete(pid)) return this.fullQuestion(pid)
     const held = this.reports.get(pid)
     // A scrape started while this worker was busy with the previous question.
     if (this.round && held && held.asked < this.round.seq && this.round.waiting.has(pid)) return this.ask(pid, held)
@@ -95,19 +112,33 @@ class MetricsService {
     })
   }
 
-  /** Answer pid's waiting OP.NEXT, if any, with `seq`. */
-  release (pid, seq) {
+  /** Answer pid's waiting OP.NEXT, if any, with `seq` (or the question given). */
+  release (pid, seq, question) {
     const entry = this.waiting.get(pid)
     if (entry === undefined) return false
     this.waiting.delete(pid)
     clearTimeout(entry.timer)
-    entry.resolve({ seq })
+    // values: this primary takes values reports; not offered in-process, where a report is
+    // the app's own prom-client objects, which the primary must never write into.
+    entry.resolve(question || { seq, values: pid !== process.pid })
     return true
+  }
+
+  /** A values report that does not fit what is held: ask this worker for a full report. */
+  askFull (pid, seq) {
+    debug('pid %d: values report (seq %d) does not fit the held report: asking for a full one', pid, seq)
+    if (!this.release(pid, 0, this.fullQuestion(pid))) this.fullWanted.add(pid)
+  }
+
+  /** "Send everything", with the scrape's number if one waits for this pid. */
+  fullQuestion (pid) {
+    const seq = this.round && this.round.waiting.has(pid) ? this.round.seq : 0
+    return { seq, full: true, values: pid !== process.pid }
   }
 
   ask (pid, held) {
     held.asked = this.round.seq
-    return { seq: this.round.seq }
+    return { seq: this.round.seq, values: pid !== process.pid }
   }
 
   /**
@@ -123,6 +154,7 @@ class MetricsService {
       this.gone.delete(gonePid)
     }
     this.gone.set(pid, now)
+    this.fullWanted.delete(pid)
     this.release(pid, 0)
     const held = this.reports.get(pid)
     this.reports.delete(pid)

@@ -57,6 +57,20 @@ function aggregatorOf (metric) {
  */
 function seriesKey (value) {
   if (value === null || typeof value !== 'object' || typeof value.value !== 'number') return null
+  // A value object's name and labels do not change once built; with values reports
+  // (./values.js) the same objects come back scrape after scrape, so their key is kept.
+  let key = keyOf.get(value)
+  if (key === undefined) {
+    key = labelKey(value)
+    keyOf.set(value, key)
+  }
+  return key
+}
+
+/** @type {WeakMap<object, string|null>} */
+const keyOf = new WeakMap()
+
+function labelKey (value) {
   let key
   if (value.metricName === undefined) key = ''
   else if (typeof value.metricName === 'string' && known(knownSeriesNames, NAME, value.metricName)) key = value.metricName
