@@ -23,7 +23,7 @@ const { installCleanup, cpuMs, sleep } = require('./lib/proc')
 const { wrkClose } = require('./lib/wrk')
 
 const ROUNDS = arg('--rounds', 5, 2)
-const SECONDS = arg('--seconds', 5, 2)
+const SECONDS = arg('--seconds', 5, 1)
 const CONNECTIONS = arg('--connections', 32)
 
 const CONTENDERS = [

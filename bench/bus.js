@@ -179,10 +179,13 @@ async function startSet (mode, workerCount) {
   let teardown
   if (mode === 'ours') {
     const ipc = require('../lib/ipc')
+    const { WorkerRecord } = require('../lib/primary/worker-record')
     const busHooks = require('../lib/bus')
     if (busHooks.bus.role !== 'primary') busHooks.busRuntime.configure({ serialization: 'json' }, { role: 'primary' })
     const records = forked.map((worker, id) => {
-      const record = { id, pid: worker.process.pid, generation: 1, state: 'ready', channel: new ipc.Channel(worker) }
+      // The bus's primary side takes the supervisor's WorkerRecord (its channel, isReady(), isLive()).
+      const record = new WorkerRecord(id, worker, 1, 0)
+      record.markReady(null)
       busHooks.busRuntime.addWorker(record)
       ipc.listen(worker, (message) => { if (message.kind === 'bus') busHooks.busRuntime.onWorkerMessage(record, message) })
       return record

@@ -14,7 +14,7 @@
 
 const http = require('http')
 const os = require('os')
-const { numberArg: arg } = require('./lib/args')
+const { numberArg: arg, isQuick } = require('./lib/args')
 const { startLocal, startPm2 } = require('./lib/contenders')
 const { runClientLoop } = require('./lib/load')
 const { fmt, median, ratio, markdownTable } = require('./lib/table')
@@ -23,6 +23,9 @@ const { installCleanup, sleep } = require('./lib/proc')
 
 const KILLS = arg('--kills', 5, 2)
 const GAP_MS = arg('--gap-ms', 1500, 1000)
+/** Before the first kill; load left after the last kill's allowance. */
+const SETTLE_MS = isQuick() ? 700 : 1500
+const TAIL_MS = isQuick() ? 700 : 2000
 const CONCURRENCY = arg('--concurrency', 4)
 const WORKERS = os.availableParallelism()
 
@@ -85,8 +88,8 @@ async function measure (start) {
   let contender = null
   try {
     contender = await start()
-    await sleep(1500)
-    const load = runClientLoop({ port: contender.port, concurrency: CONCURRENCY, durationMs: KILLS * (GAP_MS + 1500) + 2000 })
+    await sleep(SETTLE_MS)
+    const load = runClientLoop({ port: contender.port, concurrency: CONCURRENCY, durationMs: KILLS * (GAP_MS + 1500) + TAIL_MS })
     const times = []
     for (let i = 0; i < KILLS; i++) {
       await sleep(GAP_MS)

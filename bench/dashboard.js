@@ -21,7 +21,7 @@ const { machineLine } = require('./lib/machine')
 const { installCleanup, cpuMs, sleep } = require('./lib/proc')
 
 const ROUNDS = arg('--rounds', 3, 1)
-const SECONDS = arg('--seconds', 10, 3)
+const SECONDS = arg('--seconds', 10, 2)
 
 const CASES = [
   { label: 'probes on, dashboard off', dashboard: false, page: false },

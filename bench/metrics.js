@@ -25,7 +25,7 @@ const { installCleanup, startProcess, waitForLine, stopProcess, cpuMs, sleep } =
 // --quick (npm run bench -- --quick): fewer rounds and scrapes.
 const QUICK = process.argv.includes('--quick')
 const ROUNDS = arg('--rounds', QUICK ? 2 : 3)
-const SCRAPES = arg('--scrapes', QUICK ? 100 : 300)
+const SCRAPES = arg('--scrapes', QUICK ? 50 : 300)
 
 const CONTENDERS = [
   { label: 'prom-client AggregatorRegistry, raw node:cluster (anchor)', mode: 'anchor' },

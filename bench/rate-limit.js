@@ -14,12 +14,13 @@
  * Loopback only, bounded (about a minute), every process stopped by PID.
  * The machine is shared: the load average at the start and end is printed with the table.
  *
- *   node bench/rate-limit.js [--duration 5] [--connections 50] [--quick]   (--quick: 3 s per row)
+ *   node bench/rate-limit.js [--duration 5] [--connections 50] [--quick]   (--quick: 2 s per row)
  */
 
 const os = require('os')
 const http = require('http')
 const { startServed, stopServed } = require('./lib/served')
+const { redisReachable } = require('./lib/redis')
 const { numberArg: arg } = require('./lib/args')
 const { runAutocannon } = require('./lib/load')
 const { markdownTable, fmt, ratio } = require('./lib/table')
@@ -87,21 +88,6 @@ function startServer (name, spec) {
 
 const stopServer = stopServed
 
-async function redisReachable () {
-  const Redis = require('ioredis')
-  const client = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 1000 })
-  client.on('error', () => {})
-  try {
-    await client.connect()
-    await client.ping()
-    return true
-  } catch {
-    return false
-  } finally {
-    client.disconnect()
-  }
-}
-
 async function deleteKeys (pattern) {
   const Redis = require('ioredis')
   const client = new Redis(REDIS_URL)
@@ -118,10 +104,10 @@ async function deleteKeys (pattern) {
 }
 
 async function main () {
-  const durationSec = arg('--duration', process.argv.includes('--quick') ? 3 : 5)
+  const durationSec = arg('--duration', process.argv.includes('--quick') ? 2 : 5)
   const connections = arg('--connections', 50)
   const run = `bench-rl-${process.pid}`
-  const redis = await redisReachable()
+  const redis = await redisReachable(REDIS_URL)
   const contenders = [
     { name: 'MemoryStore, 1 process (anchor)', spec: { store: 'memory' } },
     { name: 'ClusterStore, 2 workers', spec: { store: 'cluster', workers: 2, prefix: 'a:' } },

@@ -24,10 +24,10 @@ const { fmt, ratio, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { installCleanup, waitForLine, sleep } = require('./lib/proc')
 
-const SECONDS = arg('--seconds', 20, 9)
+const SECONDS = arg('--seconds', 20, 6)
 const CONCURRENCY = arg('--concurrency', 20)
-const FIRST_RELOAD_AT_MS = 4000
-const GAP_MS = 3000
+const FIRST_RELOAD_AT_MS = isQuick() ? 2000 : 4000
+const GAP_MS = isQuick() ? 1500 : 3000
 const WORKERS = os.availableParallelism()
 const BROKEN_SECONDS = arg('--broken-seconds', 12, 6)
 const PAUSING_CLIENTS = arg('--pausing-clients', 40, 20)
@@ -209,7 +209,7 @@ async function runContender (start, makeReload, fault, pausing) {
   try {
     clearFaults()
     contender = await start(fault)
-    await sleep(1000)
+    await sleep(isQuick() ? 500 : 1000)
     if (pausing) return await pausingClientsAcrossReloads(contender, makeReload(contender))
     if (fault) return await brokenReloadUnderLoad(contender, makeReload(contender), fault)
     return await reloadUnderLoad(contender, makeReload(contender))

@@ -8,9 +8,11 @@
  *
  *   node bench/run-all.js [--quick] [name ...]   e.g. `npm run bench -- --quick sessions reload`
  *
- * --quick is passed to every script (fewer rounds, shorter runs; the whole
- * set in under 5 minutes). Each script runs in its own process group with a
- * time limit; if it overruns, the group is killed by its PID.
+ * --quick is passed to every script (fewer rounds, shorter runs; the aim is
+ * the whole set in under 5 minutes, see bench/README.md for what it takes).
+ * Each script runs in its own process group with a time limit; if it
+ * overruns, the group is killed by its PID. Any script that fails or
+ * overruns makes the run exit 1.
  */
 
 const { spawn } = require('child_process')
@@ -21,22 +23,32 @@ const debug = require('debug')('clusterize:bench')
 const { machineLine } = require('./lib/machine')
 const { parseTables, tableToSvg } = require('./lib/charts')
 const { AREAS } = require('./lib/areas')
-const { renderSection, mergeResults } = require('./lib/results')
+const { cpuSample, otherCores } = require('./lib/other-load')
+const { renderSection, mergeResults, runSummaryLine } = require('./lib/results')
 
-const BENCH_DIR = __dirname
+// BENCH_RUN_ALL_DIR: another directory of scripts (test/bench-harness.test.js runs tiny ones there).
+const BENCH_DIR = process.env.BENCH_RUN_ALL_DIR || __dirname
 const CHART_DIR = path.join(BENCH_DIR, 'charts')
 const RESULTS = path.join(BENCH_DIR, 'RESULTS.md')
-/** Diagnostics, run by hand (they explain a figure, they are not one). */
-const DIAGNOSTICS = ['bus-trace']
+/** Run by hand: diagnostics (they explain a figure, they are not one), and regression.js (one bench against a base commit). */
+const DIAGNOSTICS = ['bus-trace', 'regression']
+/**
+ * Left out of --quick (their sections in RESULTS.md stay from the last full
+ * run): heap-guard fills 256-1024 MB heaps at the leak's own pace, which is
+ * what it measures, so it has no shorter form (~90 s of the 5-minute budget).
+ */
+const FULL_ONLY = ['heap-guard']
 
 /**
  * The scripts to run: every bench/*.js but this one and the diagnostics, in
  * AREAS order, or only those named.
  * @param {string[]} files the bench directory's entries
  * @param {string[]} only names ('sessions' or 'sessions.js'); empty for all
+ *   (with `quick`, all but FULL_ONLY; a FULL_ONLY script named in `only` runs)
+ * @param {boolean} [quick]
  * @returns {string[]} script names without '.js'
  */
-function listScripts (files, only) {
+function listScripts (files, only, quick) {
   const order = AREAS.map((a) => a.script)
   const rank = (name) => (order.includes(name) ? order.indexOf(name) : order.length)
   const all = files
@@ -44,7 +56,7 @@ function listScripts (files, only) {
     .map((f) => f.replace(/\.js$/, ''))
     .filter((name) => !DIAGNOSTICS.includes(name))
     .sort((a, b) => rank(a) - rank(b) || a.localeCompare(b))
-  if (only.length === 0) return all
+  if (only.length === 0) return quick ? all.filter((name) => !FULL_ONLY.includes(name)) : all
   const wanted = only.map((n) => n.replace(/\.js$/, ''))
   return all.filter((name) => wanted.includes(name))
 }
@@ -54,7 +66,7 @@ function runScript (name, args, limitMs) {
   return new Promise((resolve) => {
     const started = Date.now()
     const child = spawn(process.execPath, [path.join(BENCH_DIR, name + '.js')].concat(args), {
-      cwd: path.join(BENCH_DIR, '..'),
+      cwd: path.join(__dirname, '..'),
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: true
     })
@@ -105,32 +117,45 @@ async function main () {
   const argv = process.argv.slice(2)
   const quick = argv.includes('--quick')
   const only = argv.filter((a) => !a.startsWith('--'))
-  const scripts = listScripts(fs.readdirSync(BENCH_DIR), only)
+  const scripts = listScripts(fs.readdirSync(BENCH_DIR), only, quick)
   const limitMs = Number(process.env.BENCH_SCRIPT_TIMEOUT_MS) || (quick ? 150 : 6 * 60) * 1000
   const args = quick ? ['--quick'] : []
   fs.mkdirSync(CHART_DIR, { recursive: true })
   const fresh = new Map()
   const started = Date.now()
+  const runs = []
+  const command = ['node', 'bench/run-all.js'].concat(argv).join(' ')
   for (const name of scripts) {
     process.stderr.write(`\n=== bench/${name}.js${quick ? ' --quick' : ''} ===\n`)
     const loadBefore = os.loadavg()
+    const cpuBefore = cpuSample()
     const run = await runScript(name, args, limitMs)
+    const cpuAfter = cpuSample()
     debug('%s: %s in %d s', name, run.status, run.seconds)
+    runs.push(run)
+    process.stderr.write(`--- bench/${name}.js: ${run.status}, ${run.seconds} s (${Math.round((Date.now() - started) / 1000)} s so far)\n`)
     fresh.set(name, renderSection(run, {
       machine: machineLine(),
       command: ['node', `bench/${name}.js`].concat(args).join(' '),
-      runner: ['node', 'bench/run-all.js'].concat(argv).join(' '),
+      runner: command,
       quick,
       loadBefore,
       loadAfter: os.loadavg(),
+      otherCores: otherCores(cpuBefore, cpuAfter),
       cores: os.availableParallelism(),
       charts: writeCharts(run)
     }))
     // Written after every script, so an interrupted run still leaves what it measured.
     const previous = fs.existsSync(RESULTS) ? fs.readFileSync(RESULTS, 'utf8') : ''
-    fs.writeFileSync(RESULTS, mergeResults(previous, fresh, { date: new Date().toISOString() }))
+    const summary = { command, runs, seconds: Math.round((Date.now() - started) / 1000), finished: runs.length === scripts.length }
+    fs.writeFileSync(RESULTS, mergeResults(previous, fresh, { date: new Date().toISOString(), run: summary }))
   }
-  process.stderr.write(`\nwrote bench/RESULTS.md and bench/charts/ (${scripts.length} scripts, ${Math.round((Date.now() - started) / 1000)} s)\n`)
+  const seconds = Math.round((Date.now() - started) / 1000)
+  const failed = runs.filter((run) => run.status !== 'ok')
+  process.stderr.write(`\n${runSummaryLine({ command, runs, seconds, finished: true })}\n`)
+  process.stderr.write(`wrote bench/RESULTS.md and bench/charts/\n`)
+  // A script that failed or overran fails the whole run: its section (and RESULTS.md's header) says so too.
+  if (failed.length > 0) process.exitCode = 1
 }
 
 if (require.main === module) {
@@ -140,4 +165,4 @@ if (require.main === module) {
   })
 }
 
-module.exports = { listScripts }
+module.exports = { listScripts, FULL_ONLY }

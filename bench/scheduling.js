@@ -35,12 +35,15 @@ const { hasWrk, wrkClose } = require('./lib/wrk')
 
 const ROUNDS = arg('--rounds', 3, 2)
 const SECONDS = arg('--seconds', 2.5, 1)
-const MIXED_SECONDS = arg('--mixed-seconds', 6, 2.5)
-const MIXED_ROUNDS = arg('--mixed-rounds', 2, 1)
+const MIXED_SECONDS = arg('--mixed-seconds', 6, 1)
+const MIXED_ROUNDS = arg('--mixed-rounds', 2, 2)
 const CONNECTIONS = 50
 const MIXED_CONCURRENCY = 16
 const HEAVY_EVERY = 20
-const BALANCE_ROUNDS = arg('--balance-rounds', 5)
+const BALANCE_ROUNDS = arg('--balance-rounds', 5, 3)
+/** Warm-up per contender and the pause between two measured runs. */
+const WARM_UP_MS = arg('--warm-up-ms', 1000, 300)
+const PAUSE_MS = arg('--pause-ms', 300, 100)
 const BALANCE_WORKERS = 4
 const BALANCE_CONNECTIONS = 100
 
@@ -55,6 +58,9 @@ function nodes () {
   return list
 }
 
+/** The rows' order within one Node (contenders start together, in any order). */
+const MODE_ORDER = ['raw', 'rr', 'none', 'balanced', 'reuseport']
+
 function supportsReusePort (version) {
   const [major, minor] = version.slice(1).split('.').map(Number)
   return major > 23 || (major === 23 && minor >= 1) || (major === 22 && minor >= 12)
@@ -67,7 +73,7 @@ async function interleave (contenders, rounds, fn) {
     for (let i = 0; i < contenders.length; i++) {
       const c = contenders[(i + round) % contenders.length]
       results.get(c.label).push(await fn(c))
-      await sleep(300)
+      await sleep(PAUSE_MS)
     }
   }
   return results
@@ -87,20 +93,21 @@ async function newConnections (c) {
 async function throughputPart () {
   const contenders = []
   try {
-    for (const node of nodes()) {
-      const raw = await startLocal('cluster', { node: node.bin, label: `raw node:cluster (Node ${node.version})` })
-      raw.node = node.version
-      raw.mode = 'raw'
-      contenders.push(raw)
+    for (const [nodeIndex, node] of nodes().entries()) {
       const modes = supportsReusePort(node.version) ? ['rr', 'none', 'balanced', 'reuseport'] : ['rr', 'none', 'balanced']
-      for (const mode of modes) {
-        const c = await startLocal('clusterize', { node: node.bin, label: `'${mode}' (Node ${node.version})`, options: { scheduling: mode } })
+      // Started together (start-up is not measured); pushed as each starts, so a failure still stops the others.
+      await Promise.all(['raw'].concat(modes).map(async (mode) => {
+        const c = mode === 'raw'
+          ? await startLocal('cluster', { node: node.bin, label: `raw node:cluster (Node ${node.version})` })
+          : await startLocal('clusterize', { node: node.bin, label: `'${mode}' (Node ${node.version})`, options: { scheduling: mode } })
         c.node = node.version
         c.mode = mode
+        c.order = nodeIndex * MODE_ORDER.length + MODE_ORDER.indexOf(mode)
         contenders.push(c)
-      }
+      }))
     }
-    for (const c of contenders) await runAutocannon({ port: c.port, durationSec: 1 })
+    contenders.sort((a, b) => a.order - b.order)
+    for (const c of contenders) await runAutocannon({ port: c.port, durationSec: WARM_UP_MS / 1000 })
     const keepAlive = await interleave(contenders, ROUNDS, (c) => runAutocannon({ port: c.port, connections: CONNECTIONS, durationSec: SECONDS }))
     const perConnection = await interleave(contenders, ROUNDS, newConnections)
     const rows = contenders.map((c) => {
@@ -115,7 +122,7 @@ async function throughputPart () {
     })
     return markdownTable(['scheduling (server Node)', 'keep-alive req/s', 'vs raw', 'keep-alive p99 ms', 'new conn req/s', 'vs raw', 'new conn p99 ms', 'primary CPU per new conn (us)', 'failed'], rows)
   } finally {
-    for (const c of contenders) await c.stop()
+    await Promise.all(contenders.map((c) => c.stop()))
   }
 }
 
@@ -148,7 +155,7 @@ async function balancePart () {
   ]
   const contenders = []
   try {
-    for (const spec of specs) contenders.push(await startLocal(spec.kind || 'clusterize', { label: spec.label, options: spec.options, env: spec.env }))
+    await startTogether(specs, contenders, (spec) => startLocal(spec.kind || 'clusterize', { label: spec.label, options: spec.options, env: spec.env }))
     const results = await interleave(contenders, BALANCE_ROUNDS, (c) => openAtOnce(c, BALANCE_CONNECTIONS))
     return markdownTable(['scheduling', `connections per worker, each round (${BALANCE_ROUNDS} rounds)`, 'max/min, median', 'max/min, worst'],
       contenders.map((c) => {
@@ -157,7 +164,23 @@ async function balancePart () {
         return [c.label, rounds.map((counts) => counts.join('/')).join(', '), fmtRatio(median(ratios)), fmtRatio(Math.max(...ratios))]
       }))
   } finally {
-    for (const c of contenders) await c.stop()
+    await Promise.all(contenders.map((c) => c.stop()))
+  }
+}
+
+/**
+ * Start one contender per spec, all at once (start-up is not measured), into
+ * `contenders` in the specs' order; each is in `started` as soon as it runs,
+ * so the caller's cleanup stops it even when another failed to start.
+ */
+async function startTogether (specs, contenders, start) {
+  const started = []
+  try {
+    await Promise.all(specs.map(async (spec, i) => {
+      started[i] = await start(spec)
+    }))
+  } finally {
+    for (const c of started) if (c) contenders.push(c)
   }
 }
 
@@ -184,13 +207,12 @@ async function mixedPart () {
   if (newer) specs.push({ label: "'reuseport'", node: newer, options: { scheduling: 'reuseport', health } })
   const contenders = []
   try {
-    for (const spec of specs) {
+    await startTogether(specs, contenders, (spec) => {
       const node = spec.node || nodes()[0]
-      const c = await startLocal(spec.kind || 'clusterize', { node: node.bin, app: 'mixed', label: `${spec.label} (Node ${node.version})`, options: spec.options })
-      contenders.push(c)
-    }
+      return startLocal(spec.kind || 'clusterize', { node: node.bin, app: 'mixed', label: `${spec.label} (Node ${node.version})`, options: spec.options })
+    })
     const run = (c) => runClientLoop({ port: c.port, concurrency: MIXED_CONCURRENCY, durationMs: MIXED_SECONDS * 1000, keepAlive: false, pickPath: pickMixedPath })
-    for (const c of contenders) await runClientLoop({ port: c.port, concurrency: 4, durationMs: 1000, keepAlive: false, pickPath: pickMixedPath })
+    for (const c of contenders) await runClientLoop({ port: c.port, concurrency: 4, durationMs: WARM_UP_MS, keepAlive: false, pickPath: pickMixedPath })
     const results = await interleave(contenders, MIXED_ROUNDS, run)
     const summary = contenders.map((c) => {
       const runs = results.get(c.label).map((r) => {
@@ -211,7 +233,7 @@ async function mixedPart () {
     return markdownTable(['mixed workload', 'req/s', 'req/s vs raw cluster', 'light p50 ms', 'light p99 ms', 'light p99 vs raw cluster', `/cpu p99 ms`, 'failed'],
       summary.map((s) => [s.label, fmt(s.rps), ratio(s.rps, anchor.rps), fmt(s.lightP50, 1), fmt(s.lightP99, 1), ratio(s.lightP99, anchor.lightP99), fmt(s.heavyP99, 1), s.failed]))
   } finally {
-    for (const c of contenders) await c.stop()
+    await Promise.all(contenders.map((c) => c.stop()))
   }
 }
 

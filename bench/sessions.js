@@ -38,6 +38,7 @@ const path = require('path')
 const crypto = require('crypto')
 const http = require('http')
 const { startServed, stopServed } = require('./lib/served')
+const { redisReachable } = require('./lib/redis')
 
 const SECRET = 'bench-secret-0123456789-abcdefghijklmnop'
 const REDIS_URL = process.env.REDIS_URL || 'redis://127.0.0.1:6379'
@@ -46,7 +47,7 @@ const RECIPE = 'recipe: express-session + connect-redis + ioredis, raw node:clus
 
 if (process.argv[2] === '--serve') {
   serve(process.argv[3], JSON.parse(process.argv[4] || '{}'))
-} else {
+} else if (require.main === module) {
   main().catch((err) => {
     process.stderr.write(err.stack + '\n')
     process.exitCode = 1
@@ -189,21 +190,6 @@ function runLoad (port, cookies, load) {
 async function measure (port, cookies, duration, connections) {
   const result = await runLoad(port, cookies, { duration, connections })
   return { rps: result.requests.total / result.duration, non2xx: result.non2xx, errors: result.errors + result.timeouts, p99: result.latency.p99 }
-}
-
-async function redisReachable () {
-  const Redis = require('ioredis')
-  const client = new Redis(REDIS_URL, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 1000 })
-  client.on('error', () => {})
-  try {
-    await client.connect()
-    await client.ping()
-    return true
-  } catch {
-    return false
-  } finally {
-    client.disconnect()
-  }
 }
 
 /** The pid of the Redis at REDIS_URL when it runs on this machine (its CPU is then readable), else null. */
@@ -365,16 +351,16 @@ function rotated (list, round) {
 }
 
 async function main () {
-  const duration = arg('--duration', 3, 1.5)
+  const duration = arg('--duration', 3, 1)
   const passes = arg('--passes', 4, 3)
   const connections = arg('--connections', 20)
   const cpuRate = arg('--cpu-rate', 2000)
-  const cpuSeconds = arg('--cpu-seconds', 4, 2)
+  const cpuSeconds = arg('--cpu-seconds', 4, 1.5)
   const cpuPasses = arg('--cpu-passes', 3, 2)
   const abIndex = process.argv.indexOf('--ab')
   const abDir = abIndex > 0 ? process.argv[abIndex + 1] : process.env.BENCH_CLUSTERIZE_MODULE
   const prefix = `cz-bench:${process.pid}:${crypto.randomBytes(3).toString('hex')}:`
-  const haveRedis = await redisReachable()
+  const haveRedis = await redisReachable(REDIS_URL)
   const list = scenarios(prefix, abDir)
   const maxAge = arg('--max-age', 0)
   if (maxAge) for (const scenario of list) scenario.spec.maxAge = maxAge
@@ -391,20 +377,23 @@ async function main () {
     // Every server is started first and measured in rotated rounds, so a burst of
     // load from elsewhere on a shared machine does not land on one store only.
     // Idle servers cost next to nothing.
-    for (const scenario of list) {
+    // Started together (start-up is not measured), then warmed up one at a time.
+    await Promise.all(list.map(async (scenario) => {
+      scenario.rounds = []
       if (scenario.redis && !haveRedis) {
         scenario.skipped = `no Redis at ${REDIS_URL}`
-        continue
+        return
       }
       try {
         scenario.server = await startServer(scenario.name, scenario.spec)
         live.push(scenario.server)
         scenario.cookies = await prepare(scenario.server.port)
-        await measure(scenario.server.port, scenario.cookies, 1, connections) // warm-up
       } catch (err) {
         scenario.skipped = 'failed: ' + err.message.split('\n')[0]
       }
-      scenario.rounds = []
+    }))
+    for (const scenario of list) {
+      if (!scenario.skipped) await measure(scenario.server.port, scenario.cookies, isQuick() ? 0.5 : 1, connections) // warm-up
     }
     const measured = list.filter((s) => !s.skipped)
     for (let pass = 0; pass < passes; pass++) {
@@ -424,7 +413,7 @@ async function main () {
       }
     }
   } finally {
-    for (const server of live) await stopServer(server)
+    await Promise.all(live.map((server) => stopServer(server)))
     if (haveRedis) await cleanRedis(prefix)
   }
   print(list, { duration, passes, connections, maxAge, loadAtStart, seconds: (Date.now() - started) / 1000 })
@@ -533,3 +522,6 @@ function printCpu (list, run) {
   out.push('The load generator (autocannon, in this process) is not counted; on a 2-core machine it takes a share of the same CPUs, so every extra microsecond per request in any of these processes lowers the req/s above.')
   process.stdout.write(out.join('\n') + '\n')
 }
+
+// bench/regression.js runs the cluster store's rows against another tree with these.
+module.exports = { startServer, stopServer, prepare, measure, measureCpu }

@@ -28,7 +28,7 @@
 
 const path = require('path')
 const { performance } = require('perf_hooks')
-const { startProcess, waitForLine, stopProcess, freePort, installCleanup, sleep } = require('./lib/proc')
+const { startProcess, waitForLine, stopProcess, freePort, installCleanup, sleep, threadsCpuMs } = require('./lib/proc')
 const { median, ratio, fmt, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { percentile } = require('./lib/load')
@@ -70,10 +70,12 @@ function runServer (kind, port) {
     onConnection(new Server(server, { transports: ['websocket'] }))
     server.listen(port, '127.0.0.1', () => console.log('READY'))
   } else if (kind === 'clusterize' || kind === 'clusterize-uncoalesced' || kind === 'clusterize-recovery') {
-    const { clusterize } = require('..')
+    // BENCH_CLUSTERIZE_MODULE: another checkout's clusterize (bench/regression.js).
+    const pkg = process.env.BENCH_CLUSTERIZE_MODULE || path.join(__dirname, '..')
+    const { clusterize } = require(pkg)
     const handle = clusterize(() => {
       const { server, Server } = appServer()
-      const { createAdapter } = require('../socket.io')
+      const { createAdapter } = require(path.join(pkg, 'socket.io'))
       const recovery = kind === 'clusterize-recovery' ? { connectionStateRecovery: {} } : {}
       onConnection(new Server(server, { transports: ['websocket'], adapter: createAdapter({ coalesceWrites: kind !== 'clusterize-uncoalesced' }), ...recovery }))
       return server
@@ -101,22 +103,15 @@ function runServer (kind, port) {
 
 // ---- the measurement
 
-/** CPU time (user + system) of a process so far, in ms, from /proc (Linux); NaN elsewhere. */
-function cpuMs (pid) {
-  try {
-    const stat = require('fs').readFileSync(`/proc/${pid}/stat`, 'utf8')
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    // utime and stime (fields 14 and 15 of the line) in clock ticks, 100 per second on Linux.
-    return (Number(fields[11]) + Number(fields[12])) * 10
-  } catch {
-    return NaN
-  }
-}
-
-async function round (kind, clients, client) {
+/**
+ * One burst to `clients` clients of a fresh server of `kind`.
+ * @param {object} [env] for the server (BENCH_CLUSTERIZE_MODULE)
+ * @returns {Promise<{ delivered: number, lost: number, p50: number, p99: number, primaryCpu: number }>} primaryCpu in ms over the burst
+ */
+async function round (kind, clients, client, env) {
   const { io } = require('socket.io-client')
   const port = await freePort()
-  const proc = startProcess({ args: [SELF, 'server', kind, String(port)], name: kind })
+  const proc = startProcess({ args: [SELF, 'server', kind, String(port)], name: kind, env })
   const sockets = []
   try {
     await waitForLine(proc, /^READY/, 30000)
@@ -148,13 +143,14 @@ async function round (kind, clients, client) {
     })))
     await sleep(300)
     const expected = clients * MESSAGES
-    const cpuBefore = cpuMs(proc.pid)
+    // Every thread's schedstat: /proc's 10 ms ticks round a burst's relay work to 0 or 10 ms.
+    const cpuBefore = threadsCpuMs(proc.pid)
     const started = performance.now()
     await (client === 'bare' ? sockets[0].request('burst', MESSAGES) : new Promise((resolve) => sockets[0].emit('burst', MESSAGES, resolve)))
     const deadline = Date.now() + 60000
     while (received < expected && Date.now() < deadline) await sleep(5)
     const seconds = (performance.now() - started) / 1000
-    const primaryCpu = cpuMs(proc.pid) - cpuBefore
+    const primaryCpu = threadsCpuMs(proc.pid) - cpuBefore
     return { delivered: received / seconds, lost: expected - received, p50: percentile(latencies, 50), p99: percentile(latencies, 99), primaryCpu }
   } finally {
     for (const s of sockets) s.disconnect()
@@ -206,9 +202,12 @@ async function main () {
 
 if (process.argv[2] === 'server') {
   runServer(process.argv[3], Number(process.argv[4]))
-} else {
+} else if (require.main === module) {
   main().catch((err) => {
     console.error(err)
     process.exitCode = 1
   })
 }
+
+// bench/regression.js runs rounds against another tree with these.
+module.exports = { round, MESSAGES }

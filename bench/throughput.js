@@ -14,7 +14,7 @@
  * `pm2 kill` with a private PM2_HOME. It measures; it never asserts.
  */
 
-const { numberArg: arg } = require('./lib/args')
+const { numberArg: arg, isQuick } = require('./lib/args')
 const os = require('os')
 const { startLocal, startPm2 } = require('./lib/contenders')
 const { runAutocannon } = require('./lib/load')
@@ -23,20 +23,23 @@ const { machineLine } = require('./lib/machine')
 const { installCleanup, sleep, cpuMs } = require('./lib/proc')
 
 const ROUNDS = arg('--rounds', 5, 2)
-const SECONDS = arg('--seconds', 4, 1)
+const SECONDS = arg('--seconds', 4, 0.5)
 const CONNECTIONS = arg('--connections', 50)
 const WORKERS = os.availableParallelism()
 const BASELINE = 'raw node:cluster'
 const FIXED_RATE = arg('--rate', 1500)
-const FIXED_SECONDS = arg('--fixed-seconds', 5, 2)
+const FIXED_SECONDS = arg('--fixed-seconds', 5, 1)
 const RECONNECT_EVERY = 2
 const CPU_ROUNDS = arg('--cpu-rounds', 3, 1)
+const WARM_UP_SECONDS = isQuick() ? 0.5 : 2
 
 async function startAll () {
-  const contenders = []
-  contenders.push(await startLocal('single', { label: 'single process' }))
-  contenders.push(await startLocal('cluster', { label: BASELINE }))
-  contenders.push(await startLocal('clusterize', { label: "clusterize ('rr')" }))
+  // Started together (their start-up is not measured); in this order in every table.
+  const contenders = await Promise.all([
+    startLocal('single', { label: 'single process' }),
+    startLocal('cluster', { label: BASELINE }),
+    startLocal('clusterize', { label: "clusterize ('rr')" })
+  ])
   try {
     contenders.push(await startPm2({ instances: WORKERS, label: 'PM2 cluster mode' }))
   } catch (err) {
@@ -144,8 +147,8 @@ async function main () {
   const loadAtStart = require('fs').readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')
   const contenders = await startAll()
   try {
-    for (const c of contenders) await runAutocannon({ port: c.port, connections: CONNECTIONS, durationSec: 2 })
-    await sleep(2000)
+    for (const c of contenders) await runAutocannon({ port: c.port, connections: CONNECTIONS, durationSec: WARM_UP_SECONDS })
+    await sleep(WARM_UP_SECONDS * 1000)
     const memory = await memoryTable(contenders)
     const results = await measure(contenders)
     const reconnecting = await measure(contenders, RECONNECT_EVERY)
@@ -163,7 +166,7 @@ async function main () {
     console.log('\n### Memory (VmRSS from /proc, idle after warm-up)\n')
     console.log(memory)
   } finally {
-    for (const c of contenders) await c.stop()
+    await Promise.all(contenders.map((c) => c.stop()))
   }
 }
 

@@ -21,16 +21,16 @@
  * Loopback only, about 2 minutes, stops everything it started by PID, PM2 by `pm2 kill`.
  */
 
-const { numberArg: arg } = require('./lib/args')
+const { numberArg: arg, isQuick } = require('./lib/args')
 const { startLocal, startPm2 } = require('./lib/contenders')
 const { runClientLoop, percentile } = require('./lib/load')
 const { fmt, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { installCleanup, waitForLine, sleep, isAlive } = require('./lib/proc')
 
-const SECONDS = arg('--seconds', 14)
+const SECONDS = arg('--seconds', 14, 7)
 const CONCURRENCY = arg('--concurrency', 20)
-const AT_MS = 4000
+const AT_MS = isQuick() ? 2000 : 4000
 
 /** Load both ways while `operate()` runs once, AT_MS in. */
 async function underLoad (port, operate) {

@@ -29,6 +29,11 @@ const AREAS = [
     notes: 'Replacing the primary itself under load: clusterize upgrade against the textbook stop-and-start, a raw node:cluster restart and pm2 update + pm2 reload.'
   },
   {
+    script: 'upgrade-handover',
+    title: 'Upgrade',
+    notes: 'What an upgrade hands from the old primary to the new one over a real JSON IPC channel: socket.io recovery state (packet log, persisted sessions) against the cluster store\'s sessions as the yardstick; how long the old primary\'s event loop is blocked, and the total.'
+  },
+  {
     script: 'reload',
     title: 'Reload',
     notes: 'Anchors: PM2\'s `pm2 reload` and the textbook SIGUSR2 rolling restart. A failed request is a connection error, a reset or a non-2xx answer.'
@@ -52,6 +57,16 @@ const AREAS = [
     script: 'offload',
     title: 'Offload',
     notes: 'Anchor: piscina. /health\'s tail while the pool is saturated is mostly the event-loop thread waiting for a CPU (schedstat), not the pool\'s own work; see bench/README.md.'
+  },
+  {
+    script: 'bus-envelopes',
+    title: 'Bus',
+    notes: 'In one process, no I/O: the JSON work per hop of a library message, the bus codec\'s string inside the envelope (what ships) against the object itself.'
+  },
+  {
+    script: 'heap-guard',
+    title: 'Supervision',
+    notes: 'Does the memory guard recycle a fast-leaking worker before V8 aborts it? Raw V8 (where the heap stood when V8 aborted) against clusterize with its default health options, for several heap sizes.'
   },
   {
     script: 'socketio',

@@ -1,0 +1,51 @@
+'use strict'
+
+/**
+ * How much CPU the rest of the machine used while a benchmark ran: the
+ * machine's busy time (/proc/stat) minus what this process and its reaped
+ * children (the benchmark script and everything it started and waited for)
+ * used (/proc/self/stat). The load average cannot tell the two apart: it
+ * counts the benchmark's own load generator and servers, so every run read
+ * as a busy box. Linux only; elsewhere null (callers fall back to the load
+ * average). Daemons a script starts and does not reap (a redis-server it
+ * daemonizes) count as other work: the figure errs towards "busy".
+ */
+
+const fs = require('fs')
+
+/** Linux's USER_HZ: /proc reports CPU time in 1/100 s on every architecture Node runs on. */
+const TICKS_PER_SECOND = 100
+
+/**
+ * @returns {{ busy: number, own: number, at: bigint }|null} ticks
+ */
+function cpuSample () {
+  try {
+    const total = fs.readFileSync('/proc/stat', 'utf8').split('\n', 1)[0].trim().split(/\s+/).slice(1).map(Number)
+    // user nice system idle iowait irq softirq steal: idle and iowait are not busy.
+    const busy = total[0] + total[1] + total[2] + total[5] + total[6] + (total[7] || 0)
+    const self = fs.readFileSync('/proc/self/stat', 'utf8')
+    // After "(comm) ", field 3 (state) is index 0: utime, stime, cutime, cstime are fields 14-17.
+    const fields = self.slice(self.lastIndexOf(')') + 2).split(' ').map(Number)
+    const own = fields[11] + fields[12] + fields[13] + fields[14]
+    return { busy, own, at: process.hrtime.bigint() }
+  } catch {
+    return null
+  }
+}
+
+/**
+ * Cores' worth of CPU the rest of the machine used between two samples.
+ * @param {ReturnType<typeof cpuSample>} before
+ * @param {ReturnType<typeof cpuSample>} after
+ * @returns {number|null}
+ */
+function otherCores (before, after) {
+  if (!before || !after) return null
+  const seconds = Number(after.at - before.at) / 1e9
+  if (seconds <= 0) return null
+  const ticks = (after.busy - before.busy) - (after.own - before.own)
+  return Math.max(0, ticks / TICKS_PER_SECOND / seconds)
+}
+
+module.exports = { cpuSample, otherCores }
