@@ -5,7 +5,10 @@
  * by maxIdleConnections and counted in /stats and /metrics: connections
  * waiting for a ready worker (the newest refused beyond the bound, logged
  * once) and, with sticky.sid, connections still sending their request line
- * (the oldest closed). Real clusters, HTTP on loopback.
+ * (the oldest closed). Connections on their way to a worker that is not
+ * taking them are bounded by half the primary's open-file limit (the newest
+ * refused), so a flood cannot run the primary out of descriptors. Real
+ * clusters, HTTP on loopback.
  */
 
 const { test, after } = require('node:test')
@@ -68,7 +71,7 @@ test("'rr': connections waiting for a ready worker are bounded by maxIdleConnect
       const stats = await cluster.stats()
       return stats.connections && stats.connections.pending + stats.connections.pendingShed === 30 && stats.connections
     }, { what: () => '30 connections held or refused\n' + cluster.output })
-    assert.deepStrictEqual(connections, { pending: 20, pendingShed: 10, awaiting: 0, awaitingShed: 0 })
+    assert.deepStrictEqual(connections, { pending: 20, pendingShed: 10, awaiting: 0, awaitingShed: 0, handoff: 0, handoffShed: 0 })
     const metrics = (await cluster.probe('/metrics')).body
     assert.strictEqual(sample(metrics, 'clusterize_primary_held_connections{queue="pending"}'), 20)
     assert.strictEqual(sample(metrics, 'clusterize_primary_connections_shed_total{queue="pending"}'), 10)
@@ -98,13 +101,53 @@ test("'sticky.sid': silent connections the primary closed for maxIdleConnections
       const stats = await cluster.stats()
       return stats.connections.awaiting + stats.connections.awaitingShed === 40 && stats.connections
     }, { what: () => '40 silent connections held or closed\n' + cluster.output })
-    assert.deepStrictEqual(connections, { pending: 0, pendingShed: 0, awaiting: 16, awaitingShed: 24 })
+    assert.deepStrictEqual(connections, { pending: 0, pendingShed: 0, awaiting: 16, awaitingShed: 24, handoff: 0, handoffShed: 0 })
     const metrics = (await cluster.probe('/metrics')).body
     assert.strictEqual(sample(metrics, 'clusterize_primary_held_connections{queue="awaiting"}'), 16)
     assert.strictEqual(sample(metrics, 'clusterize_primary_connections_shed_total{queue="awaiting"}'), 24)
     assert.strictEqual((await cluster.get('/')).status, 200, 'a normal client is served')
   } finally {
     silent.destroy()
+    await cluster.stop()
+  }
+})
+
+test("'rr' under ulimit -n 128: while the only worker does not take connections, at most half the primary's limit wait on their way to it; the newest are refused, counted and logged once, and the rest are served once it does", async () => {
+  const cluster = await startCluster(fixture, {
+    fdLimit: 128,
+    env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 1, health: { heartbeatTimeoutMs: 120000 }, probes: { port: 0 } }) }
+  })
+  // The worker's event loop is held: it reads no handle from its channel until the file goes.
+  const hold = path.join(tmp, 'handoff-hold')
+  fs.writeFileSync(hold, '')
+  const blocked = cluster.get(`/hold?file=${encodeURIComponent(hold)}`, { timeoutMs: 60000 })
+  await eventually(() => fs.existsSync(hold + '.held'), { what: () => 'the worker holding its event loop\n' + cluster.output })
+  const clients = await openClients(cluster.port, 100, 'GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
+  try {
+    let last = null
+    const connections = await eventually(async () => {
+      last = (await cluster.stats()).connections
+      return last.handoff + last.handoffShed === 99 && last
+    }, { what: () => `99 connections on their way or refused (${JSON.stringify(last)})\n${cluster.output}` })
+    // The first is written to the worker's channel at once (Node's IPC then waits for the
+    // worker's answer before it writes the next): it is the worker's, no longer the primary's.
+    // ulimit -n 128: half is 64, all of it the only worker's share; the other 35 are refused.
+    assert.deepStrictEqual(connections, { pending: 0, pendingShed: 0, awaiting: 0, awaitingShed: 0, handoff: 64, handoffShed: 35 })
+    const metrics = (await cluster.probe('/metrics')).body
+    assert.strictEqual(sample(metrics, 'clusterize_primary_held_connections{queue="handoff"}'), 64)
+    assert.strictEqual(sample(metrics, 'clusterize_primary_connections_shed_total{queue="handoff"}'), 35)
+    assert.strictEqual(cluster.output.match(/connections arrive faster than the workers take them: refusing new ones/g).length, 1, 'logged once')
+
+    fs.rmSync(hold)
+    assert.strictEqual((await blocked).status, 200)
+    await eventually(() => clients.closed() === 100, { timeoutMs: 30000, what: () => 'every client answered or closed\n' + cluster.output })
+    assert.strictEqual(clients.sockets.filter((e) => e.data.startsWith('HTTP/1.1 200')).length, 65, 'those on their way were served')
+    assert.strictEqual(clients.sockets.filter((e) => e.data === '').length, 35, 'the refused ones got nothing')
+    assert.strictEqual((await cluster.stats()).connections.handoff, 0)
+    assert.deepStrictEqual(cluster.events.filter((e) => e.event === 'worker:exit'), [], 'no worker exited')
+  } finally {
+    clients.destroy()
+    fs.rmSync(hold, { force: true })
     await cluster.stop()
   }
 })

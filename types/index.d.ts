@@ -383,6 +383,10 @@ export interface PrimaryConnectionStats {
   awaiting: number
   /** With `sticky: { sid: true }`: the oldest silent ones closed beyond `maxIdleConnections`, since the start. */
   awaitingShed: number
+  /** Handed to a worker that has not taken them yet. */
+  handoff: number
+  /** Refused since the start because their worker already had its share of `maxIdleConnections` (at most 1024) on its way to it. */
+  handoffShed: number
 }
 
 export interface DashboardStreamStats {

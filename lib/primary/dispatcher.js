@@ -45,12 +45,14 @@ class Handoffs {
 }
 
 /**
- * @param {{ mode: 'rr'|'sticky', port: number, host?: string, fd?: number, sid?: boolean, maxAwaiting?: number, log?: object }} options
+ * @param {{ mode: 'rr'|'sticky', port: number, host?: string, fd?: number, sid?: boolean, maxAwaiting?: number, maxHandoff?: number, log?: object }} options
  *   `fd`: an inherited listening socket to accept on instead of binding the port (upgrade, systemd)
  *   `maxAwaiting`: with sid routing, connections held while they send their
  *   request line, at most (the oldest goes first); default no bound. It also
  *   lowers the bound on connections waiting for a ready worker (the newest
- *   are refused beyond it). `log` is told once when either starts
+ *   are refused beyond it). `maxHandoff`: handles on their way to workers, at most (shared
+ *   out among the ready workers; the newest are refused beyond a worker's share). `log` is
+ *   told once when any of them starts
  * @param {import('./supervisor').Supervisor} supervisor
  * @param {{ isOverloaded: (record: object) => boolean }} health
  */
@@ -64,6 +66,14 @@ function createDispatcher (options, supervisor, health) {
   let awaitingShed = 0
   const maxPending = Math.min(MAX_PENDING, options.maxAwaiting || MAX_PENDING)
   let pendingShed = 0
+  // Handles written to a worker's channel whose write callback has not come yet, over all workers.
+  // A flood accepted faster than the workers take it must not run the primary out of descriptors:
+  // at EMFILE libuv resets every connection in the backlog, and the primary could not fork, log
+  // or answer its control socket. So at most `maxHandoff` (half its open-file limit), shared out
+  // among the ready workers, are on their way.
+  const maxHandoff = options.maxHandoff || Infinity
+  let handoff = 0
+  let handoffShed = 0
   const connMessage = protocol.conn()
   let listenHandle = null
   let cursor = 0
@@ -92,7 +102,26 @@ function createDispatcher (options, supervisor, health) {
       pending.push(handle)
       return
     }
+    if (handoffFull(record)) return shedHandoff(handle)
     hand(record, handle)
+  }
+
+  /**
+   * Each ready worker may have its share of the bound on its way to it: a worker that
+   * stopped taking connections (stuck, 'sticky' clients hashed to it) fills only its own share.
+   */
+  function handoffFull (record) {
+    const share = Math.max(1, Math.floor(maxHandoff / Math.max(1, supervisor.readyRecords().length)))
+    return handoffsOf(record).inFlight.size >= share
+  }
+
+  /** Like a full listen backlog: the handles on their way keep their turn, the newcomer is refused. */
+  function shedHandoff (handle) {
+    if (handle !== null) handle.close()
+    if (handoffShed++ === 0 && options.log) {
+      options.log.warn('connections arrive faster than the workers take them: refusing new ones while a worker has its share (of half the primary\'s open-file limit) on its way to it')
+    }
+    debug('refused a connection: %d on their way to workers (%d refused so far)', handoff, handoffShed)
   }
 
   /**
@@ -105,7 +134,8 @@ function createDispatcher (options, supervisor, health) {
     socket.on('error', () => socket.destroy())
     socket.once('close', () => awaiting.delete(socket))
     awaiting.add(socket)
-    if (awaiting.size > maxAwaiting) shedAwaiting()
+    // The handles on their way to workers hold the primary's descriptors too.
+    if (awaiting.size + handoff > maxAwaiting) shedAwaiting()
     socket.once('data', function onFirstBytes (head) {
       awaiting.delete(socket)
       socket.pause()
@@ -113,6 +143,10 @@ function createDispatcher (options, supervisor, health) {
       const ready = supervisor.readyRecords()
       const record = ready.length === 0 ? null : routeBySid(head.toString('latin1', 0, Math.min(head.length, 4096)), ready, socket.remoteAddress)
       if (!record || closed) return socket.destroy()
+      if (handoffFull(record)) {
+        socket.destroy()
+        return shedHandoff(null)
+      }
       const raw = detachHandle(socket)
       if (raw !== null) hand(record, raw, protocol.connWithHead(head))
     })
@@ -120,7 +154,7 @@ function createDispatcher (options, supervisor, health) {
 
   function shedAwaiting () {
     for (const socket of awaiting) {
-      if (awaiting.size <= maxAwaiting) break
+      if (awaiting.size + handoff <= maxAwaiting) break
       awaiting.delete(socket)
       socket.destroy()
       if (awaitingShed++ === 0 && options.log) {
@@ -202,8 +236,9 @@ function createDispatcher (options, supervisor, health) {
     const handoffs = handoffsOf(record)
     handoffs.total++
     handoffs.inFlight.add(handle)
+    handoff++
     record.channel.postNow(message || connMessage, handle, function onHanded (err) {
-      handoffs.inFlight.delete(handle)
+      if (handoffs.inFlight.delete(handle)) handoff--
       handle.close()
       if (err) debug('handing a connection to worker %d failed: %s', record.id, err.message)
     })
@@ -214,6 +249,7 @@ function createDispatcher (options, supervisor, health) {
     const handoffs = byRecord.get(record)
     if (!handoffs) return
     for (const handle of handoffs.inFlight) handle.close()
+    handoff -= handoffs.inFlight.size
     handoffs.inFlight.clear()
     byRecord.delete(record)
   }
@@ -260,10 +296,11 @@ function createDispatcher (options, supervisor, health) {
     },
     /**
      * What the primary holds itself and what it closed for the bounds: connections waiting for
-     * a ready worker, and (sticky.sid) those still sending their request line.
-     * @returns {{ pending: number, pendingShed: number, awaiting: number, awaitingShed: number }}
+     * a ready worker, (sticky.sid) those still sending their request line, and those on their
+     * way to a worker.
+     * @returns {{ pending: number, pendingShed: number, awaiting: number, awaitingShed: number, handoff: number, handoffShed: number }}
      */
-    status: () => ({ pending: pending.length, pendingShed, awaiting: awaiting.size, awaitingShed }),
+    status: () => ({ pending: pending.length, pendingShed, awaiting: awaiting.size, awaitingShed, handoff, handoffShed }),
     /** The listening socket's descriptor (to pass to a new primary), or null. */
     descriptor: () => descriptorOf(listenHandle),
     /** Connections handed to this worker so far. */

@@ -10,6 +10,7 @@ const { createDispatcher } = require('./dispatcher')
 const { createBalancer } = require('./balancer')
 const { findFreePort } = require('./scheduling')
 const { explainListenError } = require('../errors')
+const { defaultMaxIdleConnections } = require('../fd-limit')
 
 /**
  * @param {{ config: object, mode: string, listenMode: string, inherited: object, port: number, supervisor: object, parts: object, log: object }} context
@@ -26,7 +27,7 @@ async function bindAppPort ({ config, mode, listenMode, inherited, port, supervi
     port = await listenOrExplain(parts.balancer, config, log)
   } else if (listenMode === 'handoff') {
     const fd = inherited.http !== null ? inherited.http : undefined
-    parts.dispatcher = createDispatcher({ mode, port: config.port, host: config.host, fd, sid: mode === 'sticky' && config.sticky.sid, maxAwaiting: config.maxIdleConnections, log }, supervisor, health)
+    parts.dispatcher = createDispatcher({ mode, port: config.port, host: config.host, fd, sid: mode === 'sticky' && config.sticky.sid, maxAwaiting: config.maxIdleConnections, maxHandoff: defaultMaxIdleConnections(), log }, supervisor, health)
     port = await listenOrExplain(parts.dispatcher, config, log)
   } else if (config.port === 0 && inherited.port === null) {
     // Workers bind the port themselves: they must all agree on one.

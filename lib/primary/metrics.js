@@ -190,19 +190,21 @@ function definePrimaryMetrics (client, registry, primaryStatus) {
   })
   new client.Gauge({
     name: 'clusterize_primary_held_connections',
-    help: 'Connections the primary holds itself: waiting for a ready worker (pending) or, with sticky.sid, for their request line (awaiting)',
+    help: 'Connections the primary holds itself: waiting for a ready worker (pending), with sticky.sid for their request line (awaiting), or on their way to a worker (handoff)',
     labelNames: ['queue'],
     registers: [registry],
     collect () {
       const connections = primaryStatus().connections || {}
       this.set({ queue: 'pending' }, connections.pending || 0)
       this.set({ queue: 'awaiting' }, connections.awaiting || 0)
+      this.set({ queue: 'handoff' }, connections.handoff || 0)
     }
   })
-  counter('clusterize_primary_connections_shed_total', 'Connections the primary closed for its bounds (maxIdleConnections): refused while too many waited for a ready worker (pending), or the oldest silent ones with sticky.sid (awaiting)', ['queue'], (metric, status) => {
+  counter('clusterize_primary_connections_shed_total', 'Connections the primary closed for its bounds (maxIdleConnections): refused while too many waited for a ready worker (pending), the oldest silent ones with sticky.sid (awaiting), or refused while a worker had its share on its way to it (handoff)', ['queue'], (metric, status) => {
     const connections = status.connections || {}
     metric.inc({ queue: 'pending' }, connections.pendingShed || 0)
     metric.inc({ queue: 'awaiting' }, connections.awaitingShed || 0)
+    metric.inc({ queue: 'handoff' }, connections.handoffShed || 0)
   })
   new client.Gauge({
     name: 'clusterize_dashboard_streams',
