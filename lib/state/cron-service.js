@@ -95,21 +95,13 @@ function badRequest (field) {
 const cronService = {
   name: SERVICE,
   start: function startCronService (context) {
-    const { stateRedis } = require('./redis-client')
-    const redis = stateRedis(context && context.config, context && context.log)
-    let claims = null
-    function current () {
-      if (claims === null) {
-        const client = redis.get()
-        claims = client ? new RedisRunClaims(client, redis.namespace + ':cron:') : new RunClaims()
-      }
-      return claims
-    }
+    const { lazyStateBackend } = require('./redis-client')
+    const claims = lazyStateBackend(context, (client, namespace) => (client ? new RedisRunClaims(client, namespace + ':cron:') : new RunClaims()))
     return {
       requests: {
-        [CRON_OP.CLAIM]: function claim (data) { return cronHandlers(current())[CRON_OP.CLAIM](data) }
+        [CRON_OP.CLAIM]: function claim (data) { return cronHandlers(claims.current())[CRON_OP.CLAIM](data) }
       },
-      close: () => redis.close()
+      close: () => claims.close()
     }
   }
 }

@@ -85,24 +85,16 @@ function badRequest (field, value) {
 const rateLimitService = {
   name: SERVICE,
   start: function startRateLimitService (context) {
-    const { stateRedis } = require('./redis-client')
-    const redis = stateRedis(context && context.config, context && context.log)
-    let service = null
-    function current () {
-      if (service === null) {
-        const client = redis.get()
-        service = createRateLimitService(client ? { redis: client, keyPrefix: redis.namespace + ':rl:' } : {})
-      }
-      return service
-    }
+    const { lazyStateBackend } = require('./redis-client')
+    const service = lazyStateBackend(context, (client, namespace) => createRateLimitService(client ? { redis: client, keyPrefix: namespace + ':rl:' } : {}))
     const requests = {}
     for (const op of Object.values(RATE_OP)) {
-      requests[op] = function rateLimitRequest (data) { return current().handlers[op](data) }
+      requests[op] = function rateLimitRequest (data) { return service.current().handlers[op](data) }
     }
     return {
       requests,
-      api: { size: () => (service === null ? 0 : service.counters.size) },
-      close: () => redis.close()
+      api: { size: () => (service.built() === null ? 0 : service.built().counters.size) },
+      close: () => service.close()
     }
   }
 }

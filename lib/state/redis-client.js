@@ -71,4 +71,27 @@ function stateRedis (config, log) {
   }
 }
 
-module.exports = { stateRedis, COMMAND_TIMEOUT_MS }
+/**
+ * A state service's backend, built on its first use: on the shared Redis
+ * connection with bus.redis (keys under the cluster's namespace), else local
+ * to this host.
+ * @template T
+ * @param {{ config?: object, log?: object }} [context] the service's start context
+ * @param {(client: object|null, namespace: string) => T} build
+ * @returns {{ current: () => T, built: () => T|null, close: () => Promise<void> }}
+ */
+function lazyStateBackend (context, build) {
+  const redis = stateRedis(context && context.config, context && context.log)
+  let backend = null
+  return {
+    current () {
+      if (backend === null) backend = build(redis.get(), redis.namespace)
+      return backend
+    },
+    /** The backend if it was built, else null (nothing is connected for a look). */
+    built: () => backend,
+    close: () => redis.close()
+  }
+}
+
+module.exports = { stateRedis, lazyStateBackend, COMMAND_TIMEOUT_MS }

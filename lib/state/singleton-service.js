@@ -41,39 +41,36 @@ function singletonHandlers (table) {
 const singletonService = {
   name: SERVICE,
   start: function startSingletonService (context) {
-    const { stateRedis } = require('./redis-client')
-    const redis = stateRedis(context && context.config, context && context.log)
+    const { lazyStateBackend } = require('./redis-client')
     const log = context && context.log
-    let table = null
-    function current () {
-      if (table === null) {
-        const client = redis.get()
-        const backend = client
-          ? require('./lease-redis').createRedisLeaseBackend(client, { namespace: redis.namespace + ':singleton', log })
-          : createLocalLeaseBackend()
-        table = new LeaseTable(backend, { log })
-        table.backendClose = () => backend.close()
-      }
+    const tables = lazyStateBackend(context, function buildLeaseTable (client, namespace) {
+      const backend = client
+        ? require('./lease-redis').createRedisLeaseBackend(client, { namespace: namespace + ':singleton', log })
+        : createLocalLeaseBackend()
+      const table = new LeaseTable(backend, { log })
+      table.backendClose = () => backend.close()
       return table
-    }
+    })
     const requests = {}
     for (const [op, fn] of Object.entries(singletonHandlers({
-      acquire: (...args) => current().acquire(...args),
-      watch: (...args) => current().watch(...args),
-      release: (...args) => current().release(...args)
+      acquire: (...args) => tables.current().acquire(...args),
+      watch: (...args) => tables.current().watch(...args),
+      release: (...args) => tables.current().release(...args)
     }))) requests[op] = fn
     return {
       requests,
       workerExit (caller) {
+        const table = tables.built()
         if (table !== null) table.ownerGone(caller.pid)
       },
-      api: { list: () => (table === null ? [] : table.list()) },
+      api: { list: () => (tables.built() === null ? [] : tables.built().list()) },
       close () {
+        const table = tables.built()
         if (table !== null) {
           table.close()
           table.backendClose()
         }
-        return redis.close()
+        return tables.close()
       }
     }
   }
