@@ -89,11 +89,17 @@ function makeCluster (count, options) {
   return cluster
 }
 
-test('counters and histograms are summed, gauges follow their aggregator, in one scrape', async (t) => {
-  const cluster = makeCluster(2)
+/** makeCluster(count), closed after the test, with every worker's registry pushed once. */
+async function pushedCluster (t, count) {
+  const cluster = makeCluster(count)
   t.after(() => cluster.close())
+  for (const worker of cluster.workers) await cluster.push(worker)
+  return cluster
+}
+
+test('counters and histograms are summed, gauges follow their aggregator, in one scrape', async (t) => {
+  const cluster = await pushedCluster(t, 2)
   const [a, b] = cluster.workers
-  for (const worker of [a, b]) await cluster.push(worker)
   a.requests.inc({ route: '/x' }, 3)
   b.requests.inc({ route: '/x' }, 4)
   b.requests.inc({ route: '/y' })
@@ -117,9 +123,7 @@ test('counters and histograms are summed, gauges follow their aggregator, in one
 })
 
 test('a scrape reads values counted after the last push: every worker that reported is asked', async (t) => {
-  const cluster = makeCluster(2)
-  t.after(() => cluster.close())
-  for (const worker of cluster.workers) await cluster.push(worker)
+  const cluster = await pushedCluster(t, 2)
   for (const worker of cluster.workers) worker.requests.inc({ route: '/' }, 5)
   assert.strictEqual((await cluster.scrape()).get('app_requests_total{route="/"}'), 10)
   for (const worker of cluster.workers) worker.requests.inc({ route: '/' }, 1)
@@ -220,9 +224,7 @@ test('a scrape that starts while a worker is between questions still reaches it'
 })
 
 test('concurrent scrapes share one round of questions to the workers', async (t) => {
-  const cluster = makeCluster(2)
-  t.after(() => cluster.close())
-  for (const worker of cluster.workers) await cluster.push(worker)
+  const cluster = await pushedCluster(t, 2)
   const before = cluster.service.seq
   const results = await Promise.all([cluster.service.collect(), cluster.service.collect(), cluster.service.collect()])
   assert.strictEqual(cluster.service.seq, before + 1)
@@ -448,10 +450,8 @@ test('the per-worker view of a slot shows its newest worker (during a reload bot
 })
 
 test('after a full report, scrapes carry numbers only; a new series or label set sends a full report again; sums stay right', async (t) => {
-  const cluster = makeCluster(2)
-  t.after(() => cluster.close())
+  const cluster = await pushedCluster(t, 2)
   const [a, b] = cluster.workers
-  for (const worker of [a, b]) await cluster.push(worker)
   a.requests.inc({ route: '/x' }, 3)
   b.requests.inc({ route: '/x' }, 4)
   // The first scrape after the push: the new series /x changed the shape.

@@ -13,7 +13,7 @@ const { io: connectClient } = require('socket.io-client')
 const { startCluster } = require('./helpers/cluster')
 const { eventually } = require('./helpers/wait')
 const { RECOVERY_FIXTURE: fixture, recoverySuite, recoveryEnv } = require('./helpers/socketio-recovery')
-const { ask, startSender } = require('./helpers/socketio-sender')
+const { ask, startSender, stopAndDeliver } = require('./helpers/socketio-sender')
 
 const { sockets } = recoverySuite()
 
@@ -84,14 +84,8 @@ test('recovery through a reload delivers every message once: 3 reloads, rooms, s
     const acked = senders.map((s) => s.acked.length)
     await eventually(() => senders.every((s, i) => s.acked.length >= acked[i] + 5), { what: `senders under way after reload ${reload}` })
   }
-  await Promise.all(senders.map((s) => s.stop()))
-
   // Everything acked has arrived everywhere.
-  for (const c of clients) {
-    const sender = senders.find((s) => s.room === c.room)
-    const last = sender.acked[sender.acked.length - 1]
-    await eventually(() => c.got.includes(last), { what: `${c.name} got message ${last} of room ${c.room}` })
-  }
+  await stopAndDeliver(senders, clients)
 
   for (const c of clients) {
     const sender = senders.find((s) => s.room === c.room)

@@ -20,7 +20,7 @@ const { spawn } = require('child_process')
 const { io: connectClient } = require('socket.io-client')
 const { freePort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
-const { ask, startSender } = require('./helpers/socketio-sender')
+const { ask, startSender, stopAndDeliver } = require('./helpers/socketio-sender')
 const { isAlive } = require('../lib/process-alive')
 
 const FIXTURE = path.join(__dirname, 'fixtures', 'upgrade-socketio.js')
@@ -147,13 +147,8 @@ async function clientsRecover (t, port, primary, senderOrder) {
     await eventually(() => !isAlive(current), { timeoutMs: 60000, what: () => `the old primary ${current} to exit\n${primary.out.text}` })
     current = next
   }
-  await Promise.all(senders.map((s) => s.stop()))
-
-  for (const c of clients) {
-    const sender = senders.find((s) => s.room === c.room)
-    const last = sender.acked[sender.acked.length - 1]
-    await eventually(() => c.got.includes(last), { what: `${c.name} got message ${last} of room ${c.room}` })
-  }
+  // Everything acked has arrived everywhere.
+  await stopAndDeliver(senders, clients)
   for (const c of clients) {
     const sender = senders.find((s) => s.room === c.room)
     const around = (i) => `${JSON.stringify(c.got.slice(Math.max(0, i - 3), i + 3))} offsets ${JSON.stringify(c.offsets.slice(Math.max(0, i - 3), i + 3))}, connections ${JSON.stringify(c.connects)}`

@@ -2,10 +2,12 @@
 
 /**
  * socket.io-client helpers for the recovery tests (fixtures/socketio-recovery.js):
- * an ack'ed request, and a sender of numbered messages to a room.
+ * an ack'ed request, a sender of numbered messages to a room, and the wait
+ * for what the senders had acked to reach every client.
  */
 
 const { io: connectClient } = require('socket.io-client')
+const { eventually } = require('./wait')
 
 /** Ask the server with an ack; rejects on the client's ack timeout. */
 function ask (socket, event, ...args) {
@@ -55,4 +57,17 @@ function startSender (port, room, sockets, from = 1) {
   return sender
 }
 
-module.exports = { ask, startSender }
+/**
+ * Stop the senders, then wait until every client has the last message its room's sender had acked
+ * (clients as the recovery tests keep them: `{ name, room, got: number[] }`).
+ */
+async function stopAndDeliver (senders, clients) {
+  await Promise.all(senders.map((s) => s.stop()))
+  for (const c of clients) {
+    const sender = senders.find((s) => s.room === c.room)
+    const last = sender.acked[sender.acked.length - 1]
+    await eventually(() => c.got.includes(last), { what: `${c.name} got message ${last} of room ${c.room}` })
+  }
+}
+
+module.exports = { ask, startSender, stopAndDeliver }
