@@ -10,7 +10,7 @@
  *    `Connection: close`; without wrk, autocannon reconnecting every 2nd
  *    request), with the primary's CPU per new connection read from /proc.
  *    Servers run on this Node and, when installed, on Node 24 (reuseport
- *    needs it); each row names its Node.
+ *    needs it; with --quick, on Node 24 only); each row names its Node.
  * 2. Balance: 100 keep-alive connections opened at once against 4 workers;
  *    how many each worker got, per round, and max/min.
  * 3. A mixed workload, a new connection per request, 1 request in 20 hitting
@@ -23,7 +23,7 @@
  * Loopback only, ~5 min, stops every process it started by PID. Measures only.
  */
 
-const { numberArg: arg } = require('./lib/args')
+const { numberArg: arg, isQuick } = require('./lib/args')
 const { startLocal } = require('./lib/contenders')
 const { runAutocannon, runClientLoop, percentile } = require('./lib/load')
 const { median, ratio, fmt, markdownTable } = require('./lib/table')
@@ -47,15 +47,22 @@ const PAUSE_MS = arg('--pause-ms', 300, 100)
 const BALANCE_WORKERS = 4
 const BALANCE_CONNECTIONS = 100
 
-/** The Node binaries to run servers with: this one, plus Node 24 if present. */
+let serverNodes = null
+
+/**
+ * The Node binaries to run servers with: this one, plus Node 24 if present.
+ * With --quick only one: Node 24 if present (it has every mode), else this one.
+ */
 function nodes () {
+  if (serverNodes !== null) return serverNodes
   const list = [{ bin: process.execPath, version: process.version }]
   const other = node24()
   if (other && other !== process.execPath) {
     const version = require('child_process').execFileSync(other, ['-v'], { encoding: 'utf8' }).trim()
     if (version !== process.version) list.push({ bin: other, version })
   }
-  return list
+  serverNodes = isQuick() ? list.slice(-1) : list
+  return serverNodes
 }
 
 /** The rows' order within one Node (contenders start together, in any order). */
@@ -243,7 +250,7 @@ async function main () {
   const balance = await balancePart()
   const mixed = await mixedPart()
   console.log('## Scheduling modes (clusterize, 2 workers)\n')
-  console.log(machineLine(`servers also on ${nodes().map((n) => n.version).join(' and ')}`))
+  console.log(machineLine(`servers on ${nodes().map((n) => n.version).join(' and ')}`))
   console.log(`1-minute load average at the end: ${require('os').loadavg()[0].toFixed(1)} on ${require('os').availableParallelism()} cores.`)
   console.log(`\nGET / on the hello app, ${CONNECTIONS} connections, ${ROUNDS} rounds x ${SECONDS} s, order rotated, medians. Keep-alive: autocannon. ` +
     (hasWrk() ? "New conn: wrk -t1 -H 'Connection: close' (a new connection per request). " : 'New conn: autocannon reconnecting after every 2nd request (wrk is not installed). ') +

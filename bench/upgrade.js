@@ -14,7 +14,7 @@
  * Load: half the clients on keep-alive connections, half on a new connection
  * per request. Counts failed requests (connection errors/resets, non-2xx)
  * and compares p99 inside the window with steady state. For reference, one
- * rolling `clusterize reload` under the same load.
+ * rolling `clusterize reload` under the same load (not with --quick).
  *
  *   node bench/upgrade.js [--seconds 14] [--concurrency 20]
  *
@@ -140,7 +140,8 @@ async function main () {
     ['clusterize stop, then start', () => stopAndStart('clusterize', 'clusterize stop, then start', { workers: 2 })],
     ['raw node:cluster: kill, then start', () => stopAndStart('cluster', 'raw node:cluster: kill, then start')],
     ['pm2 update + pm2 reload', pm2UpdateReload],
-    ['clusterize reload (workers only, reference)', clusterizeReload]
+    // The reference row is bench/reload.js's subject: --quick leaves it to that script.
+    ...(isQuick() ? [] : [['clusterize reload (workers only, reference)', clusterizeReload]])
   ]
   for (const [label, run] of contenders) {
     process.stderr.write(`${label}...\n`)
