@@ -21,6 +21,8 @@ const { numberArg: arg } = require('./lib/args')
 const { median, ratio, fmt, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { installCleanup, startProcess, waitForLine, stopProcess, cpuMs, sleep } = require('./lib/proc')
+const { cpuSample, otherWorkLine } = require('./lib/other-load')
+const { otherWorkLabel } = require('./lib/results')
 
 // --quick (npm run bench -- --quick): fewer rounds and scrapes.
 const QUICK = process.argv.includes('--quick')
@@ -82,6 +84,7 @@ async function measure (contender) {
 async function main () {
   installCleanup()
   const load = os.loadavg().map((value) => value.toFixed(2)).join(' ')
+  const cpuBefore = cpuSample()
   const runs = CONTENDERS.map(() => [])
   for (let round = 0; round < ROUNDS; round++) {
     const order = round % 2 === 0 ? [0, 1, 2] : [2, 1, 0]
@@ -97,7 +100,8 @@ async function main () {
   }))
   console.log(`## Scrape cost: 2 workers, 50 app metrics each (${SCRAPES} scrapes per round, ${ROUNDS} rounds, medians)\n`)
   console.log(machineLine(`load average at start ${load}`))
-  console.log('\n**The machine was shared with other work while this ran (load average above): read the ratios, not the absolute times.** ' +
+  const other = otherWorkLine(cpuBefore, cpuSample(), os.availableParallelism(), otherWorkLabel)
+  console.log(`\n${other ? other[0].toUpperCase() + other.slice(1) + '.' : 'What other work used meanwhile is not known here.'} Read the ratios rather than the absolute times. ` +
     'Scrapes run one after another on one keep-alive connection. clusterize\'s response also carries its own metrics (workers, exits, bus...). ' +
     'Primary CPU is user + system from /proc over all scrapes of a round, divided by their count (10 ms ticks).\n')
   console.log(markdownTable(

@@ -34,7 +34,8 @@ const { runAutocannon } = require('./lib/load')
 const { median, fmt, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { installCleanup, startProcess, threadsCpuMs, sleep } = require('./lib/proc')
-const { boxLabel } = require('./lib/results')
+const { boxLabel, otherWorkLabel } = require('./lib/results')
+const { cpuSample, otherWorkLine } = require('./lib/other-load')
 const { kill: killPids } = require('./lib/served')
 
 const ROOT = path.join(__dirname, '..')
@@ -176,11 +177,14 @@ function loadAverage () {
 
 function print (bench, trees, samples, run) {
   const [head, base] = trees
-  const box = boxLabel(Math.max(os.loadavg()[0], run.loadBefore[0]), os.availableParallelism())
+  // What other work used decides; the load average counts this run's own servers and load.
+  const cores = os.availableParallelism()
+  const other = otherWorkLine(run.cpuBefore, cpuSample(), cores, otherWorkLabel)
+  const box = other || `**${boxLabel(Math.max(os.loadavg()[0], run.loadBefore[0]), cores)}**`
   console.log(`\n### Regression: ${run.name}, this checkout (${head.sha}) against ${base.sha}\n`)
   console.log(machineLine())
   console.log(`\n${bench.what}; ${run.rounds} rounds${run.quick ? ' (--quick)' : ''}, the order of the trees swapped each round; medians, and the median of same-round ratios. ` +
-    `Load average ${run.loadBefore.map((v) => v.toFixed(2)).join(' ')} before, ${loadAverage()} after: **${box}**.\n`)
+    `Load average ${run.loadBefore.map((v) => v.toFixed(2)).join(' ')} before, ${loadAverage()} after; ${box}.\n`)
   const rows = bench.metrics.map(([label, key]) => {
     const h = samples.get(head.name).map((s) => s[key])
     const b = samples.get(base.name).map((s) => s[key])
@@ -217,6 +221,7 @@ async function main () {
     { name: 'base', dir: baseTree.dir, sha: baseTree.sha }
   ]
   const loadBefore = os.loadavg()
+  const cpuBefore = cpuSample()
   const samples = new Map(trees.map((tree) => [tree.name, []]))
   try {
     for (const tree of trees) contexts.set(tree.name, await bench.start(tree))
@@ -233,7 +238,7 @@ async function main () {
     for (const ctx of contexts.values()) await bench.stop(ctx)
     baseTree.remove()
   }
-  print(bench, trees, samples, { name, rounds, loadBefore, quick: isQuick() })
+  print(bench, trees, samples, { name, rounds, loadBefore, cpuBefore, quick: isQuick() })
 }
 
 main().catch((err) => {

@@ -61,7 +61,7 @@ async function measure (contenders, reconnectRate) {
       const r = await runAutocannon({ port: contender.port, connections: CONNECTIONS, durationSec: SECONDS, reconnectRate })
       results.get(contender.label).push(r)
       process.stderr.write(`round ${round + 1} ${contender.label}${reconnectRate ? ' (new connections)' : ''}: ${Math.round(r.rps)} req/s p99 ${r.p99} ms\n`)
-      await sleep(500)
+      await sleep(isQuick() ? 200 : 500)
     }
   }
   return results

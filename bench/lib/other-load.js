@@ -48,4 +48,19 @@ function otherCores (before, after) {
   return Math.max(0, ticks / TICKS_PER_SECOND / seconds)
 }
 
-module.exports = { cpuSample, otherCores }
+/**
+ * How a script that runs on its own labels its tables: what other work used
+ * between two samples, as a share of the machine, and the verdict.
+ * @param {ReturnType<typeof cpuSample>} before
+ * @param {ReturnType<typeof cpuSample>} after
+ * @param {number} cores
+ * @param {(otherCores: number, cores: number) => string} label results.js's otherWorkLabel
+ * @returns {string} e.g. 'other work used 0.03 of 2 cores: **quiet box**', or null off Linux
+ */
+function otherWorkLine (before, after, cores, label) {
+  const other = otherCores(before, after)
+  if (other === null) return null
+  return `other work used ${other.toFixed(2)} of ${cores} cores meanwhile: **${label(other, cores)}**`
+}
+
+module.exports = { cpuSample, otherCores, otherWorkLine }
