@@ -7,7 +7,8 @@ import {
 } from 'clusterize-express'
 import type {
   PrimaryHandle, ClusterizeOptions, ReloadStartEvent, ReloadResult, BridgeUpEvent, BridgeDownEvent,
-  SessionDownEvent, SessionUpEvent, WorkerExitEvent, ClusterizeBusErrorCode, UpgradeResult, UpgradeStartEvent
+  SessionDownEvent, SessionUpEvent, WorkerExitEvent, ClusterizeBusErrorCode, UpgradeResult, UpgradeStartEvent,
+  PrimaryConnectionStats
 } from 'clusterize-express'
 import { expectType } from './expect.mjs'
 
@@ -28,6 +29,13 @@ handle.on('session:up', (event) => expectType<SessionUpEvent>()(event))
 handle.once('session:up', (event) => expectType<number>()(event.id))
 handle.on('upgrade:start', (event) => expectType<UpgradeStartEvent>()(event))
 handle.on('upgrade:done', (result) => expectType<UpgradeResult>()(result))
+
+// ---- stats: what the primary holds itself and what it refused for its bounds
+expectType<PrimaryConnectionStats | undefined>()(handle.stats().connections)
+declare const held: PrimaryConnectionStats
+expectType<number>()(held.handoff)
+expectType<number>()(held.handoffShed)
+expectType<number>()(held.awaitingShed)
 handle.once('upgrade:done', (result) => expectType<string | undefined>()(result.reason))
 if (handle.upgrade) handle.upgrade({ node: '/usr/bin/node', args: ['--workers', '4'] }).then((result) => expectType<UpgradeResult>()(result))
 // @ts-expect-error upgrade args are strings
