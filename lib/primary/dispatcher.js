@@ -95,14 +95,15 @@ function createDispatcher (options, supervisor, health) {
     // A failed accept (EMFILE, a client that reset at once) has no handle.
     if (err || !handle) return debug('accept failed: %s', err)
     if (options.sid) return readRequestLine(handle)
-    const record = choose(handle)
+    const ready = supervisor.readyRecords()
+    const record = choose(handle, ready)
     if (!record) {
       if (closed) return handle.close()
       if (pending.length >= maxPending) return shedPending(handle)
       pending.push(handle)
       return
     }
-    if (handoffFull(record)) return shedHandoff(handle)
+    if (handoffFull(record, ready.length)) return shedHandoff(handle)
     hand(record, handle)
   }
 
@@ -110,8 +111,8 @@ function createDispatcher (options, supervisor, health) {
    * Each ready worker may have its share of the bound on its way to it: a worker that
    * stopped taking connections (stuck, 'sticky' clients hashed to it) fills only its own share.
    */
-  function handoffFull (record) {
-    const share = Math.max(1, Math.floor(maxHandoff / Math.max(1, supervisor.readyRecords().length)))
+  function handoffFull (record, readyCount) {
+    const share = Math.max(1, Math.floor(maxHandoff / Math.max(1, readyCount)))
     return handoffsOf(record).inFlight.size >= share
   }
 
@@ -143,7 +144,7 @@ function createDispatcher (options, supervisor, health) {
       const ready = supervisor.readyRecords()
       const record = ready.length === 0 ? null : routeBySid(head.toString('latin1', 0, Math.min(head.length, 4096)), ready, socket.remoteAddress)
       if (!record || closed) return socket.destroy()
-      if (handoffFull(record)) {
+      if (handoffFull(record, ready.length)) {
         socket.destroy()
         return shedHandoff(null)
       }
@@ -187,8 +188,7 @@ function createDispatcher (options, supervisor, health) {
     return chooseRoundRobin(ready)
   }
 
-  function choose (handle) {
-    const ready = supervisor.readyRecords()
+  function choose (handle, ready) {
     if (ready.length === 0) return null
     // Stickiness wins over load: moving a client defeats the point.
     if (options.mode === 'sticky') return pickRendezvous(peerAddress(handle), ready, slotOf)
@@ -257,7 +257,7 @@ function createDispatcher (options, supervisor, health) {
   function flushPending () {
     while (pending.length > 0) {
       const handle = pending[0]
-      const record = choose(handle)
+      const record = choose(handle, supervisor.readyRecords())
       if (!record) return
       pending.shift()
       hand(record, handle)
