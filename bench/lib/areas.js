@@ -24,6 +24,11 @@ const AREAS = [
     notes: 'Anchor: raw node:cluster\'s round robin, a new connection per request (wrk). Counted with strace, the primary makes 2 IPC messages per handed-off connection (Node makes 3) and its CPU per connection is at parity; see bench/README.md, "Where the time goes".'
   },
   {
+    script: 'flood',
+    title: 'Throughput and scheduling',
+    notes: 'Anchor: raw node:cluster\'s round robin (what PM2\'s cluster mode runs). Not a speed figure: what a flood of idle connections against a small open-file limit does to the primary and to the clients that come next. The primary\'s peak is sampled, so it is a lower bound.'
+  },
+  {
     script: 'upgrade',
     title: 'Upgrade',
     notes: 'Replacing the primary itself under load: clusterize upgrade against the textbook stop-and-start, a raw node:cluster restart and pm2 update + pm2 reload.'
