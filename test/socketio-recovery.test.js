@@ -13,7 +13,7 @@ const { io: connectClient } = require('socket.io-client')
 const { startCluster } = require('./helpers/cluster')
 const { eventually } = require('./helpers/wait')
 const { RECOVERY_FIXTURE: fixture, recoverySuite, recoveryEnv } = require('./helpers/socketio-recovery')
-const { ask, startSender, stopAndDeliver } = require('./helpers/socketio-sender')
+const { ask, startSender, stopAndDeliver, assertRecoveredEachTime, assertUnsureAllOrNone } = require('./helpers/socketio-sender')
 
 const { sockets } = recoverySuite()
 
@@ -99,17 +99,10 @@ test('recovery through a reload delivers every message once: 3 reloads, rooms, s
     assert.strictEqual(new Set(c.args.map((extra) => extra[0])).size, c.args.length, `${c.name}: distinct offsets`)
     // Each reconnection was a recovery; the socket id stayed.
     assert.ok(c.connects.length >= 4, `${c.name}: cut by each reload`)
-    assert.deepStrictEqual(c.connects.map((x) => x.recovered), [false].concat(c.connects.slice(1).map(() => true)), `${c.name}: recovered on every reconnection`)
-    assert.ok(c.connects.every((x) => x.id === c.connects[0].id), `${c.name}: same socket id after recovery`)
+    assertRecoveredEachTime(c)
   }
   // A message whose ack was lost either reached every client of its room or none.
-  for (const sender of senders) {
-    const members = clients.filter((c) => c.room === sender.room)
-    for (const n of sender.unsure) {
-      const count = members.filter((c) => c.got.includes(n)).length
-      assert.ok(count === 0 || count === members.length, `unsure message ${n} of room ${sender.room} reached ${count} of ${members.length} clients`)
-    }
-  }
+  assertUnsureAllOrNone(senders, clients)
 
   t.diagnostic(`messages sent: ${senders.map((s) => `room ${s.room}: ${s.acked.length} acked, ${s.unsure.length} unsure`).join('; ')}; ` +
     `replayed on recovery: ${clients.map((c) => c.replayed).join(', ')}; reconnections: ${clients.map((c) => c.connects.length - 1).join(', ')}`)

@@ -20,7 +20,7 @@ const { spawn } = require('child_process')
 const { io: connectClient } = require('socket.io-client')
 const { freePort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
-const { ask, startSender, stopAndDeliver } = require('./helpers/socketio-sender')
+const { ask, startSender, stopAndDeliver, assertRecoveredEachTime, assertUnsureAllOrNone } = require('./helpers/socketio-sender')
 const { isAlive } = require('../lib/process-alive')
 
 const FIXTURE = path.join(__dirname, 'fixtures', 'upgrade-socketio.js')
@@ -164,16 +164,9 @@ async function clientsRecover (t, port, primary, senderOrder) {
     assert.ok(c.offsets.every((o) => typeof o === 'string'), `${c.name}: every event carried an offset`)
     assert.strictEqual(new Set(c.offsets).size, c.offsets.length, `${c.name}: no offset given twice`)
     assert.ok(c.connects.length >= 3, `${c.name}: cut by each upgrade`)
-    assert.deepStrictEqual(c.connects.map((x) => x.recovered), [false].concat(c.connects.slice(1).map(() => true)), `${c.name}: recovered on every reconnection`)
-    assert.ok(c.connects.every((x) => x.id === c.connects[0].id), `${c.name}: same socket id after recovery`)
+    assertRecoveredEachTime(c)
   }
-  for (const sender of senders) {
-    const members = clients.filter((c) => c.room === sender.room)
-    for (const n of sender.unsure) {
-      const count = members.filter((c) => c.got.includes(n)).length
-      assert.ok(count === 0 || count === members.length, `unsure message ${n} of room ${sender.room} reached ${count} of ${members.length} clients`)
-    }
-  }
+  assertUnsureAllOrNone(senders, clients)
   const now = await onPrimary(clients, current)
   now.forEach((w, i) => {
     assert.strictEqual(w.recovered, true)

@@ -7,6 +7,7 @@
  */
 
 const { io: connectClient } = require('socket.io-client')
+const assert = require('node:assert')
 const { eventually } = require('./wait')
 
 /** Ask the server with an ack; rejects on the client's ack timeout. */
@@ -70,4 +71,21 @@ async function stopAndDeliver (senders, clients) {
   }
 }
 
-module.exports = { ask, startSender, stopAndDeliver }
+/** Each reconnection of client `c` after its first connection was a recovery, with the same socket id. */
+function assertRecoveredEachTime (c) {
+  assert.deepStrictEqual(c.connects.map((x) => x.recovered), [false].concat(c.connects.slice(1).map(() => true)), `${c.name}: recovered on every reconnection`)
+  assert.ok(c.connects.every((x) => x.id === c.connects[0].id), `${c.name}: same socket id after recovery`)
+}
+
+/** A message whose ack was lost reached every client of its room or none. */
+function assertUnsureAllOrNone (senders, clients) {
+  for (const sender of senders) {
+    const members = clients.filter((c) => c.room === sender.room)
+    for (const n of sender.unsure) {
+      const count = members.filter((c) => c.got.includes(n)).length
+      assert.ok(count === 0 || count === members.length, `unsure message ${n} of room ${sender.room} reached ${count} of ${members.length} clients`)
+    }
+  }
+}
+
+module.exports = { ask, startSender, stopAndDeliver, assertRecoveredEachTime, assertUnsureAllOrNone }
