@@ -66,13 +66,11 @@ function createDispatcher (options, supervisor, health) {
   let awaitingShed = 0
   const maxPending = Math.min(MAX_PENDING, options.maxAwaiting || MAX_PENDING)
   let pendingShed = 0
-  // Handles written to a worker's channel whose write callback has not come yet, over all workers.
   // A flood accepted faster than the workers take it must not run the primary out of descriptors:
   // at EMFILE libuv resets every connection in the backlog, and the primary could not fork, log
   // or answer its control socket. So at most `maxHandoff` (half its open-file limit), shared out
-  // among the ready workers, are on their way.
+  // among the ready workers, are on their way (see handoffCount()).
   const maxHandoff = options.maxHandoff || Infinity
-  let handoff = 0
   let handoffShed = 0
   const connMessage = protocol.conn()
   let listenHandle = null
@@ -103,7 +101,10 @@ function createDispatcher (options, supervisor, health) {
       pending.push(handle)
       return
     }
-    if (handoffFull(record, ready.length)) return shedHandoff(handle)
+    if (handoffFull(record, ready.length)) {
+      handle.close()
+      return countHandoffShed()
+    }
     hand(record, handle)
   }
 
@@ -116,13 +117,22 @@ function createDispatcher (options, supervisor, health) {
     return handoffsOf(record).inFlight.size >= share
   }
 
-  /** Like a full listen backlog: the handles on their way keep their turn, the newcomer is refused. */
-  function shedHandoff (handle) {
-    if (handle !== null) handle.close()
+  /** Handles on their way to workers: written to a channel, their write callback not come yet. */
+  function handoffCount () {
+    let count = 0
+    for (const handoffs of byRecord.values()) count += handoffs.inFlight.size
+    return count
+  }
+
+  /**
+   * A newcomer was refused (closed by the caller), like by a full listen backlog: the handles
+   * already on their way keep their turn.
+   */
+  function countHandoffShed () {
     if (handoffShed++ === 0 && options.log) {
       options.log.warn('connections arrive faster than the workers take them: refusing new ones while a worker has its share (of half the primary\'s open-file limit) on its way to it')
     }
-    debug('refused a connection: %d on their way to workers (%d refused so far)', handoff, handoffShed)
+    debug('refused a connection: %d on their way to workers (%d refused so far)', handoffCount(), handoffShed)
   }
 
   /**
@@ -136,7 +146,7 @@ function createDispatcher (options, supervisor, health) {
     socket.once('close', () => awaiting.delete(socket))
     awaiting.add(socket)
     // The handles on their way to workers hold the primary's descriptors too.
-    if (awaiting.size + handoff > maxAwaiting) shedAwaiting()
+    if (awaiting.size + handoffCount() > maxAwaiting) shedAwaiting()
     socket.once('data', function onFirstBytes (head) {
       awaiting.delete(socket)
       socket.pause()
@@ -146,7 +156,7 @@ function createDispatcher (options, supervisor, health) {
       if (!record || closed) return socket.destroy()
       if (handoffFull(record, ready.length)) {
         socket.destroy()
-        return shedHandoff(null)
+        return countHandoffShed()
       }
       const raw = detachHandle(socket)
       if (raw !== null) hand(record, raw, protocol.connWithHead(head))
@@ -154,8 +164,9 @@ function createDispatcher (options, supervisor, health) {
   }
 
   function shedAwaiting () {
+    const onTheirWay = handoffCount()
     for (const socket of awaiting) {
-      if (awaiting.size + handoff <= maxAwaiting) break
+      if (awaiting.size + onTheirWay <= maxAwaiting) break
       awaiting.delete(socket)
       socket.destroy()
       if (awaitingShed++ === 0 && options.log) {
@@ -236,9 +247,8 @@ function createDispatcher (options, supervisor, health) {
     const handoffs = handoffsOf(record)
     handoffs.total++
     handoffs.inFlight.add(handle)
-    handoff++
     record.channel.postNow(message || connMessage, handle, function onHanded (err) {
-      if (handoffs.inFlight.delete(handle)) handoff--
+      handoffs.inFlight.delete(handle)
       handle.close()
       if (err) debug('handing a connection to worker %d failed: %s', record.id, err.message)
     })
@@ -249,7 +259,6 @@ function createDispatcher (options, supervisor, health) {
     const handoffs = byRecord.get(record)
     if (!handoffs) return
     for (const handle of handoffs.inFlight) handle.close()
-    handoff -= handoffs.inFlight.size
     handoffs.inFlight.clear()
     byRecord.delete(record)
   }
@@ -300,7 +309,7 @@ function createDispatcher (options, supervisor, health) {
      * way to a worker.
      * @returns {{ pending: number, pendingShed: number, awaiting: number, awaitingShed: number, handoff: number, handoffShed: number }}
      */
-    status: () => ({ pending: pending.length, pendingShed, awaiting: awaiting.size, awaitingShed, handoff, handoffShed }),
+    status: () => ({ pending: pending.length, pendingShed, awaiting: awaiting.size, awaitingShed, handoff: handoffCount(), handoffShed }),
     /** The listening socket's descriptor (to pass to a new primary), or null. */
     descriptor: () => descriptorOf(listenHandle),
     /** Connections handed to this worker so far. */

@@ -93,7 +93,12 @@ const rateLimitService = {
     }
     return {
       requests,
-      api: { size: () => (service.built() === null ? 0 : service.built().counters.size) },
+      api: {
+        size () {
+          const built = service.built()
+          return built === null ? 0 : built.counters.size
+        }
+      },
       close: () => service.close()
     }
   }

@@ -63,7 +63,12 @@ const singletonService = {
         const table = tables.built()
         if (table !== null) table.ownerGone(caller.pid)
       },
-      api: { list: () => (tables.built() === null ? [] : tables.built().list()) },
+      api: {
+        list () {
+          const table = tables.built()
+          return table === null ? [] : table.list()
+        }
+      },
       close () {
         const table = tables.built()
         if (table !== null) {
