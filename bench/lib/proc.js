@@ -92,13 +92,23 @@ async function stopProcess (proc, graceMs) {
   if (!proc) return
   if (isAlive(proc.pid)) {
     try { process.kill(proc.pid, 'SIGTERM') } catch {}
-    await Promise.race([proc.exited, sleep(graceMs || 8000)])
+    await exitedWithin(proc, graceMs || 8000)
   }
   if (groupAlive(proc.pid)) {
     try { process.kill(-proc.pid, 'SIGKILL') } catch {}
     await sleep(200)
   }
   started.delete(proc)
+}
+
+/**
+ * Wait for `proc` to exit, at most `ms`. The timer is cleared on exit: a grace
+ * timer left pending kept every bench alive for 8 s after its last table.
+ */
+function exitedWithin (proc, ms) {
+  let timer
+  const expired = new Promise((resolve) => { timer = setTimeout(resolve, ms) })
+  return Promise.race([proc.exited, expired]).finally(() => clearTimeout(timer))
 }
 
 /** Synchronous last-resort cleanup (process 'exit' handler). */
