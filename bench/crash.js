@@ -22,9 +22,9 @@ const { machineLine } = require('./lib/machine')
 const { installCleanup, sleep } = require('./lib/proc')
 
 const KILLS = arg('--kills', 5, 2)
-const GAP_MS = arg('--gap-ms', 1500, 1000)
+const GAP_MS = arg('--gap-ms', 1500, 500)
 /** Before the first kill; load left after the last kill's allowance. */
-const SETTLE_MS = isQuick() ? 700 : 1500
+const SETTLE_MS = isQuick() ? 500 : 1500
 const TAIL_MS = isQuick() ? 700 : 2000
 const CONCURRENCY = arg('--concurrency', 4)
 const WORKERS = os.availableParallelism()

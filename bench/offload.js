@@ -250,11 +250,12 @@ async function main () {
   }
 
   if (part === 'all' || part === 'http') {
-    // two rounds in opposite orders, averaged: other load on the host drifts during the run
+    // Two rounds in opposite orders, averaged: other load on the host drifts during the run (--quick: one).
     const runs = { inline: [], offload: [], 'offload-nice0': [], piscina: [] }
-    for (const mode of ['inline', 'offload', 'offload-nice0', 'piscina', 'piscina', 'offload-nice0', 'offload', 'inline']) runs[mode].push(await cpuRoute(mode, httpThreads))
+    const order = ['inline', 'offload', 'offload-nice0', 'piscina']
+    for (const mode of QUICK ? order : order.concat(order.slice().reverse())) runs[mode].push(await cpuRoute(mode, httpThreads))
     const [inline, offloaded, nice0, piscina] = [runs.inline, runs.offload, runs['offload-nice0'], runs.piscina].map(average)
-    console.log(`\n## CPU route (pbkdf2 ${fmt(PBKDF2_ITERATIONS)} iterations) in a single-process Express server, ${httpThreads} threads, ${CONNECTIONS} connections for ${HTTP_SECONDS} s, /health sampled every 20 ms (mean of 2 runs)\n`)
+    console.log(`\n## CPU route (pbkdf2 ${fmt(PBKDF2_ITERATIONS)} iterations) in a single-process Express server, ${httpThreads} threads, ${CONNECTIONS} connections for ${HTTP_SECONDS} s, /health sampled every 20 ms (${QUICK ? 'one run each' : 'mean of 2 runs'})\n`)
     console.log('| metric | inline | offloaded (ours) | ours / inline | ours, niceness 0 | offloaded (piscina) | ours / piscina |')
     console.log('|---|---:|---:|---:|---:|---:|---:|')
     const row = (label, get, digits) => console.log(`| ${label} | ${fmt(get(inline), digits)} | ${fmt(get(offloaded), digits)} | ${(get(offloaded) / get(inline)).toFixed(2)}x | ${fmt(get(nice0), digits)} | ${fmt(get(piscina), digits)} | ${(get(offloaded) / get(piscina)).toFixed(2)}x |`)

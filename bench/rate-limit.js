@@ -14,7 +14,7 @@
  * Loopback only, bounded (about a minute), every process stopped by PID.
  * The machine is shared: the load average at the start and end is printed with the table.
  *
- *   node bench/rate-limit.js [--duration 5] [--connections 50] [--quick]   (--quick: 2 s per row)
+ *   node bench/rate-limit.js [--duration 5] [--connections 50] [--quick]   (--quick: 1 s per row)
  */
 
 const os = require('os')
@@ -104,7 +104,7 @@ async function deleteKeys (pattern) {
 }
 
 async function main () {
-  const durationSec = arg('--duration', process.argv.includes('--quick') ? 2 : 5)
+  const durationSec = arg('--duration', process.argv.includes('--quick') ? 1 : 5)
   const connections = arg('--connections', 50)
   const run = `bench-rl-${process.pid}`
   const redis = await redisReachable(REDIS_URL)

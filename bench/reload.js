@@ -8,7 +8,7 @@
  * errors/resets + non-2xx) and compares p99 inside the reload windows with
  * steady state.
  *
- *   node bench/reload.js [--seconds 20] [--concurrency 20]
+ *   node bench/reload.js [--seconds 20] [--concurrency 20] [--reloads 2]  (--quick: one reload)
  *   node bench/reload.js --broken-only [--faults crash300,crash1000,hang,leak]
  *
  * Loopback only, ~75 s, stops everything it started by PID, PM2 by `pm2 kill`.
@@ -28,6 +28,8 @@ const SECONDS = arg('--seconds', 20, 6)
 const CONCURRENCY = arg('--concurrency', 20)
 const FIRST_RELOAD_AT_MS = isQuick() ? 2000 : 4000
 const GAP_MS = isQuick() ? 1500 : 3000
+/** Rolling reloads per contender (--quick: one; clusterize's takes ~10 s with its default 5 s bake per worker). */
+const RELOADS = arg('--reloads', 2, 1)
 const WORKERS = os.availableParallelism()
 const BROKEN_SECONDS = arg('--broken-seconds', 12, 6)
 const PAUSING_CLIENTS = arg('--pausing-clients', 40, 20)
@@ -87,7 +89,7 @@ async function reloadUnderLoad (contender, reload) {
   const load = runClientLoop({ port: contender.port, concurrency: CONCURRENCY, durationMs: SECONDS * 1000 })
   const reloads = (async () => {
     await sleep(FIRST_RELOAD_AT_MS)
-    for (let i = 0; i < 2; i++) {
+    for (let i = 0; i < RELOADS; i++) {
       const start = Date.now()
       const detail = await reload()
       windows.push({ start, end: Date.now(), detail })
@@ -260,9 +262,9 @@ async function main () {
     for (const contender of CONTENDERS) broken.push(await runContender(contender.start, contender.reloader, fault))
   }
 
-  console.log(`## Reload under load: two rolling reloads in ${SECONDS} s (${WORKERS} workers each)\n`)
+  console.log(`## Reload under load: ${RELOADS === 1 ? 'one rolling reload' : RELOADS + ' rolling reloads'} in ${SECONDS} s (${WORKERS} workers each)\n`)
   console.log(machineLine())
-  console.log(`\n${CONCURRENCY} concurrent keep-alive client loops (node:http Agent), reloads at ~${FIRST_RELOAD_AT_MS / 1000} s and ${GAP_MS / 1000} s after the first completes. ` +
+  console.log(`\n${CONCURRENCY} concurrent keep-alive client loops (node:http Agent), ${RELOADS === 1 ? `the reload at ~${FIRST_RELOAD_AT_MS / 1000} s` : `reloads at ~${FIRST_RELOAD_AT_MS / 1000} s, each next one ${GAP_MS / 1000} s after the last completes`}. ` +
     'failed = connection errors/resets + non-2xx. "reload window" = from the signal/command until the reload reports done. ' +
     'The client runs on the same cores as the servers.\n')
   console.log(markdownTable(

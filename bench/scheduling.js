@@ -34,15 +34,15 @@ const { BLOCK_MS } = require('./lib/apps')
 const { hasWrk, wrkClose } = require('./lib/wrk')
 
 const ROUNDS = arg('--rounds', 3, 2)
-const SECONDS = arg('--seconds', 2.5, 1)
-const MIXED_SECONDS = arg('--mixed-seconds', 6, 1)
+const SECONDS = arg('--seconds', 2.5, 0.6)
+const MIXED_SECONDS = arg('--mixed-seconds', 6, 0.6)
 const MIXED_ROUNDS = arg('--mixed-rounds', 2, 2)
 const CONNECTIONS = 50
 const MIXED_CONCURRENCY = 16
 const HEAVY_EVERY = 20
-const BALANCE_ROUNDS = arg('--balance-rounds', 5, 3)
+const BALANCE_ROUNDS = arg('--balance-rounds', 5, 2)
 /** Warm-up per contender and the pause between two measured runs. */
-const WARM_UP_MS = arg('--warm-up-ms', 1000, 300)
+const WARM_UP_MS = arg('--warm-up-ms', 1000, 200)
 const PAUSE_MS = arg('--pause-ms', 300, 100)
 const BALANCE_WORKERS = 4
 const BALANCE_CONNECTIONS = 100
@@ -253,7 +253,7 @@ async function main () {
   console.log(machineLine(`servers on ${nodes().map((n) => n.version).join(' and ')}`))
   console.log(`1-minute load average at the end: ${require('os').loadavg()[0].toFixed(1)} on ${require('os').availableParallelism()} cores.`)
   console.log(`\nGET / on the hello app, ${CONNECTIONS} connections, ${ROUNDS} rounds x ${SECONDS} s, order rotated, medians. Keep-alive: autocannon. ` +
-    (hasWrk() ? "New conn: wrk -t1 -H 'Connection: close' (a new connection per request). " : 'New conn: autocannon reconnecting after every 2nd request (wrk is not installed). ') +
+    (hasWrk() ? `New conn: wrk -t1 -H 'Connection: close' (a new connection per request${SECONDS !== Math.max(1, Math.round(SECONDS)) ? `, ${Math.max(1, Math.round(SECONDS))} s: wrk takes whole seconds` : ''}). ` : 'New conn: autocannon reconnecting after every 2nd request (wrk is not installed). ') +
     'Primary CPU per new connection: the primary\'s utime+stime from /proc (10 ms ticks) over the new-connection runs, divided by connections. ' +
     'Ratios are against raw node:cluster on the same Node. The load generator shares the cores with the servers.\n')
   console.log(throughput)

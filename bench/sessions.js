@@ -355,7 +355,7 @@ async function main () {
   const passes = arg('--passes', 4, 3)
   const connections = arg('--connections', 20)
   const cpuRate = arg('--cpu-rate', 2000)
-  const cpuSeconds = arg('--cpu-seconds', 4, 1.5)
+  const cpuSeconds = arg('--cpu-seconds', 4, 1)
   const cpuPasses = arg('--cpu-passes', 3, 2)
   const abIndex = process.argv.indexOf('--ab')
   const abDir = abIndex > 0 ? process.argv[abIndex + 1] : process.env.BENCH_CLUSTERIZE_MODULE

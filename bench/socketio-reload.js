@@ -29,7 +29,7 @@ const { numberArg } = require('./lib/args')
 const CLIENTS = numberArg('--clients', 100, 50)
 const RATE = numberArg('--rate', 200)
 const ROUNDS = numberArg('--rounds', 3, 1)
-const RELOADS = numberArg('--reloads', 3, 2)
+const RELOADS = numberArg('--reloads', 3, 1)
 const GAP_MS = numberArg('--gap', 2500, 1500)
 /** After measuring, wait up to this long for clients still disconnected and say when they came back (diagnostics). */
 const LINGER_MS = numberArg('--linger', 0)
@@ -270,9 +270,9 @@ function measure (kind, clients, sender, reloads) {
 
 async function main () {
   installCleanup()
-  console.log(`## socket.io across ${RELOADS} reloads: clients and messages lost (2 workers, ${CLIENTS} clients, ${RATE} msg/s to their room; medians of ${ROUNDS} rounds)\n`)
+  console.log(`## socket.io across ${RELOADS === 1 ? 'a reload' : RELOADS + ' reloads'}: clients and messages lost (2 workers, ${CLIENTS} clients, ${RATE} msg/s to their room; medians of ${ROUNDS} rounds)\n`)
   console.log(machineLine())
-  console.log(`\n${CLIENTS} WebSocket clients (socket.io-client in the bench process, reconnection on with its default delays: 1 s, up to 5 s, randomized) in one room; one sender client (reconnecting after 50-200 ms) emits numbered messages to the room through its worker at ${RATE}/s for the whole run; ${RELOADS} reloads ${GAP_MS / 1000} s apart. clusterize: SIGUSR2, rolling (\`reload.bakeMs: 0\`), old workers close WebSockets with 1012 after their successor is ready. Anchor: SIGUSR2 to a hand-written primary that, one worker at a time, forks a new worker, waits until it has set up socket.io, then \`worker.kill()\`s the old one.\n`)
+  console.log(`\n${CLIENTS} WebSocket clients (socket.io-client in the bench process, reconnection on with its default delays: 1 s, up to 5 s, randomized) in one room; one sender client (reconnecting after 50-200 ms) emits numbered messages to the room through its worker at ${RATE}/s for the whole run; ${RELOADS === 1 ? 'one reload' : `${RELOADS} reloads ${GAP_MS / 1000} s apart`}. clusterize: SIGUSR2, rolling (\`reload.bakeMs: 0\`), old workers close WebSockets with 1012 after their successor is ready. Anchor: SIGUSR2 to a hand-written primary that, one worker at a time, forks a new worker, waits until it has set up socket.io, then \`worker.kill()\`s the old one.\n`)
   const results = new Map(SETUPS.map(([kind]) => [kind, []]))
   for (let r = 0; r < ROUNDS; r++) {
     const order = r % 2 === 0 ? SETUPS : SETUPS.slice().reverse()

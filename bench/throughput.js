@@ -35,16 +35,21 @@ const WARM_UP_SECONDS = isQuick() ? 0.5 : 2
 
 async function startAll () {
   // Started together (their start-up is not measured); in this order in every table.
+  const pm2 = startPm2({ instances: WORKERS, label: 'PM2 cluster mode' }).catch((err) => {
+    console.error(`PM2 skipped: ${err.message}`)
+    return null
+  })
   const contenders = await Promise.all([
     startLocal('single', { label: 'single process' }),
     startLocal('cluster', { label: BASELINE }),
     startLocal('clusterize', { label: "clusterize ('rr')" })
-  ])
-  try {
-    contenders.push(await startPm2({ instances: WORKERS, label: 'PM2 cluster mode' }))
-  } catch (err) {
-    console.error(`PM2 skipped: ${err.message}`)
-  }
+  ]).catch(async (err) => {
+    const started = await pm2
+    if (started) await started.stop()
+    throw err
+  })
+  const started = await pm2
+  if (started) contenders.push(started)
   return contenders
 }
 
@@ -61,7 +66,7 @@ async function measure (contenders, reconnectRate) {
       const r = await runAutocannon({ port: contender.port, connections: CONNECTIONS, durationSec: SECONDS, reconnectRate })
       results.get(contender.label).push(r)
       process.stderr.write(`round ${round + 1} ${contender.label}${reconnectRate ? ' (new connections)' : ''}: ${Math.round(r.rps)} req/s p99 ${r.p99} ms\n`)
-      await sleep(isQuick() ? 200 : 500)
+      await sleep(isQuick() ? 100 : 500)
     }
   }
   return results
@@ -151,7 +156,8 @@ async function main () {
     await sleep(WARM_UP_SECONDS * 1000)
     const memory = await memoryTable(contenders)
     const results = await measure(contenders)
-    const reconnecting = await measure(contenders, RECONNECT_EVERY)
+    // --quick leaves new connections to acceptor.js and scheduling.js, which measure them with wrk in the same run.
+    const reconnecting = isQuick() ? null : await measure(contenders, RECONNECT_EVERY)
     const cpu = await cpuPerRequest(contenders)
     console.log(`## Throughput: GET / on the hello app (${WORKERS} workers each)\n`)
     console.log(machineLine(`load average at start ${loadAtStart}`))
@@ -159,8 +165,10 @@ async function main () {
       `The load generator runs on the same ${os.availableParallelism()} cores as the servers, so absolute numbers are low and ratios are what matter. ` +
       'All contenders stay up during the run (idle ones cost ~nothing).\n')
     console.log(throughputTable(contenders, results))
-    console.log(`\n### New connections: a new connection every ${RECONNECT_EVERY} requests (the primary's acceptor is on the path)\n`)
-    console.log(throughputTable(contenders, reconnecting))
+    if (reconnecting !== null) {
+      console.log(`\n### New connections: a new connection every ${RECONNECT_EVERY} requests (the primary's acceptor is on the path)\n`)
+      console.log(throughputTable(contenders, reconnecting))
+    }
     console.log(`\n### CPU cost per request (user + system time from /proc over ${FIXED_SECONDS} s at a fixed ${FIXED_RATE} req/s, 20 connections; 10 ms tick resolution)\n`)
     console.log(cpu)
     console.log('\n### Memory (VmRSS from /proc, idle after warm-up)\n')

@@ -28,9 +28,9 @@ const { fmt, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { installCleanup, waitForLine, sleep, isAlive } = require('./lib/proc')
 
-const SECONDS = arg('--seconds', 14, 7)
+const SECONDS = arg('--seconds', 14, 4.5)
 const CONCURRENCY = arg('--concurrency', 20)
-const AT_MS = isQuick() ? 2000 : 4000
+const AT_MS = isQuick() ? 1500 : 4000
 
 /** Load both ways while `operate()` runs once, AT_MS in. */
 async function underLoad (port, operate) {
