@@ -37,6 +37,7 @@ const v8 = require('v8')
 const debug = require('debug')('clusterize:socket.io')
 const { replayable, PACKET_ARGUMENTS } = require('./recovery-log')
 const { binariesUnder } = require('./binary')
+const { createPendingCalls } = require('../services/pending-calls')
 
 /** Packets or sessions per message: a large log goes over in many bounded writes. */
 const BATCH = 500
@@ -74,8 +75,7 @@ function handOver (service, channel) {
   const serialization = channel.serialization === 'advanced' ? 'advanced' : 'json'
   const send = (kind, body) => channel.send(kind, pack(body, serialization))
   const shared = Boolean(service.options.redis)
-  const pending = new Map()
-  let nextId = 0
+  const pending = createPendingCalls({ unref: true })
   let counts = { packets: 0, sessions: 0, live: 0 }
 
   send('recovery', { part: 'begin', shared, s: serialization })
@@ -86,22 +86,14 @@ function handOver (service, channel) {
   debug('recovery: handed over %d packets, %d sessions, %d live sockets', counts.packets, counts.sessions, counts.live)
 
   function ask (data) {
-    const id = ++nextId
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => settle(id, { e: 'no answer from the new primary in time' }), RELAY_TIMEOUT_MS)
-      timer.unref()
-      pending.set(id, { resolve, reject, timer })
+    return pending.add({}, RELAY_TIMEOUT_MS, (call) => answer(call, { e: 'no answer from the new primary in time' }), (id) => {
       send('sio', { k: 'q', id, d: data })
     })
   }
 
-  function settle (id, answer) {
-    const waiting = pending.get(id)
-    if (waiting === undefined) return
-    pending.delete(id)
-    clearTimeout(waiting.timer)
-    if (answer.e !== undefined) waiting.reject(new Error(`recovery (new primary): ${answer.e}`))
-    else waiting.resolve(answer.v)
+  function answer (call, body) {
+    if (body.e !== undefined) call.reject(new Error(`recovery (new primary): ${body.e}`))
+    else call.resolve(body.v)
   }
 
   service.relay = {
@@ -133,7 +125,10 @@ function handOver (service, channel) {
     onMessage: guarded(function onMessage (x) {
       const body = unpack(x)
       if (body === null) return
-      if (body.k === 'a') return settle(body.id, body)
+      if (body.k === 'a') {
+        const call = pending.take(body.id)
+        return call === undefined ? undefined : answer(call, body)
+      }
       if (body.k === 'd' && typeof body.n === 'string' && body.m && !service.closed) {
         if (!shared) mirror(service.log, body.n, body.m)
         try {
@@ -147,7 +142,7 @@ function handOver (service, channel) {
     cancel () {
       if (service.relay === null) return
       service.relay = null
-      for (const id of Array.from(pending.keys())) settle(id, { e: 'the new primary went away' })
+      pending.failAll((call) => answer(call, { e: 'the new primary went away' }))
     }
   }
 }

@@ -28,6 +28,7 @@ const debug = require('debug')('clusterize:services')
 const { SERVICE_OP, service: envelope } = require('../protocol')
 const { ClusterizeTimeoutError } = require('../errors')
 const { ClusterizeBusError, errorFromWire } = require('../bus/errors')
+const { createPendingCalls } = require('./pending-calls')
 
 /** Bytes counted per call on top of what the caller sized (envelope, ids, names). */
 const CALL_OVERHEAD_BYTES = 64
@@ -38,20 +39,10 @@ const CALL_OVERHEAD_BYTES = 64
 function createRemote (options) {
   const channel = options.channel
   const maxQueuedBytes = options.maxQueuedBytes
-  /** @type {Map<number, { resolve: Function, reject: Function, timer: *, bytes: number, what: string }>} */
-  const pending = new Map()
-  let nextId = 1
   let inFlight = 0
   let refused = 0
-
-  function settle (id) {
-    const entry = pending.get(id)
-    if (entry === undefined) return undefined
-    pending.delete(id)
-    clearTimeout(entry.timer)
-    inFlight -= entry.bytes
-    return entry
-  }
+  /** Calls waiting for the primary's answer, each holding its bytes of inFlight until it is settled. */
+  const pending = createPendingCalls({ onTake: function giveBytesBack (call) { inFlight -= call.bytes } })
 
   return {
     role: 'worker',
@@ -77,14 +68,10 @@ function createRemote (options) {
           `service call ${what}: ${inFlight} bytes of calls are already waiting for the primary's answers, over bus.maxQueuedBytes (${maxQueuedBytes}): the primary cannot keep up. Nothing was sent.`,
           'ERR_CLUSTERIZE_BUS_BACKPRESSURE', { queuedBytes: inFlight, limit: maxQueuedBytes }))
       }
-      const id = nextId++
       inFlight += bytes
-      return new Promise(function track (resolve, reject) {
-        const timer = setTimeout(function timedOut () {
-          if (settle(id) === undefined) return
-          reject(new ClusterizeTimeoutError(`service call ${what}: the primary did not answer within ${timeoutMs} ms`))
-        }, timeoutMs)
-        pending.set(id, { resolve, reject, timer, bytes, what })
+      return pending.add({ bytes, what }, timeoutMs, function timedOut (call) {
+        call.reject(new ClusterizeTimeoutError(`service call ${what}: the primary did not answer within ${timeoutMs} ms`))
+      }, function send (id) {
         channel.post(envelope.call(id, name, method, data, encoded))
       })
     },
@@ -116,7 +103,7 @@ function createRemote (options) {
     /** An envelope of kind SERVICE from the primary. Malformed ones are ignored. */
     onPrimaryMessage (message) {
       if (message.op !== SERVICE_OP.REPLY) return
-      const entry = settle(message.id)
+      const entry = pending.take(message.id)
       if (entry === undefined) return
       if (message.ok === true) entry.resolve(message.d)
       else entry.reject(errorFromWire(message.e, `${entry.what} failed in the primary`))
@@ -124,10 +111,9 @@ function createRemote (options) {
 
     /** Fail every call still waiting (the channel closed, or shutdown). */
     failAll (reason) {
-      for (const id of Array.from(pending.keys())) {
-        const entry = settle(id)
-        entry.reject(new ClusterizeBusError(`service call ${entry.what}: ${reason}`, 'ERR_CLUSTERIZE_BUS_CLOSED'))
-      }
+      pending.failAll(function closed (call) {
+        call.reject(new ClusterizeBusError(`service call ${call.what}: ${reason}`, 'ERR_CLUSTERIZE_BUS_CLOSED'))
+      })
     },
 
     status () {
