@@ -4,13 +4,64 @@
  * An optional package the app can load may be two module instances: its
  * CommonJS build and its ESM build. Features that hook such a package's
  * public API before the app loads (node-cron's default run coordinator,
- * express-rate-limit's MemoryStore) must reach both.
+ * express-rate-limit's MemoryStore) must reach both. They load a package
+ * only when the app declares it (appDeclares): merely being installed is not
+ * using it.
  */
 
 const fs = require('fs')
 const path = require('path')
 const { pathToFileURL } = require('url')
 const debug = require('debug')('clusterize:packages')
+
+const DEPENDENCY_FIELDS = ['dependencies', 'devDependencies', 'optionalDependencies', 'peerDependencies']
+
+/**
+ * Does the app say it uses `name`? True when a package.json in `appDir` or a
+ * folder above it lists `name` among its dependencies, or when there is no
+ * package.json there at all (nothing to tell by). A package that is merely
+ * installed (another package's dependency) is then neither loaded nor hooked.
+ * @param {string} name
+ * @param {string} appDir
+ * @returns {boolean}
+ */
+function appDeclares (name, appDir) {
+  let dir = path.resolve(appDir)
+  let manifests = 0
+  for (;;) {
+    const pkg = readManifest(path.join(dir, 'package.json'))
+    if (pkg !== null) {
+      manifests++
+      if (DEPENDENCY_FIELDS.some((field) => declaredIn(pkg[field], name))) return true
+    }
+    const parent = path.dirname(dir)
+    if (parent === dir) break
+    dir = parent
+  }
+  if (manifests > 0) debug('%s: not among the dependencies of the package.json files above %s: not loaded', name, appDir)
+  return manifests === 0
+}
+
+function declaredIn (dependencies, name) {
+  return dependencies !== null && typeof dependencies === 'object' && Object.prototype.hasOwnProperty.call(dependencies, name)
+}
+
+/** @returns {object|null} the parsed manifest, or null when there is none (or it cannot be read) */
+function readManifest (file) {
+  let text
+  try {
+    text = fs.readFileSync(file, 'utf8')
+  } catch {
+    return null
+  }
+  try {
+    const pkg = JSON.parse(text)
+    return pkg !== null && typeof pkg === 'object' ? pkg : null
+  } catch (err) {
+    debug('%s: not JSON (%s)', file, err.message)
+    return null
+  }
+}
 
 /**
  * The builds of `name` the app in `appDir` can load, loaded; empty when it is
@@ -67,4 +118,4 @@ function esmEntry (main, name) {
   return null
 }
 
-module.exports = { packageCopies }
+module.exports = { packageCopies, appDeclares }

@@ -15,7 +15,7 @@
  * node-cron skips that fire (fail closed: never twice).
  */
 
-const { packageCopies } = require('../package-copies')
+const { packageCopies, appDeclares } = require('../package-copies')
 const debug = require('debug')('clusterize:cron')
 const { ClusterizeError } = require('../errors')
 const { serviceClient } = require('./client')
@@ -86,6 +86,7 @@ function nodeCronCopies (appDir) {
  * @returns {Promise<object[]>} the copies (for the pitfall check)
  */
 async function useCronCoordinator (appDir) {
+  if (!appDeclares('node-cron', appDir)) return []
   const copies = await nodeCronCopies(appDir)
   const coordinator = cronCoordinator()
   for (const copy of copies) copy.setRunCoordinator(coordinator)

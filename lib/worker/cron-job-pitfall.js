@@ -12,6 +12,7 @@
  */
 
 const { currentSingleton } = require('../state/singleton-context')
+const { appDeclares } = require('../package-copies')
 
 const kWatched = Symbol.for('clusterize.cronJobWatched')
 let settings = null
@@ -24,7 +25,7 @@ let reported = false
  * @returns {boolean} whether a `cron` package was found and watched
  */
 function watchCronJobs (log, workers, appDir) {
-  if (!(workers > 1)) return false
+  if (!(workers > 1) || !appDeclares('cron', appDir)) return false
   let CronJob
   try {
     CronJob = require(require.resolve('cron', { paths: [appDir, process.cwd()] })).CronJob

@@ -18,7 +18,7 @@
  */
 
 const debug = require('debug')('clusterize:rate-limit')
-const { packageCopies } = require('../package-copies')
+const { packageCopies, appDeclares } = require('../package-copies')
 
 const kWatched = Symbol.for('clusterize.rateLimitMemoryStoreWatched')
 const STORE_METHODS = ['init', 'get', 'increment', 'decrement', 'resetKey', 'resetAll', 'shutdown']
@@ -55,6 +55,8 @@ async function watchRateLimitStores (log, workers, appDir, options) {
   options = options || {}
   if (!(workers > 1) && !options.useCluster) return 0
   settings = { log, workers, useCluster: Boolean(options.useCluster), createStore: options.createStore || defaultClusterStore }
+  // Asked for by name (--rate-limit cluster): hooked even when only a dependency of the app's uses it.
+  if (!settings.useCluster && !appDeclares('express-rate-limit', appDir)) return 0
   const copies = await rateLimitCopies(appDir)
   for (const copy of copies) {
     const proto = copy.MemoryStore.prototype
