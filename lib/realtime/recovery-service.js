@@ -248,7 +248,7 @@ class RecoveryService {
   restore (nsp, pid, offset) {
     if (typeof pid !== 'string' || !this.log.has(nsp)) return null
     const holder = this.live.holder(nsp, pid)
-    if (holder === undefined || !this.log.knows(nsp, offset)) return this.log.restore(nsp, pid, offset)
+    if (holder === undefined || !this.log.knows(nsp, offset)) return this.restoreNow(nsp, pid, offset)
     debug('recovery: restore of %s waits for its old worker to persist it', pid)
     // An old worker that is draining (a reload) will persist the socket or exit, and either
     // wakes this restore: under load that can take longer than liveWaitMs, and giving up
@@ -257,7 +257,17 @@ class RecoveryService {
     // no longer than liveWaitMs.
     const retiring = this.foreign.has(holder) || (typeof this.options.isRetiring === 'function' && this.options.isRetiring(holder))
     const waitMs = retiring ? Math.max(this.liveWaitMs, this.options.retireWaitMs || 0) : this.liveWaitMs
-    return this.live.waitGone(nsp, pid, waitMs).then(() => this.log.restore(nsp, pid, offset))
+    return this.live.waitGone(nsp, pid, waitMs).then(() => this.restoreNow(nsp, pid, offset))
+  }
+
+  /** The log's answer; a client that will connect as a new socket is traced (the usual cause is a bound). */
+  restoreNow (nsp, pid, offset) {
+    const answered = (value) => {
+      if (value === null) debug('recovery: session %s not restored: unknown, expired, or the packets after its offset %s are no longer all in the log (recovery.maxPackets)', pid, offset)
+      return value
+    }
+    const value = this.log.restore(nsp, pid, offset)
+    return value instanceof Promise ? value.then(answered) : answered(value)
   }
 
   stats () {

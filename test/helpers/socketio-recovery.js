@@ -37,7 +37,10 @@ function recoveryEnv (options, recovery = true) {
   return {
     DEBUG: process.env.CZ_TEST_DEBUG || '',
     CZ_SIO_RECOVERY: recovery ? '1' : '0',
-    CZ_TEST_OPTIONS: JSON.stringify(Object.assign({ health: { heartbeatMs: 200 } }, options))
+    // Senders broadcast as fast as acks come back: on a busy box more than the default 10000 packets
+    // (recovery.maxPackets) can go by while a client waits for its old worker's persist, and it would
+    // then connect as a new socket, by design. These tests are not about that bound.
+    CZ_TEST_OPTIONS: JSON.stringify(Object.assign({ health: { heartbeatMs: 200 }, recovery: { maxPackets: 200000 } }, options))
   }
 }
 
