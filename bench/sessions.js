@@ -13,6 +13,9 @@
  *     Sentinel-managed primary, started here on loopback from redis-server
  *   - with --ab <dir> (or BENCH_CLUSTERIZE_MODULE=<dir>): our two stores again,
  *     loaded from another checkout, as A/B rows of the same run
+ *   - with --runtime-rows: the recipe's middleware in clusterize's workers, and
+ *     MemoryStore on raw node:cluster (what the worker runtime costs apart
+ *     from our session() and stores)
  * Every server is started first, then measured in rounds with the order
  * rotated each round; medians of the rounds, and the median of same-round
  * ratios against the recipe. Then CPU per request of each process at a fixed
@@ -28,7 +31,7 @@
  * default ttl; session() skips a needless touch only with an expiry).
  *
  *   node bench/sessions.js [--quick] [--duration 3] [--passes 4] [--connections 20] [--failovers 3]
- *                          [--read-only] [--max-age ms] [--cpu-rate 2000] [--cpu-seconds 4] [--ab <dir>]
+ *                          [--read-only] [--max-age ms] [--cpu-rate 2000] [--cpu-seconds 4] [--ab <dir>] [--runtime-rows]
  */
 
 const { numberArg: arg, isQuick } = require('./lib/args')
@@ -39,6 +42,8 @@ const crypto = require('crypto')
 const http = require('http')
 const { startServed, stopServed } = require('./lib/served')
 const { redisReachable } = require('./lib/redis')
+const { cpuSample, otherCores } = require('./lib/other-load')
+const { otherWorkLabel } = require('./lib/results')
 
 const SECRET = 'bench-secret-0123456789-abcdefghijklmnop'
 const REDIS_URL = process.env.REDIS_URL || 'redis://127.0.0.1:6379'
@@ -102,7 +107,8 @@ function serve (mode, spec) {
     server.listen(0, '127.0.0.1', () => process.send({ port: server.address().port, pids: [process.pid] }))
     return
   }
-  if (spec.store === 'recipe') return serveRawCluster(spec)
+  // The recipe runs on raw node:cluster, every other row in clusterize's workers, unless the row says.
+  if ((spec.runtime || (spec.store === 'recipe' ? 'raw' : 'clusterize')) === 'raw') return serveRawCluster(spec)
   const { clusterize } = require(spec.module || '..')
   const handle = clusterize(() => createApp(spec), { port: 0, host: '127.0.0.1', workers: spec.workers, logger: false })
   if (!handle.ready || typeof handle.on !== 'function') return // a worker
@@ -324,7 +330,7 @@ function printFailovers (failovers) {
 function scenarios (prefix, abDir) {
   const list = [
     { name: RECIPE, spec: { store: 'recipe', prefix: prefix + 'recipe:', workers: 2 }, redis: true, anchor: true },
-    { name: 'express-session MemoryStore, 2 workers (per-worker sessions: ceiling, not a store)', spec: { store: 'raw-memory', workers: 2 } },
+    { name: 'express-session MemoryStore, clusterize, 2 workers (per-worker sessions: ceiling, not a store)', spec: { store: 'raw-memory', workers: 2 } },
     { name: 'clusterize, cluster store, 2 workers', spec: { store: 'cluster', workers: 2 }, goal: { rps: 1.3, p99: true } },
     { name: 'clusterize, Redis store, 2 workers', spec: { store: 'redis', prefix: prefix + 'ours:', workers: 2 }, redis: true, goal: { rps: 1.0 } }
   ]
@@ -333,6 +339,14 @@ function scenarios (prefix, abDir) {
     list.push(
       { name: `clusterize, cluster store, 2 workers (A/B: ${label})`, spec: { store: 'cluster', workers: 2, module: path.resolve(abDir) } },
       { name: `clusterize, Redis store, 2 workers (A/B: ${label})`, spec: { store: 'redis', prefix: prefix + 'ab:', workers: 2, module: path.resolve(abDir) }, redis: true }
+    )
+  }
+  if (process.argv.includes('--runtime-rows')) {
+    // The recipe's middleware in clusterize's workers, the ceiling's on raw node:cluster: what
+    // clusterize's worker runtime costs apart from our session() and stores.
+    list.push(
+      { name: 'recipe in clusterize workers (express-session + connect-redis, no session() of ours)', spec: { store: 'recipe', runtime: 'clusterize', prefix: prefix + 'recipe-cz:', workers: 2 }, redis: true },
+      { name: 'express-session MemoryStore on raw node:cluster (ceiling)', spec: { store: 'raw-memory', runtime: 'raw', workers: 2 } }
     )
   }
   if (!isQuick()) {
@@ -372,6 +386,10 @@ async function main () {
   }
   const started = Date.now()
   const loadAtStart = require('os').loadavg()[0]
+  // Redis is the machine's daemon, not this script's child: its CPU is taken out of "other work".
+  const redisPid = haveRedis ? await localRedisPid() : null
+  const redisCpuAtStart = redisPid === null ? NaN : threadsCpuMs(redisPid)
+  const cpuAtStart = cpuSample()
   const live = []
   try {
     // Every server is started first and measured in rotated rounds, so a burst of
@@ -404,7 +422,6 @@ async function main () {
       for (const scenario of measured) scenario.rounds.push(round[scenario.name])
     }
     // Where the time goes: CPU per request of each process, at a fixed rate every server can hold.
-    const redisPid = haveRedis ? await localRedisPid() : null
     for (let pass = 0; pass < cpuPasses; pass++) {
       for (const scenario of rotated(measured.filter((s) => !s.topology), pass)) {
         const usesRedis = scenario.spec.store === 'redis' || scenario.spec.store === 'recipe'
@@ -416,7 +433,8 @@ async function main () {
     await Promise.all(live.map((server) => stopServer(server)))
     if (haveRedis) await cleanRedis(prefix)
   }
-  print(list, { duration, passes, connections, maxAge, loadAtStart, seconds: (Date.now() - started) / 1000 })
+  const other = otherWork(cpuAtStart, redisPid, redisCpuAtStart)
+  print(list, { duration, passes, connections, maxAge, loadAtStart, other, seconds: (Date.now() - started) / 1000 })
   printCpu(list, { rate: cpuRate, seconds: cpuSeconds, passes: cpuPasses })
   if (!topologies) return
   try {
@@ -447,10 +465,28 @@ function goalCell (row, anchor, sameRound, busy) {
   return `${parts.join(', ')}: ${busy ? 'met in this run, on a busy box: not a claim' : '**met**'}`
 }
 
-/** Was the box busy (1-minute load average over half a task per core) at the start or the end? */
-function busyBox (loadAtStart) {
+/**
+ * Cores' worth of CPU used during the run by other work than this script, the
+ * servers it started (reaped, so counted as its own) and the local Redis; null
+ * off Linux.
+ */
+function otherWork (cpuAtStart, redisPid, redisCpuAtStart) {
+  const other = otherCores(cpuAtStart, cpuSample())
+  if (other === null) return null
+  const seconds = Number(process.hrtime.bigint() - cpuAtStart.at) / 1e9
+  const redisCores = redisPid === null ? 0 : (threadsCpuMs(redisPid) - redisCpuAtStart) / 1000 / seconds
+  return Math.max(0, other - (Number.isFinite(redisCores) ? redisCores : 0))
+}
+
+/**
+ * Was the box busy? Other work's share of the cores during the run where it
+ * can be read; else the 1-minute load average (which counts this run's own
+ * load too) at the start or the end.
+ */
+function busyBox (run) {
   const cores = require('os').availableParallelism()
-  return Math.max(loadAtStart, require('os').loadavg()[0]) / cores > 0.5
+  if (run.other !== null && run.other !== undefined) return otherWorkLabel(run.other, cores) === 'busy box'
+  return Math.max(run.loadAtStart, require('os').loadavg()[0]) / cores > 0.5
 }
 
 function print (list, run) {
@@ -475,7 +511,7 @@ function print (list, run) {
       ratio(row.p99, anchor.p99),
       row.rounds.map((r) => fmt(r.rps)).join(' / '),
       row.errors,
-      goalCell(row, anchor, sameRound, busyBox(run.loadAtStart))
+      goalCell(row, anchor, sameRound, busyBox(run))
     ]
   })
   const out = []
@@ -483,7 +519,8 @@ function print (list, run) {
   out.push('')
   out.push(markdownTable(['store', 'req/s (median)', 'vs recipe', 'median of same-round ratios', 'p99 ms (median)', 'p99 vs recipe', 'req/s per round', 'errors + non-2xx', 'goal'], table))
   out.push('')
-  out.push(`The recipe: express-session (resave false, saveUninitialized false) with connect-redis ${connectRedisVersion()}'s RedisStore on a plain ioredis client, in 2 workers forked by node:cluster that each listen. Ours: session() with its defaults in clusterize's 2 workers. autocannon runs in the bench process on the same cores. Total run time ${run.seconds.toFixed(1)} s.`)
+  out.push(`The recipe: express-session (resave false, saveUninitialized false) with connect-redis ${connectRedisVersion()}'s RedisStore on a plain ioredis client, in 2 workers forked by node:cluster that each listen. Ours: session() with its defaults in clusterize's 2 workers. autocannon runs in the bench process on the same cores. Total run time ${run.seconds.toFixed(1)} s.` +
+    (run.other === null || run.other === undefined ? '' : ` Other work (not this script, its servers or the local Redis) used ${run.other.toFixed(2)} of ${require('os').availableParallelism()} cores: ${otherWorkLabel(run.other, require('os').availableParallelism())}.`))
   process.stdout.write(out.join('\n') + '\n\n')
 }
 
