@@ -386,10 +386,10 @@ async function main () {
   }
   const started = Date.now()
   const loadAtStart = require('os').loadavg()[0]
-  // Redis is the machine's daemon, not this script's child: its CPU is taken out of "other work".
+  // Redis is the machine's daemon, not this script's child: its CPU is counted as the run's own, not as other work.
   const redisPid = haveRedis ? await localRedisPid() : null
-  const redisCpuAtStart = redisPid === null ? NaN : threadsCpuMs(redisPid)
-  const cpuAtStart = cpuSample()
+  const runPids = redisPid === null ? [] : [redisPid]
+  const cpuAtStart = cpuSample(runPids)
   const live = []
   try {
     // Every server is started first and measured in rotated rounds, so a burst of
@@ -433,7 +433,7 @@ async function main () {
     await Promise.all(live.map((server) => stopServer(server)))
     if (haveRedis) await cleanRedis(prefix)
   }
-  const other = otherWork(cpuAtStart, redisPid, redisCpuAtStart)
+  const other = otherCores(cpuAtStart, cpuSample(runPids))
   print(list, { duration, passes, connections, maxAge, loadAtStart, other, seconds: (Date.now() - started) / 1000 })
   printCpu(list, { rate: cpuRate, seconds: cpuSeconds, passes: cpuPasses })
   if (!topologies) return
@@ -466,26 +466,13 @@ function goalCell (row, anchor, sameRound, busy) {
 }
 
 /**
- * Cores' worth of CPU used during the run by other work than this script, the
- * servers it started (reaped, so counted as its own) and the local Redis; null
- * off Linux.
- */
-function otherWork (cpuAtStart, redisPid, redisCpuAtStart) {
-  const other = otherCores(cpuAtStart, cpuSample())
-  if (other === null) return null
-  const seconds = Number(process.hrtime.bigint() - cpuAtStart.at) / 1e9
-  const redisCores = redisPid === null ? 0 : (threadsCpuMs(redisPid) - redisCpuAtStart) / 1000 / seconds
-  return Math.max(0, other - (Number.isFinite(redisCores) ? redisCores : 0))
-}
-
-/**
  * Was the box busy? Other work's share of the cores during the run where it
  * can be read; else the 1-minute load average (which counts this run's own
  * load too) at the start or the end.
  */
 function busyBox (run) {
   const cores = require('os').availableParallelism()
-  if (run.other !== null && run.other !== undefined) return otherWorkLabel(run.other, cores) === 'busy box'
+  if (run.other !== null) return otherWorkLabel(run.other, cores) === 'busy box'
   return Math.max(run.loadAtStart, require('os').loadavg()[0]) / cores > 0.5
 }
 
@@ -498,6 +485,7 @@ function print (list, run) {
       errors: s.rounds.reduce((sum, r) => sum + r.errors + r.non2xx, 0)
     }))
   const anchor = rows.find((r) => r.anchor)
+  const busy = busyBox(run)
   const table = rows.map((row) => {
     if (row.skipped) return [row.name, 'skipped: ' + row.skipped, '', '', '', '', '', '', '']
     if (!anchor || anchor.skipped) return [row.name, fmt(row.rps), 'n/a', 'n/a', row.p99, 'n/a', row.rounds.map((r) => fmt(r.rps)).join(' / '), row.errors, '']
@@ -511,7 +499,7 @@ function print (list, run) {
       ratio(row.p99, anchor.p99),
       row.rounds.map((r) => fmt(r.rps)).join(' / '),
       row.errors,
-      goalCell(row, anchor, sameRound, busyBox(run))
+      goalCell(row, anchor, sameRound, busy)
     ]
   })
   const out = []
@@ -520,7 +508,7 @@ function print (list, run) {
   out.push(markdownTable(['store', 'req/s (median)', 'vs recipe', 'median of same-round ratios', 'p99 ms (median)', 'p99 vs recipe', 'req/s per round', 'errors + non-2xx', 'goal'], table))
   out.push('')
   out.push(`The recipe: express-session (resave false, saveUninitialized false) with connect-redis ${connectRedisVersion()}'s RedisStore on a plain ioredis client, in 2 workers forked by node:cluster that each listen. Ours: session() with its defaults in clusterize's 2 workers. autocannon runs in the bench process on the same cores. Total run time ${run.seconds.toFixed(1)} s.` +
-    (run.other === null || run.other === undefined ? '' : ` Other work (not this script, its servers or the local Redis) used ${run.other.toFixed(2)} of ${require('os').availableParallelism()} cores: ${otherWorkLabel(run.other, require('os').availableParallelism())}.`))
+    (run.other === null ? '' : ` Other work (not this script, its servers or the local Redis) used ${run.other.toFixed(2)} of ${require('os').availableParallelism()} cores: ${busy ? 'busy box' : 'quiet box'}.`))
   process.stdout.write(out.join('\n') + '\n\n')
 }
 

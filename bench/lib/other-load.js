@@ -7,8 +7,9 @@
  * used (/proc/self/stat). The load average cannot tell the two apart: it
  * counts the benchmark's own load generator and servers, so every run read
  * as a busy box. Linux only; elsewhere null (callers fall back to the load
- * average). Daemons a script starts and does not reap (a redis-server it
- * daemonizes) count as other work: the figure errs towards "busy".
+ * average). Daemons a script uses but does not reap (the machine's
+ * redis-server, one it daemonizes) count as other work, so the figure errs
+ * towards "busy", unless the script names their pids to cpuSample().
  */
 
 const fs = require('fs')
@@ -17,21 +18,34 @@ const fs = require('fs')
 const TICKS_PER_SECOND = 100
 
 /**
+ * @param {number[]} [alsoOwn] pids of processes that are not this script's children but whose CPU
+ *   is the benchmark's own (the machine's redis-server the script loads); one that cannot be read counts 0
  * @returns {{ busy: number, own: number, at: bigint }|null} ticks
  */
-function cpuSample () {
+function cpuSample (alsoOwn) {
   try {
     const total = fs.readFileSync('/proc/stat', 'utf8').split('\n', 1)[0].trim().split(/\s+/).slice(1).map(Number)
     // user nice system idle iowait irq softirq steal: idle and iowait are not busy.
     const busy = total[0] + total[1] + total[2] + total[5] + total[6] + (total[7] || 0)
-    const self = fs.readFileSync('/proc/self/stat', 'utf8')
-    // After "(comm) ", field 3 (state) is index 0: utime, stime, cutime, cstime are fields 14-17.
-    const fields = self.slice(self.lastIndexOf(')') + 2).split(' ').map(Number)
-    const own = fields[11] + fields[12] + fields[13] + fields[14]
+    // utime, stime, cutime, cstime: this script and the children it reaped.
+    const self = statFields('self')
+    let own = self[11] + self[12] + self[13] + self[14]
+    for (const pid of alsoOwn || []) {
+      try {
+        const fields = statFields(pid)
+        own += fields[11] + fields[12]
+      } catch {} // gone or not readable
+    }
     return { busy, own, at: process.hrtime.bigint() }
   } catch {
     return null
   }
+}
+
+/** The fields of /proc/<pid>/stat after "(comm) ": field 3 (state) is index 0, utime is index 11. */
+function statFields (pid) {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
+  return stat.slice(stat.lastIndexOf(')') + 2).split(' ').map(Number)
 }
 
 /**
