@@ -30,7 +30,13 @@
  * cookie that maxAge (without it: browser-session cookies, each store's
  * default ttl; session() skips a needless touch only with an expiry).
  *
- *   node bench/sessions.js [--quick] [--duration 3] [--passes 4] [--connections 20] [--failovers 3]
+ * --load wrk measures the req/s table with wrk, as the issue's outside measurement did
+ * (wrk -t1, keep-alive; a Lua script gives each request the next of the
+ * logged-in sessions in turn): it costs far less CPU per request than
+ * autocannon, which by default runs in this process. The CPU table stays on
+ * autocannon (it needs a fixed rate, which wrk does not offer).
+ *
+ *   node bench/sessions.js [--quick] [--duration 3] [--passes 4] [--connections 20] [--failovers 3] [--load wrk|autocannon]
  *                          [--read-only] [--max-age ms] [--cpu-rate 2000] [--cpu-seconds 4] [--ab <dir>] [--runtime-rows]
  */
 
@@ -44,6 +50,7 @@ const { startServed, stopServed } = require('./lib/served')
 const { redisReachable } = require('./lib/redis')
 const { cpuSample, otherCores } = require('./lib/other-load')
 const { otherWorkLabel } = require('./lib/results')
+const { hasWrk, wrkRun, wrkCookieScript } = require('./lib/wrk')
 
 const SECRET = 'bench-secret-0123456789-abcdefghijklmnop'
 const REDIS_URL = process.env.REDIS_URL || 'redis://127.0.0.1:6379'
@@ -180,6 +187,10 @@ async function prepare (port) {
   return cookies
 }
 
+function benchPath () {
+  return process.argv.includes('--read-only') ? '/read' : '/count'
+}
+
 /**
  * autocannon on the bench route, each connection with one of the logged-in cookies.
  * @param {{ duration: number, connections: number, overallRate?: number }} load
@@ -188,12 +199,30 @@ function runLoad (port, cookies, load) {
   const autocannon = require('autocannon')
   let next = 0
   return autocannon(Object.assign({
-    url: `http://127.0.0.1:${port}${process.argv.includes('--read-only') ? '/read' : '/count'}`,
+    url: `http://127.0.0.1:${port}${benchPath()}`,
     setupClient (client) { client.setHeaders({ cookie: cookies[next++ % cookies.length] }) }
   }, load))
 }
 
+/** 'wrk' (--load wrk, as the issue's outside measurement) or 'autocannon' (in this process, the default). */
+function loadGenerator () {
+  const index = process.argv.indexOf('--load')
+  const name = index > 0 ? process.argv[index + 1] : 'autocannon'
+  if (name !== 'wrk' && name !== 'autocannon') throw new Error(`--load takes wrk or autocannon, got ${name}`)
+  if (name === 'wrk' && !hasWrk()) throw new Error('--load wrk: wrk is not installed (Debian package wrk)')
+  return name
+}
+
 async function measure (port, cookies, duration, connections) {
+  if (loadGenerator() === 'wrk') {
+    const script = wrkCookieScript(cookies)
+    try {
+      const result = await wrkRun({ port, connections, seconds: duration, path: benchPath(), script: script.file })
+      return { rps: result.rps, non2xx: result.non2xx, errors: result.errors, p99: result.p99 }
+    } finally {
+      script.remove()
+    }
+  }
   const result = await runLoad(port, cookies, { duration, connections })
   return { rps: result.requests.total / result.duration, non2xx: result.non2xx, errors: result.errors + result.timeouts, p99: result.latency.p99 }
 }
@@ -365,6 +394,7 @@ function rotated (list, round) {
 }
 
 async function main () {
+  loadGenerator() // a bad --load fails here, before any server starts
   const duration = arg('--duration', 3, 1)
   const passes = arg('--passes', 4, 3)
   const connections = arg('--connections', 20)
@@ -507,7 +537,7 @@ function print (list, run) {
   out.push('')
   out.push(markdownTable(['store', 'req/s (median)', 'vs recipe', 'median of same-round ratios', 'p99 ms (median)', 'p99 vs recipe', 'req/s per round', 'errors + non-2xx', 'goal'], table))
   out.push('')
-  out.push(`The recipe: express-session (resave false, saveUninitialized false) with connect-redis ${connectRedisVersion()}'s RedisStore on a plain ioredis client, in 2 workers forked by node:cluster that each listen. Ours: session() with its defaults in clusterize's 2 workers. autocannon runs in the bench process on the same cores. Total run time ${run.seconds.toFixed(1)} s.` +
+  out.push(`The recipe: express-session (resave false, saveUninitialized false) with connect-redis ${connectRedisVersion()}'s RedisStore on a plain ioredis client, in 2 workers forked by node:cluster that each listen. Ours: session() with its defaults in clusterize's 2 workers. ${loadGenerator() === 'wrk' ? 'wrk -t1 (each request carries the next of the logged-in sessions in turn) runs beside the servers' : 'autocannon runs in the bench process'} on the same cores. Total run time ${run.seconds.toFixed(1)} s.` +
     (run.other === null ? '' : ` Other work (not this script, its servers or the local Redis) used ${run.other.toFixed(2)} of ${require('os').availableParallelism()} cores: ${busy ? 'busy box' : 'quiet box'}.`))
   process.stdout.write(out.join('\n') + '\n\n')
 }

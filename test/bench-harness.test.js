@@ -171,3 +171,34 @@ test('run-all exits non-zero and says so in RESULTS.md when a script fails or ov
     fs.rmSync(dir, { recursive: true, force: true })
   }
 })
+
+test("wrk's report is read back: req/s, the p99 in its unit, socket errors and non-2xx apart", () => {
+  const { parseWrk } = require('../bench/lib/wrk')
+  const report = [
+    'Running 3s test @ http://127.0.0.1:4000/count',
+    '  1 threads and 20 connections',
+    '  Latency Distribution',
+    '     50%    3.10ms',
+    '     99%    1.25s ',
+    '  14565 requests in 3.00s, 3.09MB read',
+    '  Socket errors: connect 0, read 2, write 1, timeout 4',
+    '  Non-2xx or 3xx responses: 5',
+    'Requests/sec:   4854.72'
+  ].join('\n')
+  assert.deepStrictEqual(parseWrk(report), { rps: 4854.72, total: 14565, p99: 1250, failed: 12, non2xx: 5, errors: 7 })
+  const clean = parseWrk('     99%  812.00us\n  10 requests in 1.00s, 1KB read\nRequests/sec:     10.00')
+  assert.deepStrictEqual(clean, { rps: 10, total: 10, p99: 0.812, failed: 0, non2xx: 0, errors: 0 })
+})
+
+test('the wrk cookie script gives the requests each cookie in turn, quoted, and is removed', () => {
+  const { wrkCookieScript } = require('../bench/lib/wrk')
+  const script = wrkCookieScript(['connect.sid=s%3Aa.b', 'connect.sid=s%3Ac.d'])
+  try {
+    const lua = fs.readFileSync(script.file, 'utf8')
+    assert.match(lua, /local cookies = \{\n {2}"connect\.sid=s%3Aa\.b",\n {2}"connect\.sid=s%3Ac\.d"\n\}/)
+    assert.match(lua, /\["Cookie"\] = cookies\[\(n % #cookies\) \+ 1\]/)
+  } finally {
+    script.remove()
+  }
+  assert.strictEqual(fs.existsSync(script.file), false)
+})

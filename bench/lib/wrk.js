@@ -1,10 +1,18 @@
 'use strict'
 
 /**
- * wrk with a new connection per request (`-H 'Connection: close'`): every
- * request pays for a TCP accept, so whatever sits on the accept path shows.
+ * wrk, the C load generator the issues' outside measurements use: far less
+ * CPU per request than autocannon, so on a 2-core box the servers, not the
+ * load generator, take most of the cores.
+ *   wrkClose: a new connection per request (`-H 'Connection: close'`): every
+ *     request pays for a TCP accept, so whatever sits on the accept path shows;
+ *   wrkRun: keep-alive, optionally with a Lua script (wrkCookieScript: each
+ *     request carries the next of a list of session cookies).
  */
 
+const fs = require('fs')
+const os = require('os')
+const path = require('path')
 const { execFile, spawnSync } = require('child_process')
 
 let available = null
@@ -16,22 +24,38 @@ function hasWrk () {
 }
 
 /**
- * @param {{ port: number, connections: number, seconds: number, path?: string }} options (wrk takes whole seconds)
- * @returns {Promise<{ rps: number, total: number, p99: number, failed: number }>}
+ * @param {{ port: number, connections: number, seconds: number, path?: string, headers?: string[], script?: string }} options
+ *   (wrk takes whole seconds; `script`: a Lua file)
+ * @returns {Promise<{ rps: number, total: number, p99: number, failed: number, non2xx: number, errors: number }>}
  */
-function wrkClose (options) {
-  const args = ['-t1', `-c${options.connections}`, `-d${Math.max(1, Math.round(options.seconds))}s`, '--latency', '-H', 'Connection: close', `http://127.0.0.1:${options.port}${options.path || '/'}`]
+function wrkRun (options) {
+  const args = ['-t1', `-c${options.connections}`, `-d${Math.max(1, Math.round(options.seconds))}s`, '--latency']
+  for (const header of options.headers || []) args.push('-H', header)
+  if (options.script) args.push('-s', options.script)
+  args.push(`http://127.0.0.1:${options.port}${options.path || '/'}`)
   return new Promise((resolve, reject) => {
     execFile('wrk', args, { timeout: (options.seconds + 30) * 1000 }, (err, stdout) => {
       if (err) return reject(err)
-      const rps = Number((/Requests\/sec:\s+([\d.]+)/.exec(stdout) || [])[1])
-      const total = Number((/(\d+) requests in/.exec(stdout) || [])[1])
-      const p99 = toMs(/99%\s+([\d.]+)(us|ms|s)/.exec(stdout))
-      const errors = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(stdout)
-      const non2xx = Number((/Non-2xx or 3xx responses: (\d+)/.exec(stdout) || [0, 0])[1])
-      resolve({ rps, total, p99, failed: non2xx + (errors ? errors.slice(1).reduce((a, b) => a + Number(b), 0) : 0) })
+      resolve(parseWrk(stdout))
     })
   })
+}
+
+/**
+ * @param {{ port: number, connections: number, seconds: number, path?: string }} options
+ */
+function wrkClose (options) {
+  return wrkRun(Object.assign({}, options, { headers: ['Connection: close'] }))
+}
+
+function parseWrk (stdout) {
+  const rps = Number((/Requests\/sec:\s+([\d.]+)/.exec(stdout) || [])[1])
+  const total = Number((/(\d+) requests in/.exec(stdout) || [])[1])
+  const p99 = toMs(/99%\s+([\d.]+)(us|ms|s)/.exec(stdout))
+  const socketErrors = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(stdout)
+  const errors = socketErrors ? socketErrors.slice(1).reduce((a, b) => a + Number(b), 0) : 0
+  const non2xx = Number((/Non-2xx or 3xx responses: (\d+)/.exec(stdout) || [0, 0])[1])
+  return { rps, total, p99, failed: non2xx + errors, non2xx, errors }
 }
 
 function toMs (match) {
@@ -40,4 +64,20 @@ function toMs (match) {
   return match[2] === 'us' ? value / 1000 : match[2] === 's' ? value * 1000 : value
 }
 
-module.exports = { hasWrk, wrkClose }
+/**
+ * A wrk Lua script (written to a temp file) whose requests carry `cookies` in
+ * turn: with as many cookies as connections, the requests in flight carry
+ * different sessions. The caller removes the file (`remove()`).
+ * @param {string[]} cookies `name=value` pairs
+ * @returns {{ file: string, remove: () => void }}
+ */
+function wrkCookieScript (cookies) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-wrk-'))
+  const file = path.join(dir, 'cookies.lua')
+  const list = cookies.map((cookie) => JSON.stringify(cookie)).join(',\n  ')
+  fs.writeFileSync(file, `local cookies = {\n  ${list}\n}\nlocal n = 0\n` +
+    'request = function()\n  n = n + 1\n  return wrk.format(nil, nil, { ["Cookie"] = cookies[(n % #cookies) + 1] })\nend\n')
+  return { file, remove () { fs.rmSync(dir, { recursive: true, force: true }) } }
+}
+
+module.exports = { hasWrk, wrkRun, wrkClose, wrkCookieScript, parseWrk }
