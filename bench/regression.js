@@ -15,7 +15,8 @@
  *   sessions    the cluster store, a read + write per request (bench/sessions.js's server, login,
  *               load and CPU functions): req/s, p99, CPU per request at a fixed rate.
  *   socketio    one io.emit() burst to bare WebSocket clients over 2 workers (bench/socketio.js's
- *               round()), with and without connectionStateRecovery: delivered msg/s, p50, p99,
+ *               round()), with and without connectionStateRecovery, and the same messages paced
+ *               (one io.emit() every 5 ms, no recovery): delivered msg/s, p50, p99,
  *               the primary's CPU per delivered message.
  *   bus         each tree's own bench/bus.js (BENCH_ONLY=ours, 3 workers, --messages, one burst per
  *               run), its table read back: burst msg/s, p50 and p99 at 1,000 msg/s. No CPU figure.
@@ -40,6 +41,8 @@ const { kill: killPids } = require('./lib/served')
 
 const ROOT = path.join(__dirname, '..')
 const BENCHES = ['throughput', 'bus', 'sessions', 'socketio']
+/** socketio's paced rows: the burst's messages, one io.emit() every this many ms (no burst queued in front). */
+const PACED_EVERY_MS = 5
 
 function option (name, fallback) {
   const i = process.argv.indexOf(name)
@@ -112,9 +115,10 @@ const BENCH = {
   },
 
   socketio: {
-    what: 'one io.emit() burst to 200 bare WebSocket clients over 2 workers (a fresh server per round)',
+    what: 'one io.emit() burst to 200 bare WebSocket clients over 2 workers, and the same 200 messages paced, one io.emit() every ' + PACED_EVERY_MS + ' ms (a fresh server per round and kind)',
     metrics: [['delivered msg/s', 'delivered'], ['p50 ms', 'p50'], ['p99 ms', 'p99'], ['primary µs per io.emit()', 'primaryUs'],
-      ['recovery: delivered msg/s', 'rDelivered'], ['recovery: p50 ms', 'rP50'], ['recovery: p99 ms', 'rP99'], ['recovery: primary µs per io.emit()', 'rPrimaryUs']],
+      ['recovery: delivered msg/s', 'rDelivered'], ['recovery: p50 ms', 'rP50'], ['recovery: p99 ms', 'rP99'], ['recovery: primary µs per io.emit()', 'rPrimaryUs'],
+      [`paced (1 io.emit() / ${PACED_EVERY_MS} ms): p50 ms`, 'pP50'], ['paced: p99 ms', 'pP99']],
     start (tree) { return { tree, socketio: require('./socketio') } },
     async round (ctx) {
       const env = { BENCH_CLUSTERIZE_MODULE: ctx.tree.dir }
@@ -122,9 +126,11 @@ const BENCH = {
       const perMessage = (r) => (r.primaryCpu * 1000) / ctx.socketio.MESSAGES
       const plain = await ctx.socketio.round('clusterize', clients, 'bare', env)
       const recovery = await ctx.socketio.round('clusterize-recovery', clients, 'bare', env)
+      const paced = await ctx.socketio.round('clusterize', clients, 'bare', env, { pacedEveryMs: PACED_EVERY_MS })
       return {
         delivered: plain.delivered, p50: plain.p50, p99: plain.p99, primaryUs: perMessage(plain),
-        rDelivered: recovery.delivered, rP50: recovery.p50, rP99: recovery.p99, rPrimaryUs: perMessage(recovery)
+        rDelivered: recovery.delivered, rP50: recovery.p50, rP99: recovery.p99, rPrimaryUs: perMessage(recovery),
+        pP50: paced.p50, pP99: paced.p99
       }
     },
     stop () {}

@@ -60,6 +60,15 @@ function onConnection (io) {
       for (let i = 0; i < count; i++) io.emit('m', performance.timeOrigin + performance.now())
       cb()
     })
+    // One emit every `everyMs` ms: each message's fan-out latency without a burst queued in front of it.
+    socket.on('paced', (count, everyMs, cb) => {
+      let sent = 0
+      const timer = setInterval(() => {
+        io.emit('m', performance.timeOrigin + performance.now())
+        if (++sent === count) clearInterval(timer)
+      }, everyMs)
+      cb()
+    })
   })
 }
 
@@ -106,9 +115,12 @@ function runServer (kind, port) {
 /**
  * One burst to `clients` clients of a fresh server of `kind`.
  * @param {object} [env] for the server (BENCH_CLUSTERIZE_MODULE)
+ * @param {{ pacedEveryMs?: number }} [options] pacedEveryMs: the same number of messages, one
+ *   io.emit() every that many ms instead of a burst (delivered msg/s then only says the rate)
  * @returns {Promise<{ delivered: number, lost: number, p50: number, p99: number, primaryCpu: number }>} primaryCpu in ms over the burst
  */
-async function round (kind, clients, client, env) {
+async function round (kind, clients, client, env, options) {
+  const everyMs = options && options.pacedEveryMs
   const { io } = require('socket.io-client')
   const port = await freePort()
   const proc = startProcess({ args: [SELF, 'server', kind, String(port)], name: kind, env })
@@ -146,7 +158,8 @@ async function round (kind, clients, client, env) {
     // Every thread's schedstat: /proc's 10 ms ticks round a burst's relay work to 0 or 10 ms.
     const cpuBefore = threadsCpuMs(proc.pid)
     const started = performance.now()
-    await (client === 'bare' ? sockets[0].request('burst', MESSAGES) : new Promise((resolve) => sockets[0].emit('burst', MESSAGES, resolve)))
+    const ask = everyMs ? ['paced', MESSAGES, everyMs] : ['burst', MESSAGES]
+    await (client === 'bare' ? sockets[0].request(...ask) : new Promise((resolve) => sockets[0].emit(...ask, resolve)))
     const deadline = Date.now() + 60000
     while (received < expected && Date.now() < deadline) await sleep(5)
     const seconds = (performance.now() - started) / 1000
