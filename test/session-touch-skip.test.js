@@ -124,3 +124,45 @@ describe('touches skipped while the expiry moved less than its resolution', asyn
     assert.deepEqual((await names('/read')).body, { user: null }, 'gone once maxAge has passed since the last read')
   })
 })
+
+describe('the cookie as loaded is kept as the store returned it and described only when a touch asks', () => {
+  const { Store, Cookie } = require('express-session')
+  const { skipNeedlessTouches, cookieState } = require('../lib/session/touch-skip')
+
+  /** A session as our stores return it (JSON), loaded through express-session's Store#createSession. */
+  function load (store, options) {
+    const stored = JSON.parse(JSON.stringify({ cookie: new Cookie(options), user: 'zoe' }))
+    return { stored, session: store.createSession({ sessionID: 'sid-1', sessionStore: store }, JSON.parse(JSON.stringify(stored))) }
+  }
+
+  it('is described exactly as the Cookie express-session builds from it, whatever the cookie options', () => {
+    const variants = [
+      {},
+      { maxAge: 60000 },
+      { maxAge: 86400000, sameSite: 'strict', secure: true, domain: 'example.com', path: '/app', httpOnly: false },
+      { expires: new Date(Date.now() + 5000), priority: 'high', partitioned: true, sameSite: 'none', secure: true }
+    ]
+    for (const options of variants) {
+      const { stored, session } = load(new Store(), options)
+      assert.deepStrictEqual(cookieState(stored.cookie), cookieState(session.cookie), JSON.stringify(options))
+    }
+  })
+
+  it('skips the touch of a session left as loaded, and sends the touch once its cookie changed', async () => {
+    const touched = []
+    const store = skipNeedlessTouches(Object.assign(new Store(), {
+      touch (sid, sess, cb) { touched.push(sess.cookie.sameSite || null); process.nextTick(cb, null) }
+    }))
+    const touch = (session) => new Promise((resolve, reject) => store.touch('sid-1', session, (err) => err ? reject(err) : resolve()))
+    const { session } = load(store, { maxAge: 60000 })
+    await touch(session)
+    assert.deepStrictEqual(touched, [], 'nothing moved: no touch')
+    session.cookie.sameSite = 'lax'
+    await touch(session)
+    assert.deepStrictEqual(touched, ['lax'], 'the cookie changed: touched')
+    const reloaded = load(store, { maxAge: 60000, sameSite: 'lax' }).session
+    reloaded.cookie.expires = new Date(Date.now() - 60000)
+    await touch(reloaded)
+    assert.deepStrictEqual(touched, ['lax', 'lax'], 'an expiry moved back: touched')
+  })
+})

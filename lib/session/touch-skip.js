@@ -28,15 +28,36 @@ const LOADED = Symbol('clusterize.session.loadedCookie')
 
 /**
  * The cookie's fields other than its expiry, and its expiry in ms (NaN without one).
- * @param {object} cookie an express-session Cookie
+ * @param {object} cookie an express-session Cookie, or the plain data a store returned for one
+ *   (what Cookie#toJSON gave when the session was saved: its expiry an ISO string)
  * @returns {{ rest: string, expires: number }}
  */
 function cookieState (cookie) {
   const json = typeof cookie.toJSON === 'function' ? cookie.toJSON() : cookie
   const rest = Object.assign({}, json)
   delete rest.expires
-  const expires = cookie.expires instanceof Date ? cookie.expires.getTime() : NaN
+  const expires = cookie.expires instanceof Date
+    ? cookie.expires.getTime()
+    : typeof cookie.expires === 'string' ? Date.parse(cookie.expires) : NaN
   return { rest: JSON.stringify(rest), expires }
+}
+
+/**
+ * The cookie as it was loaded, as cookieState() describes it. Our stores
+ * return plain data that nothing changes afterwards (express-session builds
+ * a new Cookie from it), so it is kept as it came and described only when a
+ * touch asks: a request that modifies its session, and is saved instead,
+ * never pays for it.
+ * @param {object} sess
+ * @returns {{ rest: string, expires: number }|null}
+ */
+function loadedState (sess) {
+  const loaded = sess[LOADED]
+  if (!loaded) return null
+  if (typeof loaded.rest === 'string') return loaded
+  const state = cookieState(loaded)
+  sess[LOADED] = state
+  return state
 }
 
 /**
@@ -45,7 +66,7 @@ function cookieState (cookie) {
  * @returns {boolean}
  */
 function touchIsNeedless (sess) {
-  const loaded = sess && sess[LOADED]
+  const loaded = sess ? loadedState(sess) : null
   if (!loaded || !Number.isFinite(loaded.expires) || !sess.cookie) return false
   const now = cookieState(sess.cookie)
   if (!Number.isFinite(now.expires) || now.rest !== loaded.rest) return false
@@ -69,9 +90,13 @@ function skipNeedlessTouches (store) {
   if (typeof createSession !== 'function' || typeof touch !== 'function') return store
 
   store.createSession = function createSessionNotingCookie (req, sess) {
+    const stored = sess && sess.cookie
     const session = createSession.call(this, req, sess)
     if (session && session.cookie) {
-      Object.defineProperty(session, LOADED, { value: cookieState(session.cookie), configurable: true, writable: true })
+      // Plain data from the store is kept as it is (loadedState() describes it if a touch
+      // comes); a live object could still change, so it is described now.
+      const plain = stored && typeof stored === 'object' && typeof stored.toJSON !== 'function'
+      Object.defineProperty(session, LOADED, { value: plain ? stored : cookieState(session.cookie), configurable: true, writable: true })
     }
     return session
   }
@@ -87,4 +112,4 @@ function skipNeedlessTouches (store) {
   return store
 }
 
-module.exports = { skipNeedlessTouches, touchIsNeedless, TOUCH_RESOLUTION_MS, TOUCH_FRACTION }
+module.exports = { skipNeedlessTouches, touchIsNeedless, cookieState, TOUCH_RESOLUTION_MS, TOUCH_FRACTION }
