@@ -25,6 +25,8 @@ const TOUCH_RESOLUTION_MS = 1000
 const TOUCH_FRACTION = 0.01
 /** The cookie as loaded from the store: a symbol, so it is never serialized or hashed. */
 const LOADED = Symbol('clusterize.session.loadedCookie')
+/** The same, still as the store's plain data (described into LOADED when a touch asks). */
+const LOADED_DATA = Symbol('clusterize.session.loadedCookieData')
 
 /**
  * The cookie's fields other than its expiry, and its expiry in ms (NaN without one).
@@ -52,11 +54,11 @@ function cookieState (cookie) {
  * @returns {{ rest: string, expires: number }|null}
  */
 function loadedState (sess) {
-  const loaded = sess[LOADED]
-  if (!loaded) return null
-  if (typeof loaded.rest === 'string') return loaded
-  const state = cookieState(loaded)
-  sess[LOADED] = state
+  if (sess[LOADED]) return sess[LOADED]
+  const data = sess[LOADED_DATA]
+  if (!data) return null
+  const state = cookieState(data)
+  Object.defineProperty(sess, LOADED, { value: state, configurable: true, writable: true })
   return state
 }
 
@@ -96,7 +98,8 @@ function skipNeedlessTouches (store) {
       // Plain data from the store is kept as it is (loadedState() describes it if a touch
       // comes); a live object could still change, so it is described now.
       const plain = stored && typeof stored === 'object' && typeof stored.toJSON !== 'function'
-      Object.defineProperty(session, LOADED, { value: plain ? stored : cookieState(session.cookie), configurable: true, writable: true })
+      if (plain) Object.defineProperty(session, LOADED_DATA, { value: stored, configurable: true, writable: true })
+      else Object.defineProperty(session, LOADED, { value: cookieState(session.cookie), configurable: true, writable: true })
     }
     return session
   }
