@@ -13,6 +13,7 @@
  */
 
 const fs = require('fs')
+const { statFields } = require('./proc')
 
 /** Linux's USER_HZ: /proc reports CPU time in 1/100 s on every architecture Node runs on. */
 const TICKS_PER_SECOND = 100
@@ -40,12 +41,6 @@ function cpuSample (alsoOwn) {
   } catch {
     return null
   }
-}
-
-/** The fields of /proc/<pid>/stat after "(comm) ": field 3 (state) is index 0, utime is index 11. */
-function statFields (pid) {
-  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
-  return stat.slice(stat.lastIndexOf(')') + 2).split(' ').map(Number)
 }
 
 /**

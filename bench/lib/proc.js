@@ -139,13 +139,24 @@ function rssMiB (pid) {
   }
 }
 
+/**
+ * The numeric fields of /proc/<pid>/stat after "(comm) " (a name may hold
+ * spaces and parentheses): field 3 (state) is index 0, ppid index 1, utime
+ * and stime 11 and 12, cutime and cstime 13 and 14 (clock ticks, 100/s on
+ * Linux). Throws when the process is gone or unreadable.
+ * @param {number|'self'} pid
+ * @returns {number[]}
+ */
+function statFields (pid) {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
+  return stat.slice(stat.lastIndexOf(')') + 2).split(' ').map(Number)
+}
+
 /** CPU time (user + system) a process has used so far, in ms. */
 function cpuMs (pid) {
   try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    // utime and stime are fields 14 and 15 of stat (11 and 12 after the name), in clock ticks (100/s on Linux).
-    return (Number(fields[11]) + Number(fields[12])) * 10
+    const fields = statFields(pid)
+    return (fields[11] + fields[12]) * 10
   } catch {
     return NaN
   }
@@ -176,9 +187,7 @@ function childrenOf (pid) {
   for (const entry of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue
     try {
-      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8')
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-      if (Number(fields[1]) === pid) children.push(Number(entry))
+      if (statFields(entry)[1] === pid) children.push(Number(entry))
     } catch {}
   }
   return children
@@ -216,6 +225,7 @@ function installCleanup () {
 }
 
 module.exports = {
+  statFields,
   startProcess,
   waitForLine,
   waitForHttp,
