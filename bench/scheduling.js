@@ -31,7 +31,7 @@ const { machineLine } = require('./lib/machine')
 const http = require('http')
 const { installCleanup, node24, sleep, cpuMs } = require('./lib/proc')
 const { BLOCK_MS } = require('./lib/apps')
-const { hasWrk, wrkClose } = require('./lib/wrk')
+const { hasWrk, wrkClose, wrkSeconds } = require('./lib/wrk')
 
 const ROUNDS = arg('--rounds', 3, 2)
 const SECONDS = arg('--seconds', 2.5, 0.6)
@@ -253,7 +253,7 @@ async function main () {
   console.log(machineLine(`servers on ${nodes().map((n) => n.version).join(' and ')}`))
   console.log(`1-minute load average at the end: ${require('os').loadavg()[0].toFixed(1)} on ${require('os').availableParallelism()} cores.`)
   console.log(`\nGET / on the hello app, ${CONNECTIONS} connections, ${ROUNDS} rounds x ${SECONDS} s, order rotated, medians. Keep-alive: autocannon. ` +
-    (hasWrk() ? `New conn: wrk -t1 -H 'Connection: close' (a new connection per request${SECONDS !== Math.max(1, Math.round(SECONDS)) ? `, ${Math.max(1, Math.round(SECONDS))} s: wrk takes whole seconds` : ''}). ` : 'New conn: autocannon reconnecting after every 2nd request (wrk is not installed). ') +
+    (hasWrk() ? `New conn: wrk -t1 -H 'Connection: close' (a new connection per request${SECONDS !== wrkSeconds(SECONDS) ? `, ${wrkSeconds(SECONDS)} s: wrk takes whole seconds` : ''}). ` : 'New conn: autocannon reconnecting after every 2nd request (wrk is not installed). ') +
     'Primary CPU per new connection: the primary\'s utime+stime from /proc (10 ms ticks) over the new-connection runs, divided by connections. ' +
     'Ratios are against raw node:cluster on the same Node. The load generator shares the cores with the servers.\n')
   console.log(throughput)

@@ -23,13 +23,18 @@ function hasWrk () {
   return available
 }
 
+/** The duration wrk runs for `seconds`: it takes whole seconds, at least 1. */
+function wrkSeconds (seconds) {
+  return Math.max(1, Math.round(seconds))
+}
+
 /**
  * @param {{ port: number, connections: number, seconds: number, path?: string, headers?: string[], script?: string }} options
  *   (wrk takes whole seconds; `script`: a Lua file)
  * @returns {Promise<{ rps: number, total: number, p99: number, failed: number, non2xx: number, errors: number }>}
  */
 function wrkRun (options) {
-  const args = ['-t1', `-c${options.connections}`, `-d${Math.max(1, Math.round(options.seconds))}s`, '--latency']
+  const args = ['-t1', `-c${options.connections}`, `-d${wrkSeconds(options.seconds)}s`, '--latency']
   for (const header of options.headers || []) args.push('-H', header)
   if (options.script) args.push('-s', options.script)
   args.push(`http://127.0.0.1:${options.port}${options.path || '/'}`)
@@ -80,4 +85,4 @@ function wrkCookieScript (cookies) {
   return { file, remove () { fs.rmSync(dir, { recursive: true, force: true }) } }
 }
 
-module.exports = { hasWrk, wrkRun, wrkClose, wrkCookieScript, parseWrk }
+module.exports = { hasWrk, wrkRun, wrkClose, wrkCookieScript, parseWrk, wrkSeconds }
