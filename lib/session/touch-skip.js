@@ -25,7 +25,7 @@ const TOUCH_RESOLUTION_MS = 1000
 const TOUCH_FRACTION = 0.01
 /** The cookie as loaded from the store: a symbol, so it is never serialized or hashed. */
 const LOADED = Symbol('clusterize.session.loadedCookie')
-/** The same, still as the store's plain data (described into LOADED when a touch asks). */
+/** The same, still as the store's plain data (described only when a touch asks). */
 const LOADED_DATA = Symbol('clusterize.session.loadedCookieData')
 
 /**
@@ -55,11 +55,7 @@ function cookieState (cookie) {
  */
 function loadedState (sess) {
   if (sess[LOADED]) return sess[LOADED]
-  const data = sess[LOADED_DATA]
-  if (!data) return null
-  const state = cookieState(data)
-  Object.defineProperty(sess, LOADED, { value: state, configurable: true, writable: true })
-  return state
+  return sess[LOADED_DATA] ? cookieState(sess[LOADED_DATA]) : null
 }
 
 /**
