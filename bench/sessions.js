@@ -19,7 +19,7 @@
  * Every server is started first, then measured in rounds with the order
  * rotated each round; medians of the rounds, and the median of same-round
  * ratios against the recipe. Then CPU per request of each process at a fixed
- * rate, and (not with --quick) a failover table: 2 workers under session
+ * rate, p50/p99 at a paced fixed rate (--latency-rate, default the CPU rate), and (not with --quick) a failover table: 2 workers under session
  * traffic while the Redis primary (Sentinel) or a cluster master is killed.
  * Needs Redis at REDIS_URL or redis://127.0.0.1:6379 (rows that need it are
  * skipped with a note otherwise). Loopback only, bounded, every process
@@ -37,7 +37,7 @@
  * autocannon (it needs a fixed rate, which wrk does not offer).
  *
  *   node bench/sessions.js [--quick] [--duration 3] [--passes 4] [--connections 20] [--failovers 3] [--load wrk|autocannon]
- *                          [--read-only] [--max-age ms] [--cpu-rate 2000] [--cpu-seconds 4] [--ab <dir>] [--runtime-rows]
+ *                          [--read-only] [--max-age ms] [--cpu-rate 2000] [--latency-rate 2000] [--cpu-seconds 4] [--ab <dir>] [--runtime-rows]
  */
 
 const { numberArg: arg, isQuick } = require('./lib/args')
@@ -265,6 +265,24 @@ async function measureCpu (server, cookies, rate, seconds, redisPid) {
   }
 }
 
+/**
+ * p50 and p99 at a steady `rate` (bench/lib/load.js runPaced): the same load
+ * offered to every store, well under what each holds, so the tail is each
+ * store's own and not the queue a saturated round builds.
+ */
+async function measureLatency (server, cookies, rate, seconds) {
+  const { runPaced, percentile } = require('./lib/load')
+  const result = await runPaced({
+    port: server.port,
+    path: benchPath(),
+    rate,
+    seconds,
+    connections: 20,
+    headers: (n) => ({ cookie: cookies[n % cookies.length] })
+  })
+  return { p50: percentile(result.ms, 50), p99: percentile(result.ms, 99), errors: result.sent - result.ms.length }
+}
+
 async function cleanRedis (prefix) {
   const Redis = require('ioredis')
   const client = new Redis(REDIS_URL)
@@ -401,6 +419,7 @@ async function main () {
   const cpuRate = arg('--cpu-rate', 2000)
   const cpuSeconds = arg('--cpu-seconds', 4, 1)
   const cpuPasses = arg('--cpu-passes', 3, 2)
+  const latencyRate = arg('--latency-rate', cpuRate)
   const abIndex = process.argv.indexOf('--ab')
   const abDir = abIndex > 0 ? process.argv[abIndex + 1] : process.env.BENCH_CLUSTERIZE_MODULE
   const prefix = `cz-bench:${process.pid}:${crypto.randomBytes(3).toString('hex')}:`
@@ -457,6 +476,8 @@ async function main () {
         const usesRedis = scenario.spec.store === 'redis' || scenario.spec.store === 'recipe'
         const cpu = await measureCpu(scenario.server, scenario.cookies, cpuRate, cpuSeconds, usesRedis ? redisPid : null)
         ;(scenario.cpu = scenario.cpu || []).push(cpu)
+        const latency = await measureLatency(scenario.server, scenario.cookies, latencyRate, cpuSeconds)
+        ;(scenario.latency = scenario.latency || []).push(latency)
       }
     }
   } finally {
@@ -466,6 +487,7 @@ async function main () {
   const other = otherCores(cpuAtStart, cpuSample(runPids))
   print(list, { duration, passes, connections, maxAge, loadAtStart, other, seconds: (Date.now() - started) / 1000 })
   printCpu(list, { rate: cpuRate, seconds: cpuSeconds, passes: cpuPasses })
+  printLatency(list, { rate: latencyRate, seconds: cpuSeconds, passes: cpuPasses })
   if (!topologies) return
   try {
     const failovers = []
@@ -575,6 +597,29 @@ function printCpu (list, run) {
   out.push(markdownTable(['store', 'primary µs/req', 'workers µs/req', 'redis-server µs/req', 'total µs/req', 'req/s reached', 'total vs recipe', 'errors'], rows))
   out.push('')
   out.push('The load generator (autocannon, in this process) is not counted; on a 2-core machine it takes a share of the same CPUs, so every extra microsecond per request in any of these processes lowers the req/s above.')
+  process.stdout.write(out.join('\n') + '\n')
+}
+
+function printLatency (list, run) {
+  const measured = list.filter((r) => r.latency && r.latency.length > 0)
+  if (measured.length === 0) return
+  const medianOf = (r, key) => median(r.latency.map(key))
+  const anchor = measured.find((r) => r.anchor)
+  const rows = measured.map((r) => [
+    r.name,
+    fmt(medianOf(r, (l) => l.p50), 2),
+    fmt(medianOf(r, (l) => l.p99), 2),
+    anchor ? ratio(medianOf(r, (l) => l.p50), medianOf(anchor, (l) => l.p50)) : 'n/a',
+    anchor ? ratio(medianOf(r, (l) => l.p99), medianOf(anchor, (l) => l.p99)) : 'n/a',
+    r.latency.map((l) => fmt(l.p99, 1)).join(' / '),
+    r.latency.reduce((sum, l) => sum + l.errors, 0)
+  ])
+  const out = []
+  out.push(`### Latency at a paced ${run.rate} req/s (2 workers, ${run.seconds} s, up to 20 kept-alive connections, median of ${run.passes} rotated passes)`)
+  out.push('')
+  out.push(markdownTable(['store', 'p50 ms', 'p99 ms', 'p50 vs recipe', 'p99 vs recipe', 'p99 ms per pass', 'errors'], rows))
+  out.push('')
+  out.push('Every store is offered the same steady load, below what each holds, so this p99 is the store\'s own: the saturated rounds\' p99 above also holds the queue that each store\'s throughput builds. Latency runs from the moment a request is handed to the client (a wait for a free connection counts) to its last byte.')
   process.stdout.write(out.join('\n') + '\n')
 }
 

@@ -1,9 +1,10 @@
 'use strict'
 
 /**
- * Load generators: autocannon (programmatic) for throughput, and a small
+ * Load generators: autocannon (programmatic) for throughput, a small
  * keep-alive client loop that records every request (for reload windows and
- * per-route latency), counting failures = connection errors + non-2xx.
+ * per-route latency), counting failures = connection errors + non-2xx, and a
+ * paced open-loop client for latency at a fixed rate.
  */
 
 const http = require('http')
@@ -62,9 +63,52 @@ async function runClientLoop (options) {
   return { samples, errors }
 }
 
-function request (port, path, agent) {
+/**
+ * Requests at a steady `rate` per second for `seconds`, over at most
+ * `connections` kept-alive sockets: open loop, so a slow answer does not hold
+ * the next request back (it waits for a free socket, and that wait counts).
+ * Each request's latency runs from the moment it is handed to the agent
+ * (which includes any wait for a free socket, so a server's stall shows in
+ * every request it delays) to its last byte; the timer's own lateness (up to
+ * a millisecond, the same for every server) is left out. autocannon's
+ * `overallRate` is not this: each connection sends its second's quota back to
+ * back, then waits for the next second.
+ * @param {{ port: number, path: string, rate: number, seconds: number, connections: number, headers?: (n: number) => object }} options
+ * @returns {Promise<{ sent: number, ms: number[], errors: number }>} ms of every 2xx answer
+ */
+async function runPaced (options) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: options.connections })
+  const headers = options.headers || (() => undefined)
+  const total = Math.round(options.rate * options.seconds)
+  const ms = []
+  let errors = 0
+  const pending = []
+  const start = performance.now()
+  let sent = 0
+  await new Promise((resolve) => {
+    function tick () {
+      const now = performance.now()
+      const due = Math.min(total, Math.floor(((now - start) / 1000) * options.rate) + 1)
+      for (; sent < due; sent++) {
+        const issuedAt = performance.now()
+        pending.push(request(options.port, options.path, agent, headers(sent)).then((outcome) => {
+          if (outcome.ok) ms.push(performance.now() - issuedAt)
+          else errors++
+        }))
+      }
+      if (sent < total) setTimeout(tick, 1)
+      else resolve()
+    }
+    tick()
+  })
+  await Promise.all(pending)
+  agent.destroy()
+  return { sent, ms, errors }
+}
+
+function request (port, path, agent, headers) {
   return new Promise((resolve) => {
-    const req = http.get({ host: '127.0.0.1', port, path, agent, timeout: 10000 }, (res) => {
+    const req = http.get({ host: '127.0.0.1', port, path, agent, headers, timeout: 10000 }, (res) => {
       res.resume()
       res.on('end', () => resolve(res.statusCode >= 200 && res.statusCode < 300
         ? { ok: true }
@@ -84,4 +128,4 @@ function percentile (values, p) {
   return sorted[index]
 }
 
-module.exports = { runAutocannon, runClientLoop, percentile }
+module.exports = { runAutocannon, runClientLoop, runPaced, percentile }
