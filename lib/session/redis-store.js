@@ -18,7 +18,8 @@
  *
  * The client we build fails fast while disconnected (no offline queue, one
  * retry per command, a command timeout), keeps reconnecting with a short
- * capped backoff, and auto-pipelines. A client the user passes in is used as is.
+ * capped backoff, and writes the commands of one event-loop turn together
+ * (lib/redis/turn-pipeline.js). A client the user passes in is used as is.
  */
 
 const { Store } = require('express-session')
@@ -32,6 +33,7 @@ const { touchSession, cookieExpired } = require('./redis-touch')
 const { sessionKeys } = require('./redis-keys')
 const { parseRedisTarget, isClusterTarget, topologyOf } = require('../redis/target')
 const { connectRedis } = require('../redis/connect')
+const { TurnPipeline, DirectCommands } = require('../redis/turn-pipeline')
 
 const DEFAULT_PREFIX = 'sess:'
 const DEFAULT_TTL_SECONDS = 86400
@@ -52,11 +54,15 @@ class ClusterizeRedisStore extends Store {
     const timeoutMs = options.timeoutMs || DEFAULT_TIMEOUT_MS
     const target = parseRedisTarget(options.redis, options.option || 'redis', 'session')
     this.ownsClient = target.client === undefined
-    this.redis = this.ownsClient ? connectRedis(target, { timeoutMs, autoPipelining: true }) : target.client
+    const cluster = isClusterTarget(target)
+    // ioredis's auto-pipelining only where our own turn pipeline cannot go (see lib/redis/turn-pipeline.js).
+    this.redis = this.ownsClient ? connectRedis(target, { timeoutMs, autoPipelining: cluster }) : target.client
+    /** Where this store's commands go: { send(name, args) } */
+    this.commands = this.ownsClient && !cluster ? new TurnPipeline(this.redis) : new DirectCommands(this.redis)
     this.topology = topologyOf(target)
     this.prefix = options.prefix === undefined ? DEFAULT_PREFIX : options.prefix
     this.ttlMs = (options.ttl || DEFAULT_TTL_SECONDS) * 1000
-    this.keys = sessionKeys(this.redis, isClusterTarget(target))
+    this.keys = sessionKeys(this.redis, cluster)
     this.availabilityState = new RedisGate(this.redis, { timeoutMs, unavailableError: redisUnavailable })
     // session object -> { sid, deadline } of this store's last save of it (see redis-touch.js).
     this.justSet = new WeakMap()
@@ -99,7 +105,7 @@ class ClusterizeRedisStore extends Store {
   /** A session express-session can read, or null (an unreadable record is removed, with one log line). */
   get (sid, cb) {
     return this.run('get', [sid], cb, async () => {
-      const raw = await this.redis.get(this.prefix + sid)
+      const raw = await this.commands.send('get', [this.prefix + sid])
       if (raw === null) return null
       const sess = inflatableOrNull(this.parse(raw), 'redis', (removed) => this.destroy(sid, removed))
       return sess !== null && cookieExpired(sess) ? null : sess
@@ -111,9 +117,9 @@ class ClusterizeRedisStore extends Store {
     return this.run('set', [sid, sess], cb, async () => {
       const key = this.prefix + sid
       const ms = this.msLeft(sess)
-      if (!(ms > 0)) return void await this.redis.del(key)
+      if (!(ms > 0)) return void await this.commands.send('del', [key])
       const deadline = Date.now() + ms
-      await this.redis.set(key, JSON.stringify(sess), 'PX', Math.ceil(ms))
+      await this.commands.send('set', [key, JSON.stringify(sess), 'PX', Math.ceil(ms)])
       if (sess !== null && typeof sess === 'object') this.justSet.set(sess, { sid, deadline })
     })
   }
@@ -125,7 +131,7 @@ class ClusterizeRedisStore extends Store {
 
   destroy (sid, cb) {
     return this.run('destroy', [sid], cb, async () => {
-      await this.redis.del(this.prefix + sid)
+      await this.commands.send('del', [this.prefix + sid])
     })
   }
 
