@@ -591,13 +591,10 @@ function printCpu (list, run) {
     anchor ? ratio(medianOf(r, total), medianOf(anchor, total)) : 'n/a',
     r.cpu.reduce((sum, c) => sum + c.errors, 0)
   ])
-  const out = []
-  out.push(`### Where the time goes: CPU per request at a fixed rate of ${run.rate} req/s offered (2 workers, ${run.seconds} s, median of ${run.passes} rotated passes; every thread's time on a CPU from /proc/<pid>/task/*/schedstat)`)
-  out.push('')
-  out.push(markdownTable(['store', 'primary µs/req', 'workers µs/req', 'redis-server µs/req', 'total µs/req', 'req/s reached', 'total vs recipe', 'errors'], rows))
-  out.push('')
-  out.push('The load generator (autocannon, in this process) is not counted; on a 2-core machine it takes a share of the same CPUs, so every extra microsecond per request in any of these processes lowers the req/s above.')
-  process.stdout.write(out.join('\n') + '\n')
+  writeSection(
+    `Where the time goes: CPU per request at a fixed rate of ${run.rate} req/s offered (2 workers, ${run.seconds} s, median of ${run.passes} rotated passes; every thread's time on a CPU from /proc/<pid>/task/*/schedstat)`,
+    ['store', 'primary µs/req', 'workers µs/req', 'redis-server µs/req', 'total µs/req', 'req/s reached', 'total vs recipe', 'errors'], rows,
+    'The load generator (autocannon, in this process) is not counted; on a 2-core machine it takes a share of the same CPUs, so every extra microsecond per request in any of these processes lowers the req/s above.')
 }
 
 function printLatency (list, run) {
@@ -614,13 +611,15 @@ function printLatency (list, run) {
     r.latency.map((l) => fmt(l.p99, 1)).join(' / '),
     r.latency.reduce((sum, l) => sum + l.errors, 0)
   ])
-  const out = []
-  out.push(`### Latency at a paced ${run.rate} req/s (2 workers, ${run.seconds} s, up to 20 kept-alive connections, median of ${run.passes} rotated passes)`)
-  out.push('')
-  out.push(markdownTable(['store', 'p50 ms', 'p99 ms', 'p50 vs recipe', 'p99 vs recipe', 'p99 ms per pass', 'errors'], rows))
-  out.push('')
-  out.push('Every store is offered the same steady load, below what each holds, so this p99 is the store\'s own: the saturated rounds\' p99 above also holds the queue that each store\'s throughput builds. Latency runs from the moment a request is handed to the client (a wait for a free connection counts) to its last byte.')
-  process.stdout.write(out.join('\n') + '\n')
+  writeSection(
+    `Latency at a paced ${run.rate} req/s (2 workers, ${run.seconds} s, up to 20 kept-alive connections, median of ${run.passes} rotated passes)`,
+    ['store', 'p50 ms', 'p99 ms', 'p50 vs recipe', 'p99 vs recipe', 'p99 ms per pass', 'errors'], rows,
+    'Every store is offered the same steady load, below what each holds, so this p99 is the store\'s own: the saturated rounds\' p99 above also holds the queue that each store\'s throughput builds. Latency runs from the moment a request is handed to the client (a wait for a free connection counts) to its last byte.')
+}
+
+/** One table of the report: its heading, the table, and the note under it. */
+function writeSection (title, headers, rows, note) {
+  process.stdout.write([`### ${title}`, '', markdownTable(headers, rows), '', note].join('\n') + '\n')
 }
 
 // bench/regression.js runs the cluster store's rows against another tree with these.
