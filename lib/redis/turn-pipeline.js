@@ -46,7 +46,6 @@ class TurnPipeline {
   flush () {
     const queue = this.queue
     this.queue = []
-    if (queue.length === 0) return
     if (queue.length === 1) {
       const only = queue[0]
       sendDirect(this.client, only.name, only.args).then(only.resolve, only.reject)

@@ -79,11 +79,11 @@ const TOUCH_AFTER_SET_MS = 1000
  * @returns {Promise<void>}
  */
 async function touchSession (store, sid, sess) {
-  const redis = store.commands
+  const commands = store.commands
   const key = store.prefix + sid
   const ms = store.msLeft(sess)
-  if (!(ms > 0)) return void await redis.send('del', [key])
-  if (!sess || !sess.cookie) return void await redis.send('pexpire', [key, Math.ceil(ms)])
+  if (!(ms > 0)) return void await commands.send('del', [key])
+  if (!sess || !sess.cookie) return void await commands.send('pexpire', [key, Math.ceil(ms)])
   // A save of this same session object just stored it with (almost) this expiry.
   const set = store.justSet.get(sess)
   const moved = set === undefined ? -1 : Date.now() + ms - set.deadline
@@ -92,24 +92,24 @@ async function touchSession (store, sid, sess) {
     return
   }
   const args = [1, key, JSON.stringify(sess.cookie), Math.ceil(ms), Date.now()]
-  const fast = await redis.send('evalsha', [FAST_TOUCH_SHA, ...args]).catch((err) => {
+  const fast = await commands.send('evalsha', [FAST_TOUCH_SHA, ...args]).catch((err) => {
     if (!/NOSCRIPT/.test(err.message)) throw err
-    return redis.send('eval', [FAST_TOUCH_SCRIPT, ...args])
+    return commands.send('eval', [FAST_TOUCH_SCRIPT, ...args])
   })
   if (fast === 0 || fast === 1) return
   // The script could not decide: the careful path, with the record it returned.
   const stored = fast
   const current = store.parse(stored)
   if (whyNotInflatable(current) !== null) {
-    await redis.send('pexpire', [key, Math.ceil(ms)])
+    await commands.send('pexpire', [key, Math.ceil(ms)])
     return
   }
   if (cookieExpired(current)) return
   current.cookie = sess.cookie
   // Measured again after the read, so the round trip does not lengthen the session.
   const left = store.msLeft(sess)
-  if (!(left > 0)) return void await redis.send('del', [key])
-  const replaced = await redis.send('eval', [TOUCH_SCRIPT, 1, key, stored, JSON.stringify(current), Math.ceil(left)])
+  if (!(left > 0)) return void await commands.send('del', [key])
+  const replaced = await commands.send('eval', [TOUCH_SCRIPT, 1, key, stored, JSON.stringify(current), Math.ceil(left)])
   if (replaced === 0) debug('touch %s: session saved or removed meanwhile, left as is', sid)
 }
 
