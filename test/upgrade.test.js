@@ -425,7 +425,8 @@ test('the old primary killed (kill -9) while the new one boots: the new one serv
   const before = await primaryInfo(pidFile)
   fs.writeFileSync(slowFile, '')
   const upgrade = run(['upgrade', '--pid-file', pidFile])
-  await eventually(() => /upgrade: starting a new primary/.test(out.text), { timeoutMs: 20000, what: () => 'the upgrade to start\n' + out.text })
+  // Only once the new primary exists does it hold the sockets; a kill before the spawn is another test.
+  await eventually(() => /upgrade: new primary \d+ started/.test(out.text), { timeoutMs: 20000, what: () => 'the new primary to start\n' + out.text })
   child.kill('SIGKILL')
   const reply = await upgrade
   assert.strictEqual(reply.code, 1, 'the CLI lost the primary it asked')

@@ -126,6 +126,8 @@ function createUpgrader (deps) {
       sockets.release()
     }
     pending = child
+    // No pid: the spawn failed and waitFor reports its error.
+    if (child.pid) log.info(`upgrade: new primary ${child.pid} started; waiting for it to be ready`, { pid: process.pid })
     const ready = await waitFor(child, 'ready', config.upgrade.timeoutMs)
     if (!ready.ok) return abandon(child, failed(ready.reason))
     const backend = deps.sessions()
