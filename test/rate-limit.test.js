@@ -17,7 +17,7 @@ const { RedisRateLimitCounters } = require('../lib/state/rate-limit-redis')
 const { createRateLimitService, RATE_OP } = require('../lib/state/rate-limit-service')
 const { clientOf, LOCAL_CALLER } = require('../lib/state/client')
 const { ClusterStore } = require('../rate-limit')
-const { connectRedis } = require('../lib/redis/connect')
+const { connectState } = require('../lib/state/redis-client')
 const { parseRedisTarget } = require('../lib/redis/target')
 const { REDIS_URL, uniquePrefix, redisTestOptions, deletePrefix } = require('./helpers/redis')
 const { freePort } = require('./helpers/net')
@@ -178,11 +178,20 @@ describe('rate-limit counts in Redis', async () => {
   const options = await redisTestOptions()
   const prefix = uniquePrefix('rate-limit')
   const opened = []
-  function primaryClient (url) {
-    const client = connectRedis(parseRedisTarget(url || REDIS_URL, 'redis'), { timeoutMs: 500, autoPipelining: true })
-    client.on('error', () => {})
-    opened.push(client)
-    return client
+  /** A primary's app-state connection as lib/state/redis-client.js opens it: { client, commands }. */
+  function primaryConnection (url) {
+    const connection = connectState(parseRedisTarget(url || REDIS_URL, 'redis'), 500)
+    connection.client.on('error', () => {})
+    opened.push(connection.client)
+    return connection
+  }
+  function primaryCounters () {
+    const { client, commands } = primaryConnection()
+    return new RedisRateLimitCounters(client, { commands, keyPrefix: prefix })
+  }
+  function primaryService (url) {
+    const { client, commands } = primaryConnection(url)
+    return createRateLimitService({ redis: client, commands, keyPrefix: prefix })
   }
   after(async () => {
     for (const client of opened) client.disconnect()
@@ -211,7 +220,7 @@ describe('rate-limit counts in Redis', async () => {
   })
 
   it('concurrent hits are atomic: 200 at once give 200 distinct counts and one TTL', { skip: options.skip }, async () => {
-    const counters = new RedisRateLimitCounters(primaryClient(), { keyPrefix: prefix })
+    const counters = primaryCounters()
     const hits = await Promise.all(Array.from({ length: 200 }, () => counters.increment('burst', 60000)))
     assert.deepEqual(hits.map((h) => h.totalHits).sort((x, y) => x - y), Array.from({ length: 200 }, (_, i) => i + 1))
     const check = new Redis(REDIS_URL)
@@ -224,7 +233,7 @@ describe('rate-limit counts in Redis', async () => {
   })
 
   it('decrement, get, resetKey and resetAll(prefix) act on one store\'s keys only', { skip: options.skip }, async () => {
-    const counters = new RedisRateLimitCounters(primaryClient(), { keyPrefix: prefix })
+    const counters = primaryCounters()
     await counters.increment('one:a', 60000)
     await counters.increment('one:a', 60000)
     await counters.increment('one:b', 60000)
@@ -244,14 +253,14 @@ describe('rate-limit counts in Redis', async () => {
     const { rateLimit } = require(version.module)
 
     it(`express-rate-limit ${version.label}: two primaries (two fresh connections) count in the same keys: exactly \`limit\` pass across both`, { skip: options.skip }, async () => {
-      const hostA = serviceOver(createRateLimitService({ redis: primaryClient(), keyPrefix: prefix }))
-      const hostB = serviceOver(createRateLimitService({ redis: primaryClient(), keyPrefix: prefix }))
+      const hostA = serviceOver(primaryService())
+      const hostB = serviceOver(primaryService())
       await assertLimitAcross(rateLimit, new ClusterStore({ prefix: `fleet-${version.label}:`, client: hostA }), new ClusterStore({ prefix: `fleet-${version.label}:`, client: hostB }))
     })
 
     it(`express-rate-limit ${version.label}: Redis unreachable: each call fails fast, passOnStoreError decides, nothing hangs or crashes`, async () => {
       const port = await freePort()
-      const service = createRateLimitService({ redis: primaryClient(`redis://127.0.0.1:${port}`), keyPrefix: prefix })
+      const service = primaryService(`redis://127.0.0.1:${port}`)
       const client = serviceOver(service)
       const strict = await limitedServer(rateLimit, { store: new ClusterStore({ prefix: `down-${version.label}:`, client }) })
       const lenient = await limitedServer(rateLimit, { store: new ClusterStore({ prefix: `down2-${version.label}:`, client }), passOnStoreError: true, logger: { error () {}, warn () {}, info () {} } })

@@ -4,8 +4,8 @@
  * Sessions and the bus on a real Redis Cluster (3 masters + 3 replicas on
  * loopback, started here from redis-server and torn down after, pass or fail):
  * every store operation with keys spread over slots, the bus over sharded
- * pub/sub (and classic when asked), and a master failover while 2 workers
- * serve session traffic. Under CI=true a missing redis-server fails these.
+ * pub/sub (and classic when asked), the primary's rate-limit counts on keys
+ * of every master, and a master failover while 2 workers serve session traffic. Under CI=true a missing redis-server fails these.
  */
 
 const { describe, it, before, after } = require('node:test')
@@ -13,6 +13,10 @@ const assert = require('node:assert/strict')
 const crypto = require('crypto')
 const Redis = require('ioredis')
 const { ClusterizeRedisStore } = require('../lib/session/redis-store')
+const { connectState } = require('../lib/state/redis-client')
+const { RedisRateLimitCounters } = require('../lib/state/rate-limit-redis')
+const { DirectCommands } = require('../lib/redis/turn-pipeline')
+const { parseRedisTarget } = require('../lib/redis/target')
 const { startRedisCluster } = require('./helpers/redis-topology')
 const { redisServerSuite } = require('./helpers/redis')
 const { stopAll } = require('./helpers/cluster')
@@ -73,6 +77,27 @@ describe('Redis Cluster', options, () => {
       await store.close()
       await neighbour.close()
       direct.disconnect()
+    }
+  })
+
+  it('app state: rate-limit counts on keys of every master, many hits in one turn (no cross-slot pipeline)', async () => {
+    const { client, commands } = connectState(parseRedisTarget(redis.url, 'bus.redis'), 2000)
+    client.on('error', () => {})
+    const keyPrefix = 'cz-rl-' + crypto.randomBytes(3).toString('hex') + ':'
+    try {
+      assert.ok(commands instanceof DirectCommands, 'a Cluster keeps ioredis\'s own pipelining (per node)')
+      const counters = new RedisRateLimitCounters(client, { commands, keyPrefix })
+      const keys = Array.from({ length: 30 }, (_, i) => `client-${i}`)
+      const owners = new Set()
+      for (const key of keys) owners.add(await redis.masterFor(keyPrefix + key))
+      assert.equal(owners.size, 3, 'the keys live on all 3 masters')
+      const hits = await Promise.all(keys.concat(keys).map((key) => counters.increment(key, 60000)))
+      assert.deepEqual(hits.map((hit) => hit.totalHits), Array(30).fill(1).concat(Array(30).fill(2)))
+      assert.equal((await counters.get('client-7')).totalHits, 2)
+      await counters.resetAll('')
+      assert.equal(await counters.get('client-7'), undefined)
+    } finally {
+      client.disconnect()
     }
   })
 

@@ -15,6 +15,7 @@
 
 const debug = require('debug')('clusterize:rate-limit')
 const { whenReady } = require('./redis-ready')
+const { DirectCommands } = require('../redis/turn-pipeline')
 
 const INCREMENT = `
 local hits = redis.call('INCR', KEYS[1])
@@ -41,11 +42,13 @@ const SCAN_COUNT = 500
 class RedisRateLimitCounters {
   /**
    * @param {object} client an ioredis Redis (or Cluster) client
-   * @param {{ keyPrefix?: string, now?: () => number }} [options]
+   * @param {{ commands?: { send: (name: string, args: Array) => Promise<*> }, keyPrefix?: string, now?: () => number }} [options]
+   *   commands: where the per-request counts go (a TurnPipeline on `client`); the client's own methods without
    */
   constructor (client, options) {
     options = options || {}
     this.client = client
+    this.commands = options.commands || new DirectCommands(client)
     this.keyPrefix = options.keyPrefix || ''
     this.now = options.now || Date.now
     if (typeof client.czRateIncrement !== 'function') {
@@ -62,14 +65,14 @@ class RedisRateLimitCounters {
    */
   async increment (key, windowMs) {
     await whenReady(this.client)
-    const [hits, ttl] = await this.client.czRateIncrement(this.keyPrefix + key, windowMs)
+    const [hits, ttl] = await this.commands.send('czRateIncrement', [this.keyPrefix + key, windowMs])
     return { totalHits: Number(hits), resetTime: this.now() + Number(ttl) }
   }
 
   /** @param {string} key */
   async decrement (key) {
     await whenReady(this.client)
-    await this.client.czRateDecrement(this.keyPrefix + key)
+    await this.commands.send('czRateDecrement', [this.keyPrefix + key])
   }
 
   /**
@@ -78,7 +81,7 @@ class RedisRateLimitCounters {
    */
   async get (key) {
     await whenReady(this.client)
-    const found = await this.client.czRateGet(this.keyPrefix + key)
+    const found = await this.commands.send('czRateGet', [this.keyPrefix + key])
     if (!found) return undefined
     const ttl = Number(found[1])
     return { totalHits: Number(found[0]), resetTime: this.now() + (ttl > 0 ? ttl : 0) }

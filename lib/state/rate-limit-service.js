@@ -29,15 +29,16 @@ const MAX_KEY_LENGTH = 1024
 const MAX_WINDOW_MS = 2 ** 31 - 1
 
 /**
- * @param {{ redis?: object, keyPrefix?: string, maxKeys?: number, now?: () => number }} [options]
+ * @param {{ redis?: object, commands?: object, keyPrefix?: string, maxKeys?: number, now?: () => number }} [options]
  *   redis: an ioredis client the primary opened (counts shared by every host);
+ *   commands: how the counts are sent on it (lib/redis/turn-pipeline.js; ioredis's own without);
  *   keyPrefix: put before every Redis key
  * @returns {{ name: string, counters: object, handlers: Record<string, (data: object) => *> }}
  */
 function createRateLimitService (options) {
   options = options || {}
   const counters = options.redis
-    ? new RedisRateLimitCounters(options.redis, { keyPrefix: options.keyPrefix, now: options.now })
+    ? new RedisRateLimitCounters(options.redis, { commands: options.commands, keyPrefix: options.keyPrefix, now: options.now })
     : new RateLimitCounters({ maxKeys: options.maxKeys, now: options.now })
   const handlers = {
     [RATE_OP.INCREMENT]: function increment (data) {
@@ -86,7 +87,7 @@ const rateLimitService = {
   name: SERVICE,
   start: function startRateLimitService (context) {
     const { lazyStateBackend } = require('./redis-client')
-    const service = lazyStateBackend(context, (client, namespace) => createRateLimitService(client ? { redis: client, keyPrefix: namespace + ':rl:' } : {}))
+    const service = lazyStateBackend(context, (client, namespace, commands) => createRateLimitService(client ? { redis: client, commands, keyPrefix: namespace + ':rl:' } : {}))
     const requests = {}
     for (const op of Object.values(RATE_OP)) {
       requests[op] = function rateLimitRequest (data) { return service.current().handlers[op](data) }

@@ -4,27 +4,46 @@
  * The one Redis connection of the primary's app-state services (rate-limit
  * counts, singleton leases, cron runs) when bus.redis is set: opened on the
  * first use by any of them, shared, closed with the last. Fail fast (no
- * offline queue, a command timeout), commands of one loop turn pipelined. A
- * client the user passed is duplicated, so its own settings stay the user's.
+ * offline queue, a command timeout). The rate-limit counts, one or more per
+ * request, go out as one pipeline per event-loop turn without waiting for an
+ * earlier turn's replies (lib/redis/turn-pipeline.js); on a Redis Cluster
+ * through ioredis's auto-pipelining. A client the user passed is duplicated,
+ * so its own settings stay the user's.
  * Its outages are logged once each, when they start and when they end
  * (lib/redis/availability.js), with what they mean for the app.
  */
 
 const debug = require('debug')('clusterize:state')
-const { parseRedisTarget } = require('../redis/target')
+const { parseRedisTarget, isClusterTarget } = require('../redis/target')
 const { connectRedis, disconnectQuietly } = require('../redis/connect')
 const { RedisAvailability } = require('../redis/availability')
+const { TurnPipeline, DirectCommands } = require('../redis/turn-pipeline')
 
 const COMMAND_TIMEOUT_MS = 1000
 
-/** The connection shared by the services of this process: { option, client, users, unfollow } */
+/** The connection shared by the services of this process: { option, client, commands, users, unfollow } */
 let shared = null
 
-function open (option, log) {
-  const target = parseRedisTarget(option, 'bus.redis')
+/**
+ * A fail-fast connection for the app-state services and how their per-request
+ * commands go out on it.
+ * @param {object} target from parseRedisTarget
+ * @param {number} [timeoutMs=COMMAND_TIMEOUT_MS]
+ * @returns {{ client: object, commands: { send: (name: string, args: Array) => Promise<*> } }}
+ */
+function connectState (target, timeoutMs) {
+  timeoutMs = timeoutMs || COMMAND_TIMEOUT_MS
+  const cluster = isClusterTarget(target)
   const client = target.client
-    ? target.client.duplicate({ enableOfflineQueue: false, commandTimeout: COMMAND_TIMEOUT_MS })
-    : connectRedis(target, { timeoutMs: COMMAND_TIMEOUT_MS, autoPipelining: true })
+    ? target.client.duplicate({ enableOfflineQueue: false, commandTimeout: timeoutMs })
+    : connectRedis(target, { timeoutMs, autoPipelining: cluster })
+  // A Cluster pipeline must keep to one node: there ioredis's auto-pipelining groups by node.
+  const commands = cluster ? new DirectCommands(client) : new TurnPipeline(client)
+  return { client, commands }
+}
+
+function open (option, log) {
+  const { client, commands } = connectState(parseRedisTarget(option, 'bus.redis'))
   client.on('error', function stateRedisError (err) { debug('redis: %s', err.message) })
   const availability = new RedisAvailability({
     onChange (up, cause, from) {
@@ -37,13 +56,14 @@ function open (option, log) {
       }
     }
   })
-  return { option, client, users: 0, unfollow: availability.follow(client, 'app state') }
+  return { option, client, commands, users: 0, unfollow: availability.follow(client, 'app state') }
 }
 
 /**
  * @param {object} config the resolved clusterize config
  * @param {object} [log] the primary's logger
- * @returns {{ get: () => object|null, namespace: string, close: () => Promise<void> }}
+ * @returns {{ get: () => object|null, commands: () => object|null, namespace: string, close: () => Promise<void> }}
+ *   get: the client; commands: its { send(name, args) } (see lib/redis/turn-pipeline.js)
  */
 function stateRedis (config, log) {
   const option = config && config.bus ? config.bus.redis : null
@@ -59,6 +79,9 @@ function stateRedis (config, log) {
         mine.users++
       }
       return mine.client
+    },
+    commands () {
+      return this.get() === null ? null : mine.commands
     },
     close () {
       const held = mine
@@ -77,7 +100,7 @@ function stateRedis (config, log) {
  * to this host.
  * @template T
  * @param {{ config?: object, log?: object }} [context] the service's start context
- * @param {(client: object|null, namespace: string) => T} build
+ * @param {(client: object|null, namespace: string, commands: object|null) => T} build
  * @returns {{ current: () => T, built: () => T|null, close: () => Promise<void> }}
  */
 function lazyStateBackend (context, build) {
@@ -85,7 +108,7 @@ function lazyStateBackend (context, build) {
   let backend = null
   return {
     current () {
-      if (backend === null) backend = build(redis.get(), redis.namespace)
+      if (backend === null) backend = build(redis.get(), redis.namespace, redis.commands())
       return backend
     },
     /** The backend if it was built, else null (nothing is connected for a look). */
@@ -94,4 +117,4 @@ function lazyStateBackend (context, build) {
   }
 }
 
-module.exports = { stateRedis, lazyStateBackend, COMMAND_TIMEOUT_MS }
+module.exports = { stateRedis, lazyStateBackend, connectState, COMMAND_TIMEOUT_MS }
