@@ -186,12 +186,12 @@ describe('rate-limit counts in Redis', async () => {
     return connection
   }
   function primaryCounters () {
-    const { client, commands } = primaryConnection()
-    return new RedisRateLimitCounters(client, { commands, keyPrefix: prefix })
+    const { client, commands, cluster } = primaryConnection()
+    return new RedisRateLimitCounters(client, { commands, batchHits: !cluster, keyPrefix: prefix })
   }
   function primaryService (url) {
-    const { client, commands } = primaryConnection(url)
-    return createRateLimitService({ redis: client, commands, keyPrefix: prefix })
+    const { client, commands, cluster } = primaryConnection(url)
+    return createRateLimitService({ redis: client, commands, batchHits: !cluster, keyPrefix: prefix })
   }
   after(async () => {
     for (const client of opened) client.disconnect()

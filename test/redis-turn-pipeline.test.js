@@ -4,19 +4,13 @@
  * lib/redis/turn-pipeline.js on a private redis-server: one pipeline per
  * event-loop turn, each caller answered with its own reply or error, and a
  * later turn written while an earlier one is unanswered (Redis is held with
- * CLIENT PAUSE, so no reply can arrive before the second write). And the
- * primary's app-state connection (lib/state/redis-client.js), whose
- * rate-limit counts are Lua scripts: they go through the same pipelines, and
- * a flushed script cache (a Redis restart, SCRIPT FLUSH) costs no count.
+ * CLIENT PAUSE, so no reply can arrive before the second write).
  */
 
 const { describe, it, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const Redis = require('ioredis')
 const { TurnPipeline } = require('../lib/redis/turn-pipeline')
-const { connectState } = require('../lib/state/redis-client')
-const { RedisRateLimitCounters } = require('../lib/state/rate-limit-redis')
-const { parseRedisTarget } = require('../lib/redis/target')
 const { privateRedis, redisServerSuite } = require('./helpers/redis')
 
 /** A client whose pipeline() calls are recorded: [{ at, commands }] */
@@ -125,30 +119,5 @@ describe('TurnPipeline', redisServerSuite('TurnPipeline suite', 30000), () => {
     const commands = new TurnPipeline(client)
     const outcomes = await Promise.allSettled([commands.send('get', ['turn:x']), commands.send('get', ['turn:y'])])
     assert.deepEqual(outcomes.map((o) => o.status), ['rejected', 'rejected'])
-  })
-
-  it('app state: a turn\'s rate-limit hits (Lua scripts) go out as one pipeline, and a flushed script cache loses no count', async () => {
-    const { client, commands } = connectState(parseRedisTarget(redis.url, 'redis'), 2000)
-    const pipelines = []
-    const pipeline = client.pipeline
-    client.pipeline = function recordedPipeline (batch) {
-      pipelines.push(batch.map((c) => c[0]))
-      return pipeline.apply(this, arguments)
-    }
-    try {
-      assert.ok(commands instanceof TurnPipeline, 'a one-node target gets the turn pipeline')
-      const counters = new RedisRateLimitCounters(client, { commands, keyPrefix: 'turn:rl:' })
-      const first = await Promise.all(Array.from({ length: 5 }, () => counters.increment('k', 60000)))
-      assert.deepEqual(first.map((hit) => hit.totalHits), [1, 2, 3, 4, 5])
-      assert.deepEqual(pipelines, [Array(5).fill('czRateIncrement')])
-      assert.equal(await admin.script('FLUSH'), 'OK')
-      const second = await Promise.all(Array.from({ length: 5 }, () => counters.increment('k', 60000)))
-      assert.deepEqual(second.map((hit) => hit.totalHits), [6, 7, 8, 9, 10], 'NOSCRIPT is answered by loading the script, once per command, in order')
-      assert.equal(Number(await admin.get('turn:rl:k')), 10)
-      await counters.decrement('k')
-      assert.equal((await counters.get('k')).totalHits, 9)
-    } finally {
-      client.disconnect()
-    }
   })
 })

@@ -16,6 +16,7 @@
 const debug = require('debug')('clusterize:rate-limit')
 const { whenReady } = require('./redis-ready')
 const { DirectCommands } = require('../redis/turn-pipeline')
+const { HitBatch } = require('./rate-limit-hit-batch')
 
 const INCREMENT = `
 local hits = redis.call('INCR', KEYS[1])
@@ -42,8 +43,9 @@ const SCAN_COUNT = 500
 class RedisRateLimitCounters {
   /**
    * @param {object} client an ioredis Redis (or Cluster) client
-   * @param {{ commands?: { send: (name: string, args: Array) => Promise<*> }, keyPrefix?: string, now?: () => number }} [options]
-   *   commands: where the per-request counts go (a TurnPipeline on `client`); the client's own methods without
+   * @param {{ commands?: { send: (name: string, args: Array) => Promise<*> }, batchHits?: boolean, keyPrefix?: string, now?: () => number }} [options]
+   *   commands: where the per-request counts go (a TurnPipeline on `client`); the client's own methods without;
+   *   batchHits: one script call for the hits of a turn (./rate-limit-hit-batch.js); never on a Redis Cluster
    */
   constructor (client, options) {
     options = options || {}
@@ -56,6 +58,7 @@ class RedisRateLimitCounters {
       client.defineCommand('czRateDecrement', { numberOfKeys: 1, lua: DECREMENT })
       client.defineCommand('czRateGet', { numberOfKeys: 1, lua: GET })
     }
+    this.hits = options.batchHits ? new HitBatch(client) : null
   }
 
   /**
@@ -65,7 +68,8 @@ class RedisRateLimitCounters {
    */
   async increment (key, windowMs) {
     await whenReady(this.client)
-    const [hits, ttl] = await this.commands.send('czRateIncrement', [this.keyPrefix + key, windowMs])
+    const full = this.keyPrefix + key
+    const [hits, ttl] = await (this.hits ? this.hits.increment(full, windowMs) : this.commands.send('czRateIncrement', [full, windowMs]))
     return { totalHits: Number(hits), resetTime: this.now() + Number(ttl) }
   }
 

@@ -21,7 +21,7 @@ const { TurnPipeline, DirectCommands } = require('../redis/turn-pipeline')
 
 const COMMAND_TIMEOUT_MS = 1000
 
-/** The connection shared by the services of this process: { option, client, commands, users, unfollow } */
+/** The connection shared by the services of this process: { option, client, commands, cluster, users, unfollow } */
 let shared = null
 
 /**
@@ -29,7 +29,7 @@ let shared = null
  * commands go out on it.
  * @param {object} target from parseRedisTarget
  * @param {number} [timeoutMs=COMMAND_TIMEOUT_MS]
- * @returns {{ client: object, commands: { send: (name: string, args: Array) => Promise<*> } }}
+ * @returns {{ client: object, commands: { send: (name: string, args: Array) => Promise<*> }, cluster: boolean }}
  */
 function connectState (target, timeoutMs) {
   timeoutMs = timeoutMs || COMMAND_TIMEOUT_MS
@@ -39,11 +39,11 @@ function connectState (target, timeoutMs) {
     : connectRedis(target, { timeoutMs, autoPipelining: cluster })
   // A Cluster pipeline must keep to one node: there ioredis's auto-pipelining groups by node.
   const commands = cluster ? new DirectCommands(client) : new TurnPipeline(client)
-  return { client, commands }
+  return { client, commands, cluster }
 }
 
 function open (option, log) {
-  const { client, commands } = connectState(parseRedisTarget(option, 'bus.redis'))
+  const { client, commands, cluster } = connectState(parseRedisTarget(option, 'bus.redis'))
   client.on('error', function stateRedisError (err) { debug('redis: %s', err.message) })
   const availability = new RedisAvailability({
     onChange (up, cause, from) {
@@ -56,14 +56,14 @@ function open (option, log) {
       }
     }
   })
-  return { option, client, commands, users: 0, unfollow: availability.follow(client, 'app state') }
+  return { option, client, commands, cluster, users: 0, unfollow: availability.follow(client, 'app state') }
 }
 
 /**
  * @param {object} config the resolved clusterize config
  * @param {object} [log] the primary's logger
- * @returns {{ get: () => object|null, commands: () => object|null, namespace: string, close: () => Promise<void> }}
- *   get: the client; commands: its { send(name, args) } (see lib/redis/turn-pipeline.js)
+ * @returns {{ get: () => object|null, connection: () => object|null, namespace: string, close: () => Promise<void> }}
+ *   get: the client; connection: { client, commands, cluster } (commands: see lib/redis/turn-pipeline.js)
  */
 function stateRedis (config, log) {
   const option = config && config.bus ? config.bus.redis : null
@@ -80,8 +80,8 @@ function stateRedis (config, log) {
       }
       return mine.client
     },
-    commands () {
-      return this.get() === null ? null : mine.commands
+    connection () {
+      return this.get() === null ? null : mine
     },
     close () {
       const held = mine
@@ -100,7 +100,7 @@ function stateRedis (config, log) {
  * to this host.
  * @template T
  * @param {{ config?: object, log?: object }} [context] the service's start context
- * @param {(client: object|null, namespace: string, commands: object|null) => T} build
+ * @param {(client: object|null, namespace: string, connection: { commands: object, cluster: boolean }|null) => T} build
  * @returns {{ current: () => T, built: () => T|null, close: () => Promise<void> }}
  */
 function lazyStateBackend (context, build) {
@@ -108,7 +108,7 @@ function lazyStateBackend (context, build) {
   let backend = null
   return {
     current () {
-      if (backend === null) backend = build(redis.get(), redis.namespace, redis.commands())
+      if (backend === null) backend = build(redis.get(), redis.namespace, redis.connection())
       return backend
     },
     /** The backend if it was built, else null (nothing is connected for a look). */
