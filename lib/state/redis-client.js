@@ -4,11 +4,12 @@
  * The one Redis connection of the primary's app-state services (rate-limit
  * counts, singleton leases, cron runs) when bus.redis is set: opened on the
  * first use by any of them, shared, closed with the last. Fail fast (no
- * offline queue, a command timeout). The rate-limit counts, one or more per
- * request, go out as one pipeline per event-loop turn without waiting for an
- * earlier turn's replies (lib/redis/turn-pipeline.js); on a Redis Cluster
- * through ioredis's auto-pipelining. A client the user passed is duplicated,
- * so its own settings stay the user's.
+ * offline queue, a command timeout). The rate-limit hits of one event-loop
+ * turn go out as one script call (./rate-limit-hit-batch.js), the other
+ * per-request counts as one pipeline per turn, without waiting for an
+ * earlier turn's replies (lib/redis/turn-pipeline.js); on a Redis Cluster,
+ * each its own command, through ioredis's auto-pipelining. A client the user
+ * passed is duplicated, so its own settings stay the user's.
  * Its outages are logged once each, when they start and when they end
  * (lib/redis/availability.js), with what they mean for the app.
  */
