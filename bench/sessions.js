@@ -37,7 +37,7 @@
  * autocannon (it needs a fixed rate, which wrk does not offer).
  *
  *   node bench/sessions.js [--quick] [--duration 3] [--passes 4] [--connections 20] [--failovers 3] [--load wrk|autocannon]
- *                          [--read-only] [--max-age ms] [--cpu-rate 2000] [--latency-rate 2000] [--cpu-seconds 4] [--ab <dir>] [--runtime-rows]
+ *                          [--read-only] [--max-age ms] [--cpu-rate 2000] [--latency-rate 2000] [--cpu-seconds 4] [--latency-seconds 4] [--ab <dir>] [--runtime-rows]
  */
 
 const { numberArg: arg, isQuick } = require('./lib/args')
@@ -420,6 +420,8 @@ async function main () {
   const cpuSeconds = arg('--cpu-seconds', 4, 1)
   const cpuPasses = arg('--cpu-passes', 3, 2)
   const latencyRate = arg('--latency-rate', cpuRate)
+  // As long as the CPU passes, or under --quick alone half a second (1,000 requests at 2,000 req/s).
+  const latencySeconds = arg('--latency-seconds', cpuSeconds, process.argv.includes('--cpu-seconds') ? cpuSeconds : 0.5)
   const abIndex = process.argv.indexOf('--ab')
   const abDir = abIndex > 0 ? process.argv[abIndex + 1] : process.env.BENCH_CLUSTERIZE_MODULE
   const prefix = `cz-bench:${process.pid}:${crypto.randomBytes(3).toString('hex')}:`
@@ -476,7 +478,7 @@ async function main () {
         const usesRedis = scenario.spec.store === 'redis' || scenario.spec.store === 'recipe'
         const cpu = await measureCpu(scenario.server, scenario.cookies, cpuRate, cpuSeconds, usesRedis ? redisPid : null)
         ;(scenario.cpu = scenario.cpu || []).push(cpu)
-        const latency = await measureLatency(scenario.server, scenario.cookies, latencyRate, cpuSeconds)
+        const latency = await measureLatency(scenario.server, scenario.cookies, latencyRate, latencySeconds)
         ;(scenario.latency = scenario.latency || []).push(latency)
       }
     }
@@ -487,7 +489,7 @@ async function main () {
   const other = otherCores(cpuAtStart, cpuSample(runPids))
   print(list, { duration, passes, connections, maxAge, loadAtStart, other, seconds: (Date.now() - started) / 1000 })
   printCpu(list, { rate: cpuRate, seconds: cpuSeconds, passes: cpuPasses })
-  printLatency(list, { rate: latencyRate, seconds: cpuSeconds, passes: cpuPasses })
+  printLatency(list, { rate: latencyRate, seconds: latencySeconds, passes: cpuPasses })
   if (!topologies) return
   try {
     const failovers = []
