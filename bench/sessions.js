@@ -40,7 +40,7 @@
  *                          [--read-only] [--max-age ms] [--cpu-rate 2000] [--latency-rate 2000] [--cpu-seconds 4] [--latency-seconds 4] [--ab <dir>] [--runtime-rows]
  */
 
-const { numberArg: arg, isQuick } = require('./lib/args')
+const { numberArg: arg, isQuick, abDirArg } = require('./lib/args')
 const { threadsCpuMs } = require('./lib/proc')
 const { median, ratio, fmt, markdownTable } = require('./lib/table')
 const path = require('path')
@@ -422,8 +422,7 @@ async function main () {
   const latencyRate = arg('--latency-rate', cpuRate)
   // As long as the CPU passes, or under --quick alone half a second (1,000 requests at 2,000 req/s).
   const latencySeconds = arg('--latency-seconds', cpuSeconds, process.argv.includes('--cpu-seconds') ? cpuSeconds : 0.5)
-  const abIndex = process.argv.indexOf('--ab')
-  const abDir = abIndex > 0 ? process.argv[abIndex + 1] : process.env.BENCH_CLUSTERIZE_MODULE
+  const abDir = abDirArg()
   const prefix = `cz-bench:${process.pid}:${crypto.randomBytes(3).toString('hex')}:`
   const haveRedis = await redisReachable(REDIS_URL)
   const list = scenarios(prefix, abDir)

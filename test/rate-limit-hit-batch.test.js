@@ -9,30 +9,20 @@
  * SCRIPT FLUSH) loses no count.
  */
 
-const { describe, it, before, after } = require('node:test')
+const { describe, it } = require('node:test')
 const assert = require('node:assert/strict')
-const Redis = require('ioredis')
 const { connectState } = require('../lib/state/redis-client')
 const { RedisRateLimitCounters } = require('../lib/state/rate-limit-redis')
 const { MAX_KEYS_PER_CALL } = require('../lib/state/rate-limit-hit-batch')
 const { parseRedisTarget } = require('../lib/redis/target')
-const { privateRedis, redisServerSuite } = require('./helpers/redis')
+const { privateRedisForSuite, redisServerSuite } = require('./helpers/redis')
 
 describe('rate-limit hits batched per turn', redisServerSuite('rate-limit hit batch suite', 30000), () => {
-  let redis
-  let admin
-  before(async () => {
-    redis = await (await privateRedis()).start()
-    admin = new Redis(redis.url)
-  })
-  after(async () => {
-    if (admin) admin.disconnect()
-    if (redis) await redis.stop()
-  })
+  const server = privateRedisForSuite()
 
   /** Counters on a fresh app-state connection, with the names of the commands it sends. */
   function counters (keyPrefix) {
-    const connection = connectState(parseRedisTarget(redis.url, 'bus.redis'), 2000)
+    const connection = connectState(parseRedisTarget(server.url, 'bus.redis'), 2000)
     const sent = []
     const sendCommand = connection.client.sendCommand
     connection.client.sendCommand = function recordedSend (command) {
@@ -53,7 +43,7 @@ describe('rate-limit hits batched per turn', redisServerSuite('rate-limit hit ba
       const hits = await Promise.all(['x', 'y', 'x', 'z', 'x'].map((key) => rate.increment(key, 60000)))
       assert.deepEqual(hits.map((hit) => hit.totalHits), [1, 1, 2, 1, 3])
       assert.deepEqual(scripts(sent).map((c) => c.keys), [5], 'one call with the five keys')
-      const ttl = await admin.pttl('batch:a:y')
+      const ttl = await server.admin.pttl('batch:a:y')
       assert.ok(ttl > 55000 && ttl <= 60000, `a new key gets the window as its expiry (${ttl} ms)`)
       for (const hit of hits) assert.ok(hit.resetTime > Date.now() + 55000)
     } finally {
@@ -78,15 +68,15 @@ describe('rate-limit hits batched per turn', redisServerSuite('rate-limit hit ba
   it('a key Redis refuses fails that hit only; the others in the batch count', async () => {
     const { rate, close } = counters('batch:c:')
     try {
-      await admin.set('batch:c:text', 'not a number')
-      await admin.del('batch:c:list')
-      await admin.lpush('batch:c:list', 'item')
+      await server.admin.set('batch:c:text', 'not a number')
+      await server.admin.del('batch:c:list')
+      await server.admin.lpush('batch:c:list', 'item')
       const outcomes = await Promise.allSettled(['good', 'text', 'list', 'good'].map((key) => rate.increment(key, 60000)))
       assert.deepEqual(outcomes.map((o) => o.status), ['fulfilled', 'rejected', 'rejected', 'fulfilled'])
       assert.match(outcomes[1].reason.message, /rate-limit count refused by Redis: ERR value is not an integer/)
       assert.match(outcomes[2].reason.message, /WRONGTYPE/)
       assert.deepEqual([outcomes[0].value.totalHits, outcomes[3].value.totalHits], [1, 2])
-      assert.equal(await admin.get('batch:c:text'), 'not a number', 'the refused key is left as it was')
+      assert.equal(await server.admin.get('batch:c:text'), 'not a number', 'the refused key is left as it was')
     } finally {
       close()
     }
@@ -97,12 +87,12 @@ describe('rate-limit hits batched per turn', redisServerSuite('rate-limit hit ba
     try {
       const first = await Promise.all(Array.from({ length: 5 }, () => rate.increment('k', 60000)))
       assert.deepEqual(first.map((hit) => hit.totalHits), [1, 2, 3, 4, 5])
-      assert.equal(await admin.script('FLUSH'), 'OK')
+      assert.equal(await server.admin.script('FLUSH'), 'OK')
       const second = await Promise.all(Array.from({ length: 5 }, () => rate.increment('k', 60000)))
       assert.deepEqual(second.map((hit) => hit.totalHits), [6, 7, 8, 9, 10])
-      assert.equal(await admin.script('FLUSH'), 'OK')
+      assert.equal(await server.admin.script('FLUSH'), 'OK')
       assert.equal((await rate.increment('k', 60000)).totalHits, 11, 'a lone hit too')
-      assert.equal(Number(await admin.get('batch:d:k')), 11)
+      assert.equal(Number(await server.admin.get('batch:d:k')), 11)
       await rate.decrement('k')
       assert.equal((await rate.get('k')).totalHits, 10)
     } finally {

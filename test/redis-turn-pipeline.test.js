@@ -7,11 +7,11 @@
  * CLIENT PAUSE, so no reply can arrive before the second write).
  */
 
-const { describe, it, before, after } = require('node:test')
+const { describe, it } = require('node:test')
 const assert = require('node:assert/strict')
 const Redis = require('ioredis')
 const { TurnPipeline } = require('../lib/redis/turn-pipeline')
-const { privateRedis, redisServerSuite } = require('./helpers/redis')
+const { privateRedisForSuite, redisServerSuite } = require('./helpers/redis')
 
 /** A client whose pipeline() calls are recorded: [{ at, commands }] */
 function recordedClient (url, options) {
@@ -31,19 +31,10 @@ function nextTurn () {
 }
 
 describe('TurnPipeline', redisServerSuite('TurnPipeline suite', 30000), () => {
-  let redis
-  let admin
-  before(async () => {
-    redis = await (await privateRedis()).start()
-    admin = new Redis(redis.url)
-  })
-  after(async () => {
-    if (admin) admin.disconnect()
-    if (redis) await redis.stop()
-  })
+  const server = privateRedisForSuite()
 
   it('writes the commands of one turn as one pipeline and answers each caller with its own reply', async () => {
-    const { client, pipelines } = recordedClient(redis.url)
+    const { client, pipelines } = recordedClient(server.url)
     try {
       const commands = new TurnPipeline(client)
       const answers = await Promise.all([
@@ -61,7 +52,7 @@ describe('TurnPipeline', redisServerSuite('TurnPipeline suite', 30000), () => {
   })
 
   it('sends a lone command as itself, not as a pipeline', async () => {
-    const { client, pipelines } = recordedClient(redis.url)
+    const { client, pipelines } = recordedClient(server.url)
     try {
       const commands = new TurnPipeline(client)
       assert.equal(await commands.send('set', ['turn:lone', 'x']), 'OK')
@@ -73,7 +64,7 @@ describe('TurnPipeline', redisServerSuite('TurnPipeline suite', 30000), () => {
   })
 
   it('fails only the command Redis refused', async () => {
-    const { client } = recordedClient(redis.url)
+    const { client } = recordedClient(server.url)
     try {
       await client.del('turn:list')
       await client.lpush('turn:list', 'item')
@@ -92,12 +83,12 @@ describe('TurnPipeline', redisServerSuite('TurnPipeline suite', 30000), () => {
   })
 
   it('writes a later turn while an earlier one is still unanswered', async () => {
-    const { client, pipelines } = recordedClient(redis.url)
+    const { client, pipelines } = recordedClient(server.url)
     try {
       await client.ping()
       const commands = new TurnPipeline(client)
       let firstReplyAt = null
-      assert.equal(await admin.client('PAUSE', 400, 'ALL'), 'OK')
+      assert.equal(await server.admin.client('PAUSE', 400, 'ALL'), 'OK')
       const first = Promise.all([commands.send('get', ['turn:p1']), commands.send('get', ['turn:p2'])])
         .then((value) => { firstReplyAt = performance.now(); return value })
       await nextTurn()
@@ -107,13 +98,13 @@ describe('TurnPipeline', redisServerSuite('TurnPipeline suite', 30000), () => {
       assert.equal(pipelines.length, 2)
       assert.ok(pipelines[1].at < firstReplyAt, 'the second turn was written before the first got its replies')
     } finally {
-      await admin.client('UNPAUSE').catch(() => {})
+      await server.admin.client('UNPAUSE').catch(() => {})
       client.disconnect()
     }
   })
 
   it('rejects every queued command when the connection is gone', async () => {
-    const { client } = recordedClient(redis.url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null })
+    const { client } = recordedClient(server.url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null })
     await new Promise((resolve) => client.once('ready', resolve))
     client.disconnect()
     const commands = new TurnPipeline(client)

@@ -25,4 +25,14 @@ function numberArg (name, fallback, quick) {
   return quick !== undefined && isQuick() ? quick : fallback
 }
 
-module.exports = { numberArg, isQuick }
+/**
+ * The other checkout whose rows an A/B run adds: `--ab <dir>`, else
+ * BENCH_CLUSTERIZE_MODULE, else undefined.
+ * @returns {string|undefined}
+ */
+function abDirArg () {
+  const i = process.argv.indexOf('--ab')
+  return i > 0 ? process.argv[i + 1] : process.env.BENCH_CLUSTERIZE_MODULE
+}
+
+module.exports = { numberArg, isQuick, abDirArg }
