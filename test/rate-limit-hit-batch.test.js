@@ -29,7 +29,7 @@ describe('rate-limit hits batched per turn', redisServerSuite('rate-limit hit ba
       sent.push({ name: command.name, keys: typeof command.getKeys === 'function' ? command.getKeys().length : 0 })
       return sendCommand.apply(this, arguments)
     }
-    const rate = new RedisRateLimitCounters(connection.client, { commands: connection.commands, batchHits: !connection.cluster, keyPrefix })
+    const rate = new RedisRateLimitCounters(connection, { keyPrefix })
     return { rate, sent, close: () => connection.client.disconnect() }
   }
 

@@ -178,7 +178,7 @@ describe('rate-limit counts in Redis', async () => {
   const options = await redisTestOptions()
   const prefix = uniquePrefix('rate-limit')
   const opened = []
-  /** A primary's app-state connection as lib/state/redis-client.js opens it: { client, commands }. */
+  /** A primary's app-state connection as lib/state/redis-client.js opens it: { client, commands, cluster }. */
   function primaryConnection (url) {
     const connection = connectState(parseRedisTarget(url || REDIS_URL, 'redis'), 500)
     connection.client.on('error', () => {})
@@ -186,12 +186,10 @@ describe('rate-limit counts in Redis', async () => {
     return connection
   }
   function primaryCounters () {
-    const { client, commands, cluster } = primaryConnection()
-    return new RedisRateLimitCounters(client, { commands, batchHits: !cluster, keyPrefix: prefix })
+    return new RedisRateLimitCounters(primaryConnection(), { keyPrefix: prefix })
   }
   function primaryService (url) {
-    const { client, commands, cluster } = primaryConnection(url)
-    return createRateLimitService({ redis: client, commands, batchHits: !cluster, keyPrefix: prefix })
+    return createRateLimitService({ redis: primaryConnection(url), keyPrefix: prefix })
   }
   after(async () => {
     for (const client of opened) client.disconnect()

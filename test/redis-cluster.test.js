@@ -81,12 +81,13 @@ describe('Redis Cluster', options, () => {
   })
 
   it('app state: rate-limit counts on keys of every master, many hits in one turn (no cross-slot pipeline)', async () => {
-    const { client, commands } = connectState(parseRedisTarget(redis.url, 'bus.redis'), 2000)
+    const connection = connectState(parseRedisTarget(redis.url, 'bus.redis'), 2000)
+    const { client, commands } = connection
     client.on('error', () => {})
     const keyPrefix = 'cz-rl-' + crypto.randomBytes(3).toString('hex') + ':'
     try {
       assert.ok(commands instanceof DirectCommands, 'a Cluster keeps ioredis\'s own pipelining (per node)')
-      const counters = new RedisRateLimitCounters(client, { commands, keyPrefix })
+      const counters = new RedisRateLimitCounters(connection, { keyPrefix })
       const keys = Array.from({ length: 30 }, (_, i) => `client-${i}`)
       const owners = new Set()
       for (const key of keys) owners.add(await redis.masterFor(keyPrefix + key))

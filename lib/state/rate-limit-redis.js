@@ -15,7 +15,6 @@
 
 const debug = require('debug')('clusterize:rate-limit')
 const { whenReady } = require('./redis-ready')
-const { DirectCommands } = require('../redis/turn-pipeline')
 const { HitBatch } = require('./rate-limit-hit-batch')
 
 const INCREMENT = `
@@ -42,15 +41,16 @@ const SCAN_COUNT = 500
 
 class RedisRateLimitCounters {
   /**
-   * @param {object} client an ioredis Redis (or Cluster) client
-   * @param {{ commands?: { send: (name: string, args: Array) => Promise<*> }, batchHits?: boolean, keyPrefix?: string, now?: () => number }} [options]
-   *   commands: where the per-request counts go (a TurnPipeline on `client`); the client's own methods without;
-   *   batchHits: one script call for the hits of a turn (./rate-limit-hit-batch.js); never on a Redis Cluster
+   * @param {{ client: object, commands: { send: (name: string, args: Array) => Promise<*> }, cluster: boolean }} connection
+   *   the primary's app-state connection (./redis-client.js connectState): an ioredis Redis or
+   *   Cluster client and where its per-request commands go
+   * @param {{ keyPrefix?: string, now?: () => number }} [options]
    */
-  constructor (client, options) {
+  constructor (connection, options) {
     options = options || {}
+    const client = connection.client
     this.client = client
-    this.commands = options.commands || new DirectCommands(client)
+    this.commands = connection.commands
     this.keyPrefix = options.keyPrefix || ''
     this.now = options.now || Date.now
     if (typeof client.czRateIncrement !== 'function') {
@@ -58,7 +58,8 @@ class RedisRateLimitCounters {
       client.defineCommand('czRateDecrement', { numberOfKeys: 1, lua: DECREMENT })
       client.defineCommand('czRateGet', { numberOfKeys: 1, lua: GET })
     }
-    this.hits = options.batchHits ? new HitBatch(client) : null
+    // A turn's hits in one script call, except on a Cluster, where a script's keys must share a slot.
+    this.hits = connection.cluster ? null : new HitBatch(client)
   }
 
   /**

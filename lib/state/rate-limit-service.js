@@ -29,17 +29,16 @@ const MAX_KEY_LENGTH = 1024
 const MAX_WINDOW_MS = 2 ** 31 - 1
 
 /**
- * @param {{ redis?: object, commands?: object, batchHits?: boolean, keyPrefix?: string, maxKeys?: number, now?: () => number }} [options]
- *   redis: an ioredis client the primary opened (counts shared by every host);
- *   commands: how the counts are sent on it (lib/redis/turn-pipeline.js; ioredis's own without);
- *   batchHits: a turn's hits in one script call (one Redis node, not a Cluster);
+ * @param {{ redis?: object, keyPrefix?: string, maxKeys?: number, now?: () => number }} [options]
+ *   redis: the app-state connection the primary opened, { client, commands, cluster }
+ *   (./redis-client.js connectState; counts shared by every host);
  *   keyPrefix: put before every Redis key
  * @returns {{ name: string, counters: object, handlers: Record<string, (data: object) => *> }}
  */
 function createRateLimitService (options) {
   options = options || {}
   const counters = options.redis
-    ? new RedisRateLimitCounters(options.redis, { commands: options.commands, batchHits: options.batchHits, keyPrefix: options.keyPrefix, now: options.now })
+    ? new RedisRateLimitCounters(options.redis, { keyPrefix: options.keyPrefix, now: options.now })
     : new RateLimitCounters({ maxKeys: options.maxKeys, now: options.now })
   const handlers = {
     [RATE_OP.INCREMENT]: function increment (data) {
@@ -88,10 +87,7 @@ const rateLimitService = {
   name: SERVICE,
   start: function startRateLimitService (context) {
     const { lazyStateBackend } = require('./redis-client')
-    const service = lazyStateBackend(context, function buildRateLimit (client, namespace, connection) {
-      if (client === null) return createRateLimitService({})
-      return createRateLimitService({ redis: client, commands: connection.commands, batchHits: !connection.cluster, keyPrefix: namespace + ':rl:' })
-    })
+    const service = lazyStateBackend(context, (client, namespace, connection) => createRateLimitService(connection ? { redis: connection, keyPrefix: namespace + ':rl:' } : {}))
     const requests = {}
     for (const op of Object.values(RATE_OP)) {
       requests[op] = function rateLimitRequest (data) { return service.current().handlers[op](data) }

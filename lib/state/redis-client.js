@@ -101,7 +101,7 @@ function stateRedis (config, log) {
  * to this host.
  * @template T
  * @param {{ config?: object, log?: object }} [context] the service's start context
- * @param {(client: object|null, namespace: string, connection: { commands: object, cluster: boolean }|null) => T} build
+ * @param {(client: object|null, namespace: string, connection: { client: object, commands: object, cluster: boolean }|null) => T} build
  * @returns {{ current: () => T, built: () => T|null, close: () => Promise<void> }}
  */
 function lazyStateBackend (context, build) {
