@@ -30,7 +30,8 @@ const http = require('http')
 const { startServed, stopServed } = require('./lib/served')
 const { redisReachable } = require('./lib/redis')
 const { numberArg: arg, isQuick, abDirArg } = require('./lib/args')
-const { runAutocannon, runPaced, percentile } = require('./lib/load')
+const { runAutocannon, pacedLatency } = require('./lib/load')
+const { rotated } = require('./lib/rounds')
 const { markdownTable, fmt, ratio, median } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 
@@ -112,12 +113,6 @@ async function deleteKeys (pattern) {
   }
 }
 
-/** Round r runs the contenders starting at r (mod n): each one goes first once in n rounds. */
-function rotated (list, round) {
-  const k = round % list.length
-  return list.slice(k).concat(list.slice(0, k))
-}
-
 function contenders (run, abDir) {
   const list = [
     { name: 'MemoryStore, 1 process (anchor)', spec: { store: 'memory' } },
@@ -171,11 +166,9 @@ async function main () {
     }
     for (let pass = 0; pass < latencyPasses; pass++) {
       for (const contender of rotated(live, pass)) {
-        const paced = await runPaced({ port: contender.server.port, path: '/', rate: latencyRate, seconds: latencySeconds, connections: 20 })
-        const p50 = percentile(paced.ms, 50)
-        const p99 = percentile(paced.ms, 99)
-        contender.paced.push({ p50, p99, errors: paced.errors })
-        process.stderr.write(`paced pass ${pass + 1}: ${contender.name}: p50 ${fmt(p50, 2)} ms, p99 ${fmt(p99, 2)} ms\n`)
+        const paced = await pacedLatency({ port: contender.server.port, path: '/', rate: latencyRate, seconds: latencySeconds, connections: 20 })
+        contender.paced.push(paced)
+        process.stderr.write(`paced pass ${pass + 1}: ${contender.name}: p50 ${fmt(paced.p50, 2)} ms, p99 ${fmt(paced.p99, 2)} ms\n`)
       }
     }
   } finally {

@@ -50,6 +50,7 @@ const { startServed, stopServed } = require('./lib/served')
 const { redisReachable } = require('./lib/redis')
 const { cpuSample, otherCores } = require('./lib/other-load')
 const { otherWorkLabel } = require('./lib/results')
+const { rotated } = require('./lib/rounds')
 const { hasWrk, wrkRun, wrkCookieScript } = require('./lib/wrk')
 
 const SECRET = 'bench-secret-0123456789-abcdefghijklmnop'
@@ -271,8 +272,8 @@ async function measureCpu (server, cookies, rate, seconds, redisPid) {
  * store's own and not the queue a saturated round builds.
  */
 async function measureLatency (server, cookies, rate, seconds) {
-  const { runPaced, percentile } = require('./lib/load')
-  const result = await runPaced({
+  const { pacedLatency } = require('./lib/load')
+  return pacedLatency({
     port: server.port,
     path: benchPath(),
     rate,
@@ -280,7 +281,6 @@ async function measureLatency (server, cookies, rate, seconds) {
     connections: 20,
     headers: (n) => ({ cookie: cookies[n % cookies.length] })
   })
-  return { p50: percentile(result.ms, 50), p99: percentile(result.ms, 99), errors: result.sent - result.ms.length }
 }
 
 async function cleanRedis (prefix) {
@@ -403,12 +403,6 @@ function scenarios (prefix, abDir) {
     )
   }
   return list
-}
-
-/** Round r runs the scenarios starting at r (mod n): each one goes first once in n rounds. */
-function rotated (list, round) {
-  const k = round % list.length
-  return list.slice(k).concat(list.slice(0, k))
 }
 
 async function main () {

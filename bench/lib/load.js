@@ -120,6 +120,16 @@ function request (port, path, agent, headers) {
   })
 }
 
+/**
+ * p50 and p99 of a runPaced run, and how many of its requests failed.
+ * @param {Parameters<typeof runPaced>[0]} options
+ * @returns {Promise<{ p50: number, p99: number, errors: number }>}
+ */
+async function pacedLatency (options) {
+  const result = await runPaced(options)
+  return { p50: percentile(result.ms, 50), p99: percentile(result.ms, 99), errors: result.errors }
+}
+
 /** The p-th percentile (0..100) of an array of numbers. */
 function percentile (values, p) {
   if (values.length === 0) return NaN
@@ -128,4 +138,4 @@ function percentile (values, p) {
   return sorted[index]
 }
 
-module.exports = { runAutocannon, runClientLoop, runPaced, percentile }
+module.exports = { runAutocannon, runClientLoop, runPaced, pacedLatency, percentile }
