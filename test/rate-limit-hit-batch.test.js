@@ -5,8 +5,9 @@
  * primary's app-state connection as lib/state/redis-client.js opens it: the
  * hits of one turn are one script call, each hit gets its own count (the
  * same key twice in a turn included), a long batch is split, a key Redis
- * refuses fails that hit only, and a flushed script cache (a Redis restart,
- * SCRIPT FLUSH) loses no count.
+ * refuses fails that hit only, a flushed script cache (a Redis restart,
+ * SCRIPT FLUSH) loses no count, and a Redis that hangs fails the batch's hits
+ * within the command timeout.
  */
 
 const { describe, it } = require('node:test')
@@ -21,8 +22,8 @@ describe('rate-limit hits batched per turn', redisServerSuite('rate-limit hit ba
   const server = privateRedisForSuite()
 
   /** Counters on a fresh app-state connection, with the names of the commands it sends. */
-  function counters (keyPrefix) {
-    const connection = connectState(parseRedisTarget(server.url, 'bus.redis'), 2000)
+  function counters (keyPrefix, timeoutMs) {
+    const connection = connectState(parseRedisTarget(server.url, 'bus.redis'), timeoutMs || 2000)
     const sent = []
     const sendCommand = connection.client.sendCommand
     connection.client.sendCommand = function recordedSend (command) {
@@ -96,6 +97,25 @@ describe('rate-limit hits batched per turn', redisServerSuite('rate-limit hit ba
       await rate.decrement('k')
       assert.equal((await rate.get('k')).totalHits, 10)
     } finally {
+      close()
+    }
+  })
+
+  it('a Redis that hangs: the batch\'s hits fail within the command timeout, and counting goes on once it answers', async () => {
+    const { rate, close } = counters('batch:e:', 300)
+    try {
+      await rate.increment('k', 60000)
+      assert.equal(await server.admin.client('PAUSE', 1500, 'ALL'), 'OK')
+      const outcomes = await Promise.allSettled(['k', 'k', 'k'].map((key) => rate.increment(key, 60000)))
+      assert.deepEqual(outcomes.map((o) => o.status), ['rejected', 'rejected', 'rejected'])
+      for (const o of outcomes) assert.match(o.reason.message, /timed out/i)
+      assert.equal(await server.admin.client('UNPAUSE'), 'OK')
+      // The paused call was written before its timeout, so Redis runs it when it wakes: a hit
+      // whose caller saw an error may still count, which errs on the side of the limit.
+      const after = await rate.increment('k', 60000)
+      assert.equal(after.totalHits, 5)
+    } finally {
+      await server.admin.client('UNPAUSE').catch(() => {})
       close()
     }
   })
