@@ -14,6 +14,11 @@ const AREAS = [
     notes: 'Anchor: raw node:cluster. The load generator (autocannon, single-threaded) takes most of one of the two cores, so a single process can look as fast as a cluster here; the median of same-round ratios cancels slow drift between rounds.'
   },
   {
+    script: 'express-prototypes',
+    title: 'Throughput and scheduling',
+    notes: 'Anchor: Express as apps start it, http.createServer(app), in one process. On V8 before 13.6 (Node 20 and 22) Express\'s per-request prototype swap takes req and res off V8\'s fast paths; clusterize\'s worker server builds them on the app\'s prototypes, so the swap is a no-op. On Node 24 and later the worker server is the anchor\'s, and the forced row shows why. Every clusterize row of the other tables that serves Express on Node 20 or 22 includes this gain; the raw node:cluster and PM2 rows do not.'
+  },
+  {
     script: 'scheduling',
     title: 'Throughput and scheduling',
     notes: 'Keep-alive pins a client to a worker, so modes differ only on new connections; the mixed workload (1 request in 20 blocks a worker ~50 ms) opens one per request. \'none\' lets the kernel pick the accepting worker, which can spread few long-lived connections very unevenly. \'balanced\' stays an option, not the default: which rows stop it, and the many-core case on paper, are in bench/README.md.'

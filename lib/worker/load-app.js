@@ -4,6 +4,7 @@ const http = require('http')
 const net = require('net')
 const path = require('path')
 const { ClusterizeAppError } = require('../errors')
+const { expressServerOptions } = require('./express-prototypes')
 
 /**
  * Resolve the user's `createApp` into an http.Server that is not yet listening.
@@ -79,7 +80,8 @@ function toServer (value) {
     const listeners = value.listeners('request')
     return { app: listeners.length === 1 ? listeners[0] : null, server: value }
   }
-  return { app: value, server: http.createServer(value) }
+  const serverOptions = isExpressApp(value) ? expressServerOptions(value) : null
+  return { app: value, server: serverOptions ? http.createServer(serverOptions, value) : http.createServer(value) }
 }
 
 function describe (value) {
