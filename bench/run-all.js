@@ -33,11 +33,14 @@ const RESULTS = path.join(BENCH_DIR, 'RESULTS.md')
 /** Run by hand: diagnostics (they explain a figure, they are not one), and regression.js (one bench against a base commit). */
 const DIAGNOSTICS = ['bus-trace', 'regression']
 /**
- * Left out of --quick (their sections in RESULTS.md stay from the last full
- * run): heap-guard fills 256-1024 MB heaps at the leak's own pace, which is
- * what it measures, so it has no shorter form (~90 s of the 5-minute budget).
+ * Left out of --quick (their sections in RESULTS.md stay from the last run
+ * that wrote them): heap-guard fills 256-1024 MB heaps at the leak's own pace,
+ * which is what it measures, so it has no shorter form (~90 s of the 5-minute
+ * budget); express-prototypes measures what the worker's server saves Express
+ * on this Node, which only that module or a new Node line moves (11 s, with
+ * the quick run already at the edge of its budget).
  */
-const FULL_ONLY = ['heap-guard']
+const FULL_ONLY = ['heap-guard', 'express-prototypes']
 
 /**
  * The scripts to run: every bench/*.js but this one and the diagnostics, in
