@@ -96,7 +96,7 @@ const cronService = {
   name: SERVICE,
   start: function startCronService (context) {
     const { lazyStateBackend } = require('./redis-client')
-    const claims = lazyStateBackend(context, (client, namespace) => (client ? new RedisRunClaims(client, namespace + ':cron:') : new RunClaims()))
+    const claims = lazyStateBackend(context, (connection, namespace) => (connection ? new RedisRunClaims(connection.client, namespace + ':cron:') : new RunClaims()))
     return {
       requests: {
         [CRON_OP.CLAIM]: function claim (data) { return cronHandlers(claims.current())[CRON_OP.CLAIM](data) }

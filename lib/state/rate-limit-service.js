@@ -87,7 +87,9 @@ const rateLimitService = {
   name: SERVICE,
   start: function startRateLimitService (context) {
     const { lazyStateBackend } = require('./redis-client')
-    const service = lazyStateBackend(context, (client, namespace, connection) => createRateLimitService(connection ? { redis: connection, keyPrefix: namespace + ':rl:' } : {}))
+    const service = lazyStateBackend(context, function buildRateLimit (connection, namespace) {
+      return createRateLimitService(connection ? { redis: connection, keyPrefix: namespace + ':rl:' } : {})
+    })
     const requests = {}
     for (const op of Object.values(RATE_OP)) {
       requests[op] = function rateLimitRequest (data) { return service.current().handlers[op](data) }

@@ -57,14 +57,15 @@ function open (option, log) {
       }
     }
   })
-  return { option, client, commands, cluster, users: 0, unfollow: availability.follow(client, 'app state') }
+  return { option, connection: { client, commands, cluster }, users: 0, unfollow: availability.follow(client, 'app state') }
 }
 
 /**
  * @param {object} config the resolved clusterize config
  * @param {object} [log] the primary's logger
- * @returns {{ get: () => object|null, connection: () => object|null, namespace: string, close: () => Promise<void> }}
- *   get: the client; connection: { client, commands, cluster } (commands: see lib/redis/turn-pipeline.js)
+ * @returns {{ connection: () => { client: object, commands: object, cluster: boolean }|null, namespace: string, close: () => Promise<void> }}
+ *   connection: the shared client and where its per-request commands go (lib/redis/turn-pipeline.js);
+ *   null without bus.redis
  */
 function stateRedis (config, log) {
   const option = config && config.bus ? config.bus.redis : null
@@ -72,17 +73,14 @@ function stateRedis (config, log) {
   return {
     /** Keys of this cluster (fleet) live under the bus channel's name: two apps on one Redis share nothing. */
     namespace: (config && config.bus && config.bus.channel) || 'clusterize:bus',
-    get () {
+    connection () {
       if (!option) return null
       if (mine === null) {
         if (shared === null || shared.option !== option) shared = open(option, log)
         mine = shared
         mine.users++
       }
-      return mine.client
-    },
-    connection () {
-      return this.get() === null ? null : mine
+      return mine.connection
     },
     close () {
       const held = mine
@@ -90,7 +88,7 @@ function stateRedis (config, log) {
       if (held === null || --held.users > 0) return Promise.resolve()
       if (shared === held) shared = null
       held.unfollow()
-      return disconnectQuietly(held.client)
+      return disconnectQuietly(held.connection.client)
     }
   }
 }
@@ -101,7 +99,8 @@ function stateRedis (config, log) {
  * to this host.
  * @template T
  * @param {{ config?: object, log?: object }} [context] the service's start context
- * @param {(client: object|null, namespace: string, connection: { client: object, commands: object, cluster: boolean }|null) => T} build
+ * @param {(connection: { client: object, commands: object, cluster: boolean }|null, namespace: string) => T} build
+ *   connection: null without bus.redis
  * @returns {{ current: () => T, built: () => T|null, close: () => Promise<void> }}
  */
 function lazyStateBackend (context, build) {
@@ -109,7 +108,7 @@ function lazyStateBackend (context, build) {
   let backend = null
   return {
     current () {
-      if (backend === null) backend = build(redis.get(), redis.namespace, redis.connection())
+      if (backend === null) backend = build(redis.connection(), redis.namespace)
       return backend
     },
     /** The backend if it was built, else null (nothing is connected for a look). */

@@ -43,9 +43,9 @@ const singletonService = {
   start: function startSingletonService (context) {
     const { lazyStateBackend } = require('./redis-client')
     const log = context && context.log
-    const tables = lazyStateBackend(context, function buildLeaseTable (client, namespace) {
-      const backend = client
-        ? require('./lease-redis').createRedisLeaseBackend(client, { namespace: namespace + ':singleton', log })
+    const tables = lazyStateBackend(context, function buildLeaseTable (connection, namespace) {
+      const backend = connection
+        ? require('./lease-redis').createRedisLeaseBackend(connection.client, { namespace: namespace + ':singleton', log })
         : createLocalLeaseBackend()
       const table = new LeaseTable(backend, { log })
       table.backendClose = () => backend.close()
