@@ -202,3 +202,35 @@ test('the wrk cookie script gives the requests each cookie in turn, quoted, and 
   }
   assert.strictEqual(fs.existsSync(script.file), false)
 })
+
+test('the client loop stops when its signal aborts, and fails a request unanswered within timeoutMs as ETIMEDOUT', async () => {
+  const http = require('http')
+  const { runClientLoop } = require('../bench/lib/load')
+  let answered = 0
+  const silent = []
+  const server = http.createServer((req, res) => {
+    if (req.url === '/never') return silent.push(res) // no answer: the client's timeout must end it
+    answered++
+    res.end('ok')
+  })
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const port = server.address().port
+  try {
+    // A ten-minute loop that only the signal can end within the test's time.
+    const done = new AbortController()
+    const loop = runClientLoop({ port, concurrency: 2, durationMs: 10 * 60 * 1000, signal: done.signal })
+    while (answered < 20) await new Promise((resolve) => setTimeout(resolve, 10))
+    done.abort()
+    const result = await loop
+    assert.ok(result.samples.length >= 20)
+    assert.ok(result.samples.every((s) => s.ok))
+
+    const stalled = await runClientLoop({ port, concurrency: 1, durationMs: 1, timeoutMs: 200, pickPath: () => '/never' })
+    assert.deepStrictEqual(stalled.samples.map((s) => s.ok), [false])
+    assert.deepStrictEqual(stalled.errors, { ETIMEDOUT: 1 })
+  } finally {
+    for (const res of silent) res.destroy()
+    server.closeAllConnections()
+    await new Promise((resolve) => server.close(resolve))
+  }
+})

@@ -11,6 +11,14 @@ const http = require('http')
 const autocannon = require('autocannon')
 
 /**
+ * autocannon acts on the end of its `duration` only at its next sample tick
+ * (every 1000 ms by default), so a 0.5 s run took a whole second. Sampling
+ * every 100 ms makes fractional durations (the --quick ones) last what they
+ * say. Results are totals over the measured duration, so nothing else moves.
+ */
+const SAMPLE_MS = 100
+
+/**
  * @param {{ port: number, path?: string, connections?: number, durationSec?: number, reconnectRate?: number }} options
  * @returns {Promise<{ rps: number, p50: number, p99: number, errors: number, non2xx: number }>}
  */
@@ -21,7 +29,8 @@ async function runAutocannon (options) {
     duration: options.durationSec || 5,
     reconnectRate: options.reconnectRate,
     overallRate: options.overallRate,
-    pipelining: 1
+    pipelining: 1,
+    sampleInt: SAMPLE_MS
   })
   return {
     rps: result.requests.total / result.duration,
@@ -32,10 +41,14 @@ async function runAutocannon (options) {
   }
 }
 
+/** A request with no answer after this long fails as ETIMEDOUT (the --quick benches pass a shorter one). */
+const REQUEST_TIMEOUT_MS = 10000
+
 /**
  * `concurrency` loops, each sending one request after another until
- * `durationMs` passes. Every request is recorded as { start, ms, ok, path }.
- * @param {{ port: number, concurrency: number, durationMs: number, keepAlive?: boolean, pickPath?: (n: number) => string }} options
+ * `durationMs` passes or `signal` aborts (no new request starts after
+ * either). Every request is recorded as { start, ms, ok, path }.
+ * @param {{ port: number, concurrency: number, durationMs: number, keepAlive?: boolean, pickPath?: (n: number) => string, signal?: AbortSignal, timeoutMs?: number }} options
  */
 async function runClientLoop (options) {
   const agent = options.keepAlive === false
@@ -45,14 +58,15 @@ async function runClientLoop (options) {
   const samples = []
   const errors = {}
   const stopAt = Date.now() + options.durationMs
+  const timeoutMs = options.timeoutMs || REQUEST_TIMEOUT_MS
   let counter = 0
 
   async function loop () {
-    while (Date.now() < stopAt) {
+    while (Date.now() < stopAt && !(options.signal && options.signal.aborted)) {
       const path = pickPath(counter++)
       const wall = Date.now()
       const start = performance.now()
-      const outcome = await request(options.port, path, agent)
+      const outcome = await request(options.port, path, agent, undefined, timeoutMs)
       samples.push({ start: wall, ms: performance.now() - start, ok: outcome.ok, path })
       if (!outcome.ok) errors[outcome.why] = (errors[outcome.why] || 0) + 1
     }
@@ -106,9 +120,9 @@ async function runPaced (options) {
   return { sent, ms, errors }
 }
 
-function request (port, path, agent, headers) {
+function request (port, path, agent, headers, timeoutMs = REQUEST_TIMEOUT_MS) {
   return new Promise((resolve) => {
-    const req = http.get({ host: '127.0.0.1', port, path, agent, headers, timeout: 10000 }, (res) => {
+    const req = http.get({ host: '127.0.0.1', port, path, agent, headers, timeout: timeoutMs }, (res) => {
       res.resume()
       res.on('end', () => resolve(res.statusCode >= 200 && res.statusCode < 300
         ? { ok: true }
@@ -138,4 +152,4 @@ function percentile (values, p) {
   return sorted[index]
 }
 
-module.exports = { runAutocannon, runClientLoop, runPaced, pacedLatency, percentile }
+module.exports = { SAMPLE_MS, REQUEST_TIMEOUT_MS, runAutocannon, runClientLoop, runPaced, pacedLatency, percentile }
