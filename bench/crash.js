@@ -23,7 +23,7 @@ const { installCleanup, sleep } = require('./lib/proc')
 
 const KILLS = arg('--kills', 5, 2)
 const GAP_MS = arg('--gap-ms', 1500, 500)
-/** Before the first kill; load left after the last kill's allowance. */
+/** Before the first kill; load kept on after the last recovery. */
 const SETTLE_MS = isQuick() ? 500 : 1500
 const TAIL_MS = isQuick() ? 700 : 2000
 const CONCURRENCY = arg('--concurrency', 4)
@@ -89,12 +89,16 @@ async function measure (start) {
   try {
     contender = await start()
     await sleep(SETTLE_MS)
-    const load = runClientLoop({ port: contender.port, concurrency: CONCURRENCY, durationMs: KILLS * (GAP_MS + 1500) + TAIL_MS })
+    // The load ends TAIL_MS after the last recovery; durationMs is only its cap.
+    const done = new AbortController()
+    const load = runClientLoop({ port: contender.port, concurrency: CONCURRENCY, durationMs: KILLS * (GAP_MS + 1500) + TAIL_MS, signal: done.signal })
     const times = []
     for (let i = 0; i < KILLS; i++) {
       await sleep(GAP_MS)
       times.push(await killAndTime(contender))
     }
+    await sleep(TAIL_MS)
+    done.abort()
     const result = await load
     const failed = result.samples.filter((s) => !s.ok).length
     return {

@@ -28,8 +28,16 @@ const SECONDS = arg('--seconds', 20, 6)
 const CONCURRENCY = arg('--concurrency', 20)
 const FIRST_RELOAD_AT_MS = isQuick() ? 2000 : 4000
 const GAP_MS = isQuick() ? 1500 : 3000
-/** Rolling reloads per contender (--quick: one; clusterize's takes ~10 s with its default 5 s bake per worker). */
+/** Rolling reloads per contender (--quick: one). */
 const RELOADS = arg('--reloads', 2, 1)
+/**
+ * clusterize's reload.bakeMs for the reload table: its default 5 s per worker
+ * (a reload of 2 workers takes ~10 s) unless --bake-ms; --quick bakes 1 s,
+ * which shortens the wait, not the replacement the table measures.
+ */
+const BAKE_MS = arg('--bake-ms', 5000, 1000)
+/** A request unanswered after this long fails (ETIMEDOUT); --quick waits 3 s. */
+const REQUEST_TIMEOUT_MS = arg('--request-timeout-ms', 10000, 3000)
 const WORKERS = os.availableParallelism()
 const BROKEN_SECONDS = arg('--broken-seconds', 12, 6)
 const PAUSING_CLIENTS = arg('--pausing-clients', 40, 20)
@@ -86,14 +94,14 @@ async function waitUntil (check, timeoutMs) {
 async function reloadUnderLoad (contender, reload) {
   const pidsBefore = await contender.workerPids()
   const windows = []
-  const load = runClientLoop({ port: contender.port, concurrency: CONCURRENCY, durationMs: SECONDS * 1000 })
+  const load = runClientLoop({ port: contender.port, concurrency: CONCURRENCY, durationMs: SECONDS * 1000, timeoutMs: REQUEST_TIMEOUT_MS })
   const reloads = (async () => {
     await sleep(FIRST_RELOAD_AT_MS)
     for (let i = 0; i < RELOADS; i++) {
+      if (i > 0) await sleep(GAP_MS)
       const start = Date.now()
       const detail = await reload()
       windows.push({ start, end: Date.now(), detail })
-      await sleep(GAP_MS)
     }
   })()
   const [result] = await Promise.all([load, reloads])
@@ -210,7 +218,7 @@ async function runContender (start, makeReload, fault, pausing) {
   let contender = null
   try {
     clearFaults()
-    contender = await start(fault)
+    contender = await start(fault, !fault && !pausing)
     await sleep(isQuick() ? 500 : 1000)
     if (pausing) return await pausingClientsAcrossReloads(contender, makeReload(contender))
     if (fault) return await brokenReloadUnderLoad(contender, makeReload(contender), fault)
@@ -226,7 +234,10 @@ async function runContender (start, makeReload, fault, pausing) {
 
 const CONTENDERS = [
   {
-    start: (fault) => startLocal('clusterize', { label: 'clusterize (SIGUSR2)', env: FAULT_ENV, execArgv: fault && fault.execArgv }),
+    // reloadTable: the reload-under-load table, the only one that takes BAKE_MS (the others run the defaults).
+    start: (fault, reloadTable) => reloadTable && BAKE_MS !== 5000
+      ? startLocal('clusterize', { label: `clusterize (SIGUSR2, reload.bakeMs ${BAKE_MS})`, env: FAULT_ENV, options: { reload: { bakeMs: BAKE_MS } } })
+      : startLocal('clusterize', { label: 'clusterize (SIGUSR2)', env: FAULT_ENV, execArgv: fault && fault.execArgv }),
     reloader: (c) => signalReloader(c)
   },
   {
@@ -265,7 +276,8 @@ async function main () {
   console.log(`## Reload under load: ${RELOADS === 1 ? 'one rolling reload' : RELOADS + ' rolling reloads'} in ${SECONDS} s (${WORKERS} workers each)\n`)
   console.log(machineLine())
   console.log(`\n${CONCURRENCY} concurrent keep-alive client loops (node:http Agent), ${RELOADS === 1 ? `the reload at ~${FIRST_RELOAD_AT_MS / 1000} s` : `reloads at ~${FIRST_RELOAD_AT_MS / 1000} s, each next one ${GAP_MS / 1000} s after the last completes`}. ` +
-    'failed = connection errors/resets + non-2xx. "reload window" = from the signal/command until the reload reports done. ' +
+    `failed = connection errors/resets, requests unanswered after ${REQUEST_TIMEOUT_MS / 1000} s, and non-2xx. "reload window" = from the signal/command until the reload reports done. ` +
+    (BAKE_MS !== 5000 ? `clusterize reloads with \`reload.bakeMs\` ${BAKE_MS} (the default 5000 waits 5 s per worker before the next; it adds time, not work). ` : '') +
     'The client runs on the same cores as the servers.\n')
   console.log(markdownTable(
     ['contender', 'requests', 'failed', 'failure kinds', 'p99 steady ms', 'p99 during reload ms', 'reload / steady p99', 'reload durations ms', 'workers replaced'],

@@ -52,6 +52,7 @@ const { cpuSample, otherCores } = require('./lib/other-load')
 const { otherWorkLabel } = require('./lib/results')
 const { rotated } = require('./lib/rounds')
 const { hasWrk, wrkRun, wrkCookieScript } = require('./lib/wrk')
+const { SAMPLE_MS } = require('./lib/load')
 
 const SECRET = 'bench-secret-0123456789-abcdefghijklmnop'
 const REDIS_URL = process.env.REDIS_URL || 'redis://127.0.0.1:6379'
@@ -201,6 +202,7 @@ function runLoad (port, cookies, load) {
   let next = 0
   return autocannon(Object.assign({
     url: `http://127.0.0.1:${port}${benchPath()}`,
+    sampleInt: SAMPLE_MS,
     setupClient (client) { client.setHeaders({ cookie: cookies[next++ % cookies.length] }) }
   }, load))
 }
@@ -412,7 +414,7 @@ async function main () {
   const connections = arg('--connections', 20)
   const cpuRate = arg('--cpu-rate', 2000)
   const cpuSeconds = arg('--cpu-seconds', 4, 1)
-  const cpuPasses = arg('--cpu-passes', 3, 2)
+  const cpuPasses = arg('--cpu-passes', 3, 1)
   const latencyRate = arg('--latency-rate', cpuRate)
   // As long as the CPU passes, or under --quick alone half a second (1,000 requests at 2,000 req/s).
   const latencySeconds = arg('--latency-seconds', cpuSeconds, process.argv.includes('--cpu-seconds') ? cpuSeconds : 0.5)
