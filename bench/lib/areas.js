@@ -21,7 +21,7 @@ const AREAS = [
   {
     script: 'scheduling',
     title: 'Throughput and scheduling',
-    notes: 'Keep-alive pins a client to a worker, so modes differ only on new connections; the mixed workload (1 request in 20 blocks a worker ~50 ms) opens one per request. \'none\' lets the kernel pick the accepting worker, which can spread few long-lived connections very unevenly. \'balanced\' stays an option, not the default: which rows stop it, and the many-core case on paper, are in bench/README.md.'
+    notes: 'Keep-alive pins a client to a worker, so modes differ only on new connections; the mixed workload (1 request in 20 blocks a worker ~50 ms) opens one per request. \'none\' lets the kernel pick the accepting worker, which can spread few long-lived connections very unevenly. \'balanced\' stays an option, not the default (#27 section 1): no box has shown it winning every goal row in full runs on Node 20 and 24. The rows that stop it: new-connection req/s >= 1.8x raw node:cluster on Node 24 (1.36x-1.69x in three full runs on a quiet 2-core AMD EPYC box), and keep-alive req/s >= 1.0x (0.96x on Node 24 in a full run on a quiet 2-core Intel Xeon box, where its new-connection row read 1.95x). A --quick table (2 rounds of 0.6 s keep-alive and 1 s new-connection runs) can read either way. Every run, and the many-core case on paper, are in bench/README.md.'
   },
   {
     script: 'acceptor',
