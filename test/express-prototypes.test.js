@@ -11,7 +11,7 @@ const assert = require('node:assert')
 const http = require('http')
 const express5 = require('express')
 const express4 = require('express4')
-const { expressServerOptions, slowPrototypeSwap } = require('../lib/worker/express-prototypes')
+const { expressServerOptions, slowPrototypeSwap, callableConstructor } = require('../lib/worker/express-prototypes')
 const { loadApp } = require('../lib/worker/load-app')
 
 function listen (server) {
@@ -102,6 +102,27 @@ test('a listener that is not an Express app, or an app without Express\'s protot
   assert.strictEqual(expressServerOptions(fake, { force: true }), null)
   const halfFake = Object.assign((req, res) => res.end(), { request: Object.create(http.IncomingMessage.prototype), response: null })
   assert.strictEqual(expressServerOptions(halfFake, { force: true }), null)
+})
+
+test('a Node whose IncomingMessage or ServerResponse is a class keeps its own (our constructors call them as functions)', () => {
+  assert.strictEqual(callableConstructor(http.IncomingMessage), true)
+  assert.strictEqual(callableConstructor(function Plain () {}), true)
+  assert.strictEqual(callableConstructor(class Modern {}), false)
+  assert.strictEqual(callableConstructor(undefined), false)
+  const original = http.IncomingMessage
+  // IncomingMessage as a class, as a future Node might ship it, and an app whose request inherits from it.
+  const ClassMessage = class IncomingMessage extends original {}
+  const app = Object.assign((req, res) => res.end(), {
+    request: Object.create(ClassMessage.prototype),
+    response: Object.create(http.ServerResponse.prototype)
+  })
+  http.IncomingMessage = ClassMessage
+  try {
+    assert.strictEqual(expressServerOptions(app, { force: true }), null)
+  } finally {
+    http.IncomingMessage = original
+  }
+  assert.notStrictEqual(expressServerOptions(express5(), { force: true }), null)
 })
 
 test('only V8 before 13.6 (Node 23 and older) slows down swapped prototypes', () => {

@@ -52,6 +52,12 @@ function expressServerOptions (app, options = {}) {
   const request = app && app.request
   const response = app && app.response
   if (!isPrototypeFrom(request, http.IncomingMessage) || !isPrototypeFrom(response, http.ServerResponse)) return null
+  // Our constructors call Node's as plain functions; should a Node line make them classes, that
+  // call would throw on every request, so the server keeps Node's own instead.
+  if (!callableConstructor(http.IncomingMessage) || !callableConstructor(http.ServerResponse)) {
+    debug('IncomingMessage or ServerResponse is a class here: Node\'s own kept')
+    return null
+  }
 
   function ExpressIncomingMessage (socket) {
     http.IncomingMessage.call(this, socket)
@@ -67,8 +73,17 @@ function expressServerOptions (app, options = {}) {
   return { IncomingMessage: ExpressIncomingMessage, ServerResponse: ExpressServerResponse }
 }
 
+/**
+ * Can `fn` be called with `.call(this, ...)` (a function constructor, not a class)?
+ * @param {Function} fn
+ * @returns {boolean}
+ */
+function callableConstructor (fn) {
+  return typeof fn === 'function' && !/^class\b/.test(Function.prototype.toString.call(fn))
+}
+
 function isPrototypeFrom (value, Base) {
   return value !== null && typeof value === 'object' && Base.prototype.isPrototypeOf(value)
 }
 
-module.exports = { expressServerOptions, slowPrototypeSwap }
+module.exports = { expressServerOptions, slowPrototypeSwap, callableConstructor }
