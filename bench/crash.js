@@ -27,6 +27,8 @@ const GAP_MS = arg('--gap-ms', 1500, 500)
 const SETTLE_MS = isQuick() ? 500 : 1500
 const TAIL_MS = isQuick() ? 700 : 2000
 const CONCURRENCY = arg('--concurrency', 4)
+/** A request unanswered after this long fails (ETIMEDOUT); --quick waits 3 s. */
+const REQUEST_TIMEOUT_MS = arg('--request-timeout-ms', 10000, 3000)
 const WORKERS = os.availableParallelism()
 
 /** GET / on a new connection: the answering pid, or null. */
@@ -91,7 +93,7 @@ async function measure (start) {
     await sleep(SETTLE_MS)
     // The load ends TAIL_MS after the last recovery; durationMs is only its cap.
     const done = new AbortController()
-    const load = runClientLoop({ port: contender.port, concurrency: CONCURRENCY, durationMs: KILLS * (GAP_MS + 1500) + TAIL_MS, signal: done.signal })
+    const load = runClientLoop({ port: contender.port, concurrency: CONCURRENCY, durationMs: KILLS * (GAP_MS + 1500) + TAIL_MS, signal: done.signal, timeoutMs: REQUEST_TIMEOUT_MS })
     const times = []
     for (let i = 0; i < KILLS; i++) {
       await sleep(GAP_MS)
@@ -127,7 +129,7 @@ async function main () {
   const raw = rows[0]
   console.log(`## Crash recovery: kill -9 of a serving worker, ${KILLS} times, ${GAP_MS / 1000} s apart (${WORKERS} workers)\n`)
   console.log(machineLine())
-  console.log(`\n"to serving" = from the kill until a request on a new connection is answered by a process that was not serving before (a probe every 2 ms, each on its own connection, not waiting for earlier ones). ${CONCURRENCY} keep-alive client loops run meanwhile; "failed" counts their failed requests (the killed worker's open connections are reset in every design). clusterize's restart backoff grows with consecutive failures of a slot; a spare skips it.\n`)
+  console.log(`\n"to serving" = from the kill until a request on a new connection is answered by a process that was not serving before (a probe every 2 ms, each on its own connection, not waiting for earlier ones). ${CONCURRENCY} keep-alive client loops run meanwhile; "failed" counts their failed requests (the killed worker's open connections are reset in every design; a request unanswered after ${REQUEST_TIMEOUT_MS / 1000} s fails as ETIMEDOUT). clusterize's restart backoff grows with consecutive failures of a slot; a spare skips it.\n`)
   console.log(markdownTable(
     ['contender', 'to serving, median ms', 'min ms', 'max ms', 'vs raw (median)', 'each kill ms', 'requests', 'failed', 'failure kinds'],
     rows.map((r) => [r.label, fmt(median(r.times), 1), fmt(Math.min(...r.times), 1), fmt(Math.max(...r.times), 1), ratio(median(r.times), median(raw.times)), r.times.map((t) => fmt(t, 0)).join(' / '), fmt(r.total), fmt(r.failed), r.errors])))
