@@ -16,7 +16,7 @@ const http = require('http')
 const os = require('os')
 const { numberArg: arg, isQuick } = require('./lib/args')
 const { startLocal, startPm2 } = require('./lib/contenders')
-const { runClientLoop } = require('./lib/load')
+const { runClientLoop, requestTimeoutArg } = require('./lib/load')
 const { fmt, median, ratio, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { installCleanup, sleep } = require('./lib/proc')
@@ -27,8 +27,7 @@ const GAP_MS = arg('--gap-ms', 1500, 500)
 const SETTLE_MS = isQuick() ? 500 : 1500
 const TAIL_MS = isQuick() ? 700 : 2000
 const CONCURRENCY = arg('--concurrency', 4)
-/** A request unanswered after this long fails (ETIMEDOUT); --quick waits 3 s. */
-const REQUEST_TIMEOUT_MS = arg('--request-timeout-ms', 10000, 3000)
+const REQUEST_TIMEOUT_MS = requestTimeoutArg()
 const WORKERS = os.availableParallelism()
 
 /** GET / on a new connection: the answering pid, or null. */

@@ -19,7 +19,8 @@ const fs = require('fs')
 const os = require('os')
 const path = require('path')
 const { startLocal, startPm2 } = require('./lib/contenders')
-const { runClientLoop, percentile } = require('./lib/load')
+const { runClientLoop, percentile, requestTimeoutArg } = require('./lib/load')
+const { DEFAULTS } = require('../lib/config')
 const { fmt, ratio, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { installCleanup, waitForLine, sleep } = require('./lib/proc')
@@ -35,9 +36,9 @@ const RELOADS = arg('--reloads', 2, 1)
  * (a reload of 2 workers takes ~10 s) unless --bake-ms; --quick bakes 1 s,
  * which shortens the wait, not the replacement the table measures.
  */
-const BAKE_MS = arg('--bake-ms', 5000, 1000)
-/** A request unanswered after this long fails (ETIMEDOUT); --quick waits 3 s. */
-const REQUEST_TIMEOUT_MS = arg('--request-timeout-ms', 10000, 3000)
+const DEFAULT_BAKE_MS = DEFAULTS.reload.bakeMs
+const BAKE_MS = arg('--bake-ms', DEFAULT_BAKE_MS, 1000)
+const REQUEST_TIMEOUT_MS = requestTimeoutArg()
 const WORKERS = os.availableParallelism()
 const BROKEN_SECONDS = arg('--broken-seconds', 12, 6)
 const PAUSING_CLIENTS = arg('--pausing-clients', 40, 20)
@@ -235,9 +236,15 @@ async function runContender (start, makeReload, fault, pausing) {
 const CONTENDERS = [
   {
     // reloadTable: the reload-under-load table, the only one that takes BAKE_MS (the others run the defaults).
-    start: (fault, reloadTable) => reloadTable && BAKE_MS !== 5000
-      ? startLocal('clusterize', { label: `clusterize (SIGUSR2, reload.bakeMs ${BAKE_MS})`, env: FAULT_ENV, options: { reload: { bakeMs: BAKE_MS } } })
-      : startLocal('clusterize', { label: 'clusterize (SIGUSR2)', env: FAULT_ENV, execArgv: fault && fault.execArgv }),
+    start: function startClusterize (fault, reloadTable) {
+      const baked = reloadTable && BAKE_MS !== DEFAULT_BAKE_MS
+      return startLocal('clusterize', {
+        label: baked ? `clusterize (SIGUSR2, reload.bakeMs ${BAKE_MS})` : 'clusterize (SIGUSR2)',
+        env: FAULT_ENV,
+        execArgv: fault && fault.execArgv,
+        options: baked ? { reload: { bakeMs: BAKE_MS } } : undefined
+      })
+    },
     reloader: (c) => signalReloader(c)
   },
   {
@@ -277,7 +284,7 @@ async function main () {
   console.log(machineLine())
   console.log(`\n${CONCURRENCY} concurrent keep-alive client loops (node:http Agent), ${RELOADS === 1 ? `the reload at ~${FIRST_RELOAD_AT_MS / 1000} s` : `reloads at ~${FIRST_RELOAD_AT_MS / 1000} s, each next one ${GAP_MS / 1000} s after the last completes`}. ` +
     `failed = connection errors/resets, requests unanswered after ${REQUEST_TIMEOUT_MS / 1000} s, and non-2xx. "reload window" = from the signal/command until the reload reports done. ` +
-    (BAKE_MS !== 5000 ? `clusterize reloads with \`reload.bakeMs\` ${BAKE_MS} (the default 5000 waits 5 s per worker before the next; it adds time, not work). ` : '') +
+    (BAKE_MS !== DEFAULT_BAKE_MS ? `clusterize reloads with \`reload.bakeMs\` ${BAKE_MS} (the default, ${DEFAULT_BAKE_MS}, waits that many ms per worker before the next; it adds time, not work). ` : '') +
     'The client runs on the same cores as the servers.\n')
   console.log(markdownTable(
     ['contender', 'requests', 'failed', 'failure kinds', 'p99 steady ms', 'p99 during reload ms', 'reload / steady p99', 'reload durations ms', 'workers replaced'],

@@ -23,7 +23,7 @@
 
 const { numberArg: arg, isQuick } = require('./lib/args')
 const { startLocal, startPm2 } = require('./lib/contenders')
-const { runClientLoop, percentile } = require('./lib/load')
+const { runClientLoop, percentile, requestTimeoutArg } = require('./lib/load')
 const { fmt, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { installCleanup, waitForLine, sleep, isAlive } = require('./lib/proc')
@@ -31,8 +31,7 @@ const { installCleanup, waitForLine, sleep, isAlive } = require('./lib/proc')
 const SECONDS = arg('--seconds', 14, 4.5)
 const CONCURRENCY = arg('--concurrency', 20)
 const AT_MS = isQuick() ? 1500 : 4000
-/** A request unanswered after this long fails (ETIMEDOUT); --quick waits 3 s. */
-const REQUEST_TIMEOUT_MS = arg('--request-timeout-ms', 10000, 3000)
+const REQUEST_TIMEOUT_MS = requestTimeoutArg()
 
 /** Load both ways while `operate()` runs once, AT_MS in. */
 async function underLoad (port, operate) {

@@ -9,6 +9,7 @@
 
 const http = require('http')
 const autocannon = require('autocannon')
+const { numberArg } = require('./args')
 
 /**
  * autocannon acts on the end of its `duration` only at its next sample tick
@@ -41,8 +42,18 @@ async function runAutocannon (options) {
   }
 }
 
-/** A request with no answer after this long fails as ETIMEDOUT (the --quick benches pass a shorter one). */
+/** A request with no answer after this long fails as ETIMEDOUT (see requestTimeoutArg). */
 const REQUEST_TIMEOUT_MS = 10000
+
+/**
+ * The client loop's request timeout for a bench: `--request-timeout-ms`, else
+ * REQUEST_TIMEOUT_MS, or 3 s under --quick (a hung request would otherwise
+ * hold a quick row for 10 s; it fails either way).
+ * @returns {number} ms
+ */
+function requestTimeoutArg () {
+  return numberArg('--request-timeout-ms', REQUEST_TIMEOUT_MS, 3000)
+}
 
 /**
  * `concurrency` loops, each sending one request after another until
@@ -152,4 +163,4 @@ function percentile (values, p) {
   return sorted[index]
 }
 
-module.exports = { SAMPLE_MS, REQUEST_TIMEOUT_MS, runAutocannon, runClientLoop, runPaced, pacedLatency, percentile }
+module.exports = { SAMPLE_MS, requestTimeoutArg, runAutocannon, runClientLoop, runPaced, pacedLatency, percentile }
