@@ -50,7 +50,7 @@ const KIND = Object.freeze({
  * The ops inside kind SERVICE (lib/services/*). Data travels as it is: the
  * IPC channel encodes it once.
  *   worker -> primary: CALL, NOTIFY
- *   primary -> worker: REPLY
+ *   primary -> worker: REPLY, PUSH
  */
 const SERVICE_OP = Object.freeze({
   /** Call a service's request handler. `{ id, s: service, m: method, d: data, x? }` (x: 1 = d is the bus codec's encoding of app data) */
@@ -58,7 +58,9 @@ const SERVICE_OP = Object.freeze({
   /** Call a service's notification handler; no answer. `{ s, m, d, x? }` */
   NOTIFY: 'n',
   /** The answer to CALL. `{ id, ok, d }` or `{ id, ok: false, e: { message, code?, name?, status? } }` */
-  REPLY: 'r'
+  REPLY: 'r',
+  /** A service tells one worker something; no answer (the worker may notify back). `{ s, m, d }` */
+  PUSH: 'p'
 })
 
 /**
@@ -124,7 +126,8 @@ const service = {
     ? { [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.NOTIFY, s, m, d, x: 1 }
     : { [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.NOTIFY, s, m, d },
   reply: (id, d) => ({ [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.REPLY, id, ok: true, d }),
-  failure: (id, e) => ({ [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.REPLY, id, ok: false, e })
+  failure: (id, e) => ({ [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.REPLY, id, ok: false, e }),
+  push: (s, m, d) => ({ [MARK]: 1, kind: KIND.SERVICE, op: SERVICE_OP.PUSH, s, m, d })
 }
 
 /** Envelopes without fields are built once. */

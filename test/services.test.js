@@ -21,25 +21,28 @@ after(() => { for (const child of children) child.kill('SIGKILL') })
 
 /** A controllable service: 'hang' calls wait until the test releases them. */
 function testService () {
-  const seen = { notes: [], exits: [], hanging: [], calls: 0 }
+  const seen = { notes: [], exits: [], hanging: [], calls: 0, push: null }
   const definition = {
     name: 'test',
-    start: () => ({
-      requests: {
-        echo: (data, caller) => ({ data, from: caller.id, pid: caller.pid }),
-        fail: () => { throw Object.assign(new Error('the service refused'), { code: 'E_TEST_REFUSED', status: 418 }) },
-        reject: () => Promise.reject(new Error('rejected later')),
-        hang: (data) => {
-          seen.calls++
-          return new Promise((resolve) => seen.hanging.push(() => resolve(data)))
-        }
-      },
-      notifications: {
-        note: (data, caller) => { seen.notes.push([data, caller.id]) },
-        boom: () => { throw new Error('a notification handler bug') }
-      },
-      workerExit: (caller) => seen.exits.push(caller.pid)
-    })
+    start: function startTestService (context) {
+      seen.push = context.push
+      return {
+        requests: {
+          echo: (data, caller) => ({ data, from: caller.id, pid: caller.pid }),
+          fail: () => { throw Object.assign(new Error('the service refused'), { code: 'E_TEST_REFUSED', status: 418 }) },
+          reject: () => Promise.reject(new Error('rejected later')),
+          hang: (data) => {
+            seen.calls++
+            return new Promise((resolve) => seen.hanging.push(() => resolve(data)))
+          }
+        },
+        notifications: {
+          note: (data, caller) => { seen.notes.push([data, caller.id]) },
+          boom: () => { throw new Error('a notification handler bug') }
+        },
+        workerExit: (caller) => seen.exits.push(caller.pid)
+      }
+    }
   }
   return { definition, seen }
 }
@@ -76,6 +79,15 @@ test('a call is answered by the service in the primary, with the caller named', 
   const worker = startWorker()
   const outcome = await worker.run({ cmd: 'request', method: 'echo', data: { sess: '{"a":1}' } })
   assert.deepStrictEqual(outcome.value, { data: { sess: '{"a":1}' }, from: 3, pid: worker.child.pid })
+})
+
+test('a service pushes to one worker by pid; its client\'s onPush handler runs there; an unknown pid gets false', async () => {
+  const worker = startWorker()
+  await worker.run({ cmd: 'request', method: 'echo', data: 0 })
+  assert.strictEqual(worker.seen.push(worker.child.pid, 'revoke', ['k', 7]), true)
+  await eventually(() => worker.seen.notes.length === 1)
+  assert.deepStrictEqual(worker.seen.notes[0], [{ pushed: 'revoke', data: ['k', 7] }, 3])
+  assert.strictEqual(worker.seen.push(worker.child.pid + 100000, 'revoke', []), false)
 })
 
 test('a handler that throws or rejects fails the call with its message and code; an unknown method is refused', async () => {

@@ -9,6 +9,8 @@
  *   requests:      { method: (data, caller) => value | Promise }   (client.request)
  *   notifications: { method: (data, caller) => void }              (client.notify)
  *   workerExit(caller)   a worker process exited: forget what it held
+ * start() also finds `context.push(pid, method, data)`: tell one live worker
+ * something (its client's onPush handler runs); false when no such worker.
  *   close()              shutdown (may return a Promise)
  *   api                  what host.get(name) returns to the primary (stats)
  * `caller` is `{ id, pid, generation }` of the worker (slot 0 and this pid in-process).
@@ -28,17 +30,28 @@ function createServiceHost (definitions, context) {
   const services = new Map()
   /** Worker records that may still be answered (a reply to an exited worker is dropped). */
   const records = new Set()
+  /** The same records by pid, for push(). */
+  const byPid = new Map()
   const log = (context && context.log) || { error () {} }
 
   for (const definition of definitions) {
     if (services.has(definition.name)) throw new Error(`service "${definition.name}" is in the list twice`)
-    const started = definition.start(context) || {}
+    const started = definition.start(Object.assign({}, context, { push: pushFrom(definition.name) })) || {}
     services.set(definition.name, {
       requests: new Map(Object.entries(started.requests || {})),
       notifications: new Map(Object.entries(started.notifications || {})),
       started
     })
     debug('service %s started', definition.name)
+  }
+
+  function pushFrom (name) {
+    return function push (pid, method, data) {
+      const record = byPid.get(pid)
+      if (record === undefined) return false
+      record.channel.post(envelope.push(name, method, data))
+      return true
+    }
   }
 
   /**
@@ -134,11 +147,13 @@ function createServiceHost (definitions, context) {
     /** @param {object} record a forked worker's record, with its ipc.Channel */
     addWorker (record) {
       records.add(record)
+      byPid.set(record.pid, record)
     },
 
     /** A worker process exited: drop its replies, let every service forget it. */
     removeWorker (record) {
       if (!records.delete(record)) return
+      if (byPid.get(record.pid) === record) byPid.delete(record.pid)
       const caller = { id: record.id, pid: record.pid, generation: record.generation }
       for (const [name, service] of services) {
         if (typeof service.started.workerExit !== 'function') continue

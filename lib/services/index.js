@@ -38,7 +38,9 @@ const state = {
   remote: null,
   disconnectListener: null,
   /** The resolved clusterize() configuration of this process, once the runtime started. */
-  config: null
+  config: null,
+  /** What each service's client does with the primary's pushes: service name -> (method, data) => void. */
+  pushHandlers: new Map()
 }
 
 /** Callers in-process are worker slot 0 of this process (as in single-process mode). */
@@ -70,13 +72,27 @@ function startServices (context, definitions) {
 function attachToPrimary (options) {
   if (options.config) state.config = options.config
   if (state.remote !== null) state.remote.failAll('the worker attached to a new channel')
-  const remote = createRemote(options)
+  const remote = createRemote(Object.assign({}, options, { onPush: deliverPush }))
   state.remote = remote
   if (state.disconnectListener !== null) process.removeListener('disconnect', state.disconnectListener)
   state.disconnectListener = null
   if (options.channel.peer === process) {
     state.disconnectListener = function primaryGone () { remote.failAll('the IPC channel to the primary closed') }
     process.once('disconnect', state.disconnectListener)
+  }
+}
+
+/** A push from the primary's service `name` (never throws: a handler's error is traced). */
+function deliverPush (name, method, data) {
+  const handler = state.pushHandlers.get(name)
+  if (handler === undefined) {
+    debug('push %s.%s: no handler in this worker, dropped', name, method)
+    return
+  }
+  try {
+    handler(method, data)
+  } catch (err) {
+    debug('push %s.%s failed: %s', name, method, err && err.stack)
   }
 }
 
@@ -185,6 +201,27 @@ function serviceClient (name, options) {
       // Later, as over IPC: a notification never runs inside its sender's call.
       process.nextTick(notifyLater, host, name, method, sent.encoded ? decodeAppData(sent.data) : sent.data)
       return true
+    },
+
+    /**
+     * Whether calls leave this process (a worker talking to its primary over IPC), rather
+     * than run in-process (the primary, `workers: 0`, outside clusterize).
+     * @returns {boolean}
+     */
+    remote: function remote () {
+      return state.remote !== null
+    },
+
+    /**
+     * What to do with the service's pushes to this worker (one handler per service;
+     * a later call replaces it). A handler runs when its push arrives, in the order the
+     * primary sent them; the callbacks of replies that arrived just before it may not have
+     * run yet (they are promise reactions), so a push that undoes what a reply grants must
+     * be remembered until they have.
+     * @param {(method: string, data: *) => void} handler
+     */
+    onPush: function onPush (handler) {
+      state.pushHandlers.set(name, handler)
     }
   }
 }

@@ -34,7 +34,7 @@ const { createPendingCalls } = require('./pending-calls')
 const CALL_OVERHEAD_BYTES = 64
 
 /**
- * @param {{ channel: import('../ipc').Channel, maxQueuedBytes: number }} options
+ * @param {{ channel: import('../ipc').Channel, maxQueuedBytes: number, onPush?: (service: string, method: string, data: *) => void }} options
  */
 function createRemote (options) {
   const channel = options.channel
@@ -102,6 +102,10 @@ function createRemote (options) {
 
     /** An envelope of kind SERVICE from the primary. Malformed ones are ignored. */
     onPrimaryMessage (message) {
+      if (message.op === SERVICE_OP.PUSH) {
+        if (typeof options.onPush === 'function' && typeof message.s === 'string' && typeof message.m === 'string') options.onPush(message.s, message.m, message.d)
+        return
+      }
       if (message.op !== SERVICE_OP.REPLY) return
       const entry = pending.take(message.id)
       if (entry === undefined) return
