@@ -78,7 +78,9 @@ const DEFAULTS = {
   /** The bounds the primary enforces on the cluster session store (lib/session/cluster-backend.js). */
   clusterStore: {
     maxSessions: 100000,
-    maxTotalBytes: 128 * 1024 * 1024
+    maxTotalBytes: 128 * 1024 * 1024,
+    /** How long a worker may answer reads of a session from its own copy (lib/session/leases.js); 0: never. */
+    leaseMs: 1000
   },
   /** The bounds of socket.io connection-state recovery's state in the primary, per namespace (lib/realtime). */
   recovery: {
@@ -322,6 +324,7 @@ function resolveConfig (options, env) {
   const clusterStore = group('clusterStore', options.clusterStore, DEFAULTS.clusterStore)
   checkInteger('clusterStore.maxSessions', clusterStore.maxSessions, 1)
   checkInteger('clusterStore.maxTotalBytes', clusterStore.maxTotalBytes, 1)
+  checkInteger('clusterStore.leaseMs', clusterStore.leaseMs, 0, 60000)
   config.clusterStore = clusterStore
   const recovery = group('recovery', options.recovery, DEFAULTS.recovery)
   checkInteger('recovery.maxPackets', recovery.maxPackets, 1)

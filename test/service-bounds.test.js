@@ -24,7 +24,9 @@ describe('clusterStore and recovery options', () => {
     assert.throws(() => resolveConfig({ recovery: { maxPackets: 1.5 } }), { option: 'recovery.maxPackets' })
     assert.throws(() => resolveConfig({ recovery: { liveWaitMs: -1 } }), { option: 'recovery.liveWaitMs' })
     const config = resolveConfig({ clusterStore: { maxSessions: 7 }, recovery: { maxSessions: 9 } })
-    assert.deepStrictEqual(config.clusterStore, { maxSessions: 7, maxTotalBytes: 128 * 1024 * 1024 })
+    assert.throws(() => resolveConfig({ clusterStore: { leaseMs: 60001 } }), { option: 'clusterStore.leaseMs' })
+    assert.throws(() => resolveConfig({ clusterStore: { leaseMs: 0.5 } }), { option: 'clusterStore.leaseMs' })
+    assert.deepStrictEqual(config.clusterStore, { maxSessions: 7, maxTotalBytes: 128 * 1024 * 1024, leaseMs: 1000 })
     assert.deepStrictEqual(config.recovery, { maxPackets: 10000, maxSessions: 9, liveWaitMs: 5000 })
   })
 

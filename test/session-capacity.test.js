@@ -45,7 +45,7 @@ describe('cluster backend: maxTotalBytes', () => {
     assert.equal(b.sweep(), 1)
     assert.equal(b.stats().bytes, Buffer.byteLength('{"é":1}'))
     b.clear()
-    assert.deepEqual(b.stats(), { sessions: 0, bytes: 0, maxSessions: 100000, maxTotalBytes: 128 * 1024 * 1024, evicted: 0 })
+    assert.deepEqual(b.stats(), { sessions: 0, bytes: 0, maxSessions: 100000, maxTotalBytes: 128 * 1024 * 1024, evicted: 0, leases: null })
   })
 
   it('over maxTotalBytes, evicts the sessions closest to expiry first, like maxSessions', () => {

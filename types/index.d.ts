@@ -429,6 +429,19 @@ export interface ClusterSessionStats {
   maxTotalBytes: number
   /** Sessions evicted by maxSessions / maxTotalBytes since the start. */
   evicted: number
+  /** The workers' read leases (clusterStore.leaseMs); null when they are off or no worker runs (`workers: 0`). */
+  leases: ClusterSessionLeaseStats | null
+}
+
+export interface ClusterSessionLeaseStats {
+  /** clusterStore.leaseMs. */
+  leaseMs: number
+  /** Leases granted (and renewed) since the start. */
+  granted: number
+  /** Leases revoked before another worker's write, a destroy, a touch or a clear. */
+  revoked: number
+  /** Revocations the holder did not answer (a stuck or dying worker): the write waited for the lease to run out. */
+  expiredRevocations: number
 }
 
 export interface ReadyInfo {
@@ -706,6 +719,14 @@ export interface ClusterStoreOptions {
    * it is refused with 413. Default 134217728 (128 MiB).
    */
   maxTotalBytes?: number
+  /**
+   * How long a worker may answer reads of a session from the copy it last read or wrote, without asking
+   * the primary (a read lease: one IPC round trip per request instead of two on a kept-alive connection).
+   * The primary revokes a lease before another worker's write is applied, so reads never see data older
+   * than a finished write; a stuck holder delays such a write by at most this long. 0 turns leases off.
+   * Default 1000.
+   */
+  leaseMs?: number
 }
 
 export interface BusOptions {

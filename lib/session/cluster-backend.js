@@ -48,6 +48,10 @@ class SessionBackend {
     this.timer = null
     /** Told of every write a worker asks for (a primary upgrade forwards them to the new primary). */
     this.onWrite = null
+    /** Told of each session evicted to make room, `(key) => void` (the read leases, ./leases.js). */
+    this.onEvict = null
+    /** The workers' read leases on these sessions (./leases.js), when the primary grants them. */
+    this.leases = null
     const every = options.sweepIntervalMs === undefined ? DEFAULT_SWEEP_INTERVAL_MS : options.sweepIntervalMs
     if (every > 0) {
       this.timer = setInterval(() => this.sweep(), every)
@@ -67,6 +71,15 @@ class SessionBackend {
       return null
     }
     return entry.sess
+  }
+
+  /**
+   * @param {string} sid the key: see keyOf()
+   * @returns {number} the live session's expiry (ms since the epoch), 0 when absent or expired
+   */
+  expiresOf (sid) {
+    const entry = this.sessions.get(sid)
+    return entry !== undefined && entry.expires > this.now() ? entry.expires : 0
   }
 
   /**
@@ -157,10 +170,10 @@ class SessionBackend {
 
   /**
    * What the backend holds, for the primary's stats().
-   * @returns {{ sessions: number, bytes: number, maxSessions: number, maxTotalBytes: number, evicted: number }}
+   * @returns {{ sessions: number, bytes: number, maxSessions: number, maxTotalBytes: number, evicted: number, leases: object|null }}
    */
   stats () {
-    return { sessions: this.sessions.size, bytes: this.bytes, maxSessions: this.maxSessions, maxTotalBytes: this.maxTotalBytes, evicted: this.evicted }
+    return { sessions: this.sessions.size, bytes: this.bytes, maxSessions: this.maxSessions, maxTotalBytes: this.maxTotalBytes, evicted: this.evicted, leases: this.leases === null ? null : this.leases.stats() }
   }
 
   /**
@@ -288,6 +301,7 @@ class SessionBackend {
       if (entry !== undefined && entry.expires === expires) {
         this.remove(sid, entry)
         this.evicted++
+        if (this.onEvict !== null) this.onEvict(sid)
         debug('maxSessions (%d) or maxTotalBytes (%d) reached: evicted session expiring at %d', this.maxSessions, this.maxTotalBytes, expires)
       }
     }

@@ -11,21 +11,24 @@
 const debug = require('debug')('clusterize:session')
 const { SessionBackend } = require('./cluster-backend')
 const { SESSION_OP } = require('./cluster-ops')
+const { SessionLeases, answerWithLeases } = require('./leases')
 
 /** The service's name: what the stores' client asks for. */
 const SERVICE = 'session'
 
 /**
- * Every operation answers through the backend's dispatch (it reads `msg.op`).
+ * Every operation answers through the backend's dispatch (it reads `msg.op`),
+ * with the read leases when there are any.
  * @param {SessionBackend} backend
+ * @param {SessionLeases|null} leases
  * @returns {Object<string, Function>}
  */
-function sessionRequests (backend) {
+function sessionRequests (backend, leases) {
   const requests = {}
   for (const op of Object.values(SESSION_OP)) {
-    requests[op] = function answerSessionRequest (msg) {
-      return backend.dispatch(msg)
-    }
+    requests[op] = leases === null
+      ? function answerSessionRequest (msg) { return backend.dispatch(msg) }
+      : function answerLeasedSessionRequest (msg, caller) { return answerWithLeases(backend, leases, msg, caller.pid) }
   }
   return requests
 }
@@ -39,12 +42,32 @@ const sessionService = {
   start: function startSessionService (context) {
     // The bounds are clusterize() options (clusterStore), validated at startup; a store's own
     // maxSessions/maxTotalBytes still reach the backend at runtime (deprecated, see cluster-store.js).
-    const backend = new SessionBackend((context && context.config && context.config.clusterStore) || undefined)
-    debug('cluster session backend started (maxSessions %d)', backend.maxSessions)
+    const options = (context && context.config && context.config.clusterStore) || undefined
+    const backend = new SessionBackend(options)
+    const leaseMs = options && options.leaseMs > 0 ? options.leaseMs : 0
+    // Leases save workers a round trip; in-process calls (workers: 0) have none to save.
+    const leases = leaseMs > 0 && context && typeof context.push === 'function' ? new SessionLeases({ leaseMs, push: context.push }) : null
+    if (leases !== null) {
+      backend.leases = leases
+      backend.onEvict = (key) => leases.evicted(key)
+    }
+    debug('cluster session backend started (maxSessions %d, leases %d ms)', backend.maxSessions, leaseMs)
     return {
-      requests: sessionRequests(backend),
+      requests: sessionRequests(backend, leases),
+      notifications: {
+        /** A worker dropped the copies it held under these leases (grants). */
+        revoked: function leasesRevoked (grants, caller) {
+          if (leases !== null) leases.acknowledged(caller.pid, grants)
+        }
+      },
+      workerExit: function forgetLeases (caller) {
+        if (leases !== null) leases.forget(caller.pid)
+      },
       api: backend,
-      close: () => backend.close()
+      close: () => {
+        if (leases !== null) leases.close()
+        return backend.close()
+      }
     }
   }
 }

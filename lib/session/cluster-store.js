@@ -7,14 +7,19 @@
  * the session is JSON-encoded once, by this store; the message travels as
  * plain data (no second encoding) and the IPC channel frames it.
  * Sessions travel as JSON strings; expiry is computed here, from the cookie,
- * so the primary never parses a session.
+ * so the primary never parses a session. In a worker, reads of a session this
+ * worker holds a lease on (./leases.js, ./lease-cache.js) are answered here,
+ * from the JSON it last read or wrote, with no request.
  */
 
 const { Store } = require('express-session')
 const debug = require('debug')('clusterize:session')
+const { performance } = require('perf_hooks')
 const { SESSION_OP, DEFAULT_MAX_TOTAL_BYTES } = require('./cluster-backend')
+const { keyOf } = require('./cluster-ops')
 const { SERVICE } = require('./cluster-service')
-const { serviceClient } = require('../services')
+const { serviceClient, runtimeConfig } = require('../services')
+const { sharedLeaseCache } = require('./lease-cache')
 const { toUnavailable } = require('./unavailable')
 const { sessionTooLarge, SessionTooLargeError } = require('./too-large')
 const { callOnce, answer, CallbackOutcome } = require('./callback')
@@ -53,7 +58,10 @@ class ClusterStore extends Store {
     /** How this store's callbacks are running right now (lib/session/hold-response.js reads it). */
     this.outcome = new CallbackOutcome()
     const bounds = { maxSessions: options.maxSessions, maxTotalBytes: options.maxTotalBytes }
-    this.transport = options.transport || serviceTransport(this.timeoutMs)
+    const client = options.transport ? null : serviceClient(SERVICE, { timeoutMs: this.timeoutMs })
+    this.transport = options.transport || serviceTransport(client)
+    /** The service client, for read leases (none with a transport of the caller's). */
+    this.client = client
     if (options.maxSessions !== undefined || options.maxTotalBytes !== undefined) {
       this.call(Object.assign({ op: SESSION_OP.CONFIGURE }, bounds), function configured (err) {
         if (err) debug('could not send maxSessions/maxTotalBytes to the primary: %s', err.message)
@@ -103,16 +111,29 @@ class ClusterStore extends Store {
   get (sid, cb) {
     if (typeof cb !== 'function') return promised(this, 'get', [sid])
     const remove = (removed) => this.destroy(sid, removed)
-    this.call({ op: SESSION_OP.GET, sid }, function onGet (err, json) {
+    const leases = this.leases()
+    if (leases === null) {
+      this.call({ op: SESSION_OP.GET, sid }, function onGet (err, json) {
+        if (err) return cb(err)
+        cb(null, inflate(json, remove))
+      })
+      return
+    }
+    const key = keyOf(this.prefix, sid)
+    const held = leases.read(key)
+    if (held !== undefined) {
+      process.nextTick(answerHeld, callOnce(cb, SESSION_OP.GET, this.outcome), held, remove)
+      return
+    }
+    const askedAt = performance.now()
+    this.call({ op: SESSION_OP.GET, sid, lease: 1 }, function onLeasedGet (err, reply) {
       if (err) return cb(err)
-      if (json === null || json === undefined) return cb(null, null)
-      let sess
-      try {
-        sess = JSON.parse(json)
-      } catch (parseError) {
-        sess = new Unreadable(parseError.message)
+      // [json, expires, grant, leaseMs] when the primary granted a lease, else the JSON (or null).
+      if (Array.isArray(reply)) {
+        leases.keep(key, reply[0], reply[1], reply[2], reply[3], askedAt)
+        return cb(null, inflate(reply[0], remove))
       }
-      cb(null, inflatableOrNull(sess, 'cluster', remove))
+      cb(null, inflate(reply, remove))
     })
   }
 
@@ -130,7 +151,20 @@ class ClusterStore extends Store {
       if (size > this.maxSessionBytes) return done(cb, sessionTooLarge(size, this.maxSessionBytes, 'maxSessionBytes'), this.outcome)
       if (size > this.maxTotalBytes) return done(cb, sessionTooLarge(size, this.maxTotalBytes, 'maxTotalBytes'), this.outcome)
     }
-    this.call({ op: SESSION_OP.SET, sid, sess: json, expires: this.expiresAt(sess) }, doneWith(cb, this.outcome))
+    const expires = this.expiresAt(sess)
+    const leases = this.leases()
+    if (leases === null) return this.call({ op: SESSION_OP.SET, sid, sess: json, expires }, doneWith(cb, this.outcome))
+    const key = keyOf(this.prefix, sid)
+    // Until the primary answers, the copy here may be older than what it holds.
+    leases.writing(key)
+    const askedAt = performance.now()
+    const outcome = this.outcome
+    this.call({ op: SESSION_OP.SET, sid, sess: json, expires, lease: 1 }, function onLeasedSet (err, reply) {
+      leases.written(key)
+      // [grant, leaseMs] when the primary granted a lease on what was just written.
+      if (!err && Array.isArray(reply)) leases.keep(key, json, expires, reply[0], reply[1], askedAt)
+      done(cb, err, outcome)
+    })
   }
 
   /** Extend the expiry and refresh the stored cookie (as MemoryStore does); the data stays as stored. */
@@ -142,12 +176,13 @@ class ClusterStore extends Store {
     } catch (err) {
       return done(cb, err, this.outcome)
     }
-    this.call({ op: SESSION_OP.TOUCH, sid, expires: this.expiresAt(sess), cookie }, doneWith(cb, this.outcome))
+    // The primary rewrites the stored cookie: a copy held here would keep the old one.
+    this.callWriting({ op: SESSION_OP.TOUCH, sid, expires: this.expiresAt(sess), cookie }, cb)
   }
 
   destroy (sid, cb) {
     if (typeof cb !== 'function') return promised(this, 'destroy', [sid])
-    this.call({ op: SESSION_OP.DESTROY, sid }, doneWith(cb, this.outcome))
+    this.callWriting({ op: SESSION_OP.DESTROY, sid }, cb)
   }
 
   /** Every live session, as an array of session objects with their `id` (like connect-redis). */
@@ -175,7 +210,39 @@ class ClusterStore extends Store {
 
   clear (cb) {
     if (typeof cb !== 'function') return promised(this, 'clear', [])
-    this.call({ op: SESSION_OP.CLEAR }, doneWith(cb, this.outcome))
+    const leases = this.leases()
+    if (leases === null) return this.call({ op: SESSION_OP.CLEAR }, doneWith(cb, this.outcome))
+    leases.clearing()
+    const outcome = this.outcome
+    this.call({ op: SESSION_OP.CLEAR }, function onLeasedClear (err) {
+      leases.cleared()
+      done(cb, err, outcome)
+    })
+  }
+
+  /**
+   * This worker's read leases, when it takes them: a worker talking to its
+   * primary with clusterStore.leaseMs > 0 (in-process calls have no round trip to save).
+   * @returns {import('./lease-cache').LeaseCache|null}
+   */
+  leases () {
+    if (this.client === null || !this.client.remote()) return null
+    const config = runtimeConfig().clusterStore
+    if (!(config && config.leaseMs > 0)) return null
+    return leaseCacheFor(this.client)
+  }
+
+  /** A touch or destroy of msg.sid: this worker's copy goes, and no reply restores it until this one is answered. */
+  callWriting (msg, cb) {
+    const leases = this.leases()
+    if (leases === null) return this.call(msg, doneWith(cb, this.outcome))
+    const key = keyOf(this.prefix, msg.sid)
+    leases.writing(key)
+    const outcome = this.outcome
+    this.call(msg, function onLeasedWrite (err) {
+      leases.written(key)
+      done(cb, err, outcome)
+    })
   }
 
   /**
@@ -193,6 +260,45 @@ class ClusterStore extends Store {
   }
 }
 
+/** The session in `json` (null when there is none), as every read answers it. */
+function inflate (json, remove) {
+  if (json === null || json === undefined) return null
+  let sess
+  try {
+    sess = JSON.parse(json)
+  } catch (parseError) {
+    sess = new Unreadable(parseError.message)
+  }
+  return inflatableOrNull(sess, 'cluster', remove)
+}
+
+function answerHeld (cb, json, remove) {
+  cb(null, inflate(json, remove))
+}
+
+/**
+ * The process's lease cache, answering the primary's revocations through
+ * `client` (registered once: the cache and the pushes are per process).
+ */
+function leaseCacheFor (client) {
+  const leases = sharedLeaseCache()
+  if (!leases.answering) {
+    leases.answering = true
+    client.onPush(function onSessionPush (method, data) {
+      if (method !== 'revoke') return
+      const grant = leases.revoke(data)
+      if (grant === null) return
+      try {
+        client.notify('revoked', [grant])
+      } catch (err) {
+        // Unanswered, the primary waits for the lease to run out instead.
+        debug('lease %d: revocation not acknowledged: %s', grant, err.message)
+      }
+    })
+  }
+  return leases
+}
+
 function doneWith (cb, outcome) {
   return function finished (err) {
     done(cb, err, outcome)
@@ -208,8 +314,7 @@ function done (cb, err, outcome) {
  * worker over IPC; in the primary, with `workers: 0` or outside clusterize,
  * in this process). Requests of one loop turn share one IPC write.
  */
-function serviceTransport (timeoutMs) {
-  const client = serviceClient(SERVICE, { timeoutMs })
+function serviceTransport (client) {
   return function toSessionService (msg) {
     // Sized for backpressure without encoding it: the session string is nearly all of it.
     return client.request(msg.op, msg, { bytes: typeof msg.sess === 'string' ? msg.sess.length : 0 })

@@ -8,7 +8,7 @@ import {
 import type {
   PrimaryHandle, ClusterizeOptions, ReloadStartEvent, ReloadResult, BridgeUpEvent, BridgeDownEvent,
   SessionDownEvent, SessionUpEvent, WorkerExitEvent, ClusterizeBusErrorCode, UpgradeResult, UpgradeStartEvent,
-  PrimaryConnectionStats
+  PrimaryConnectionStats, ClusterSessionLeaseStats
 } from 'clusterize-express'
 import { expectType } from './expect.mjs'
 
@@ -37,6 +37,12 @@ expectType<number>()(held.handoff)
 expectType<number>()(held.handoffShed)
 expectType<number>()(held.awaitingShed)
 handle.once('upgrade:done', (result) => expectType<string | undefined>()(result.reason))
+const sessionStats = handle.stats().sessions
+if (sessionStats) expectType<ClusterSessionLeaseStats | null>()(sessionStats.leases)
+declare const leaseStats: ClusterSessionLeaseStats
+expectType<number>()(leaseStats.expiredRevocations)
+const leaseOptions: ClusterizeOptions = { clusterStore: { leaseMs: 0, maxSessions: 10 } }
+expectType<number | undefined>()(leaseOptions.clusterStore?.leaseMs)
 if (handle.upgrade) handle.upgrade({ node: '/usr/bin/node', args: ['--workers', '4'] }).then((result) => expectType<UpgradeResult>()(result))
 // @ts-expect-error upgrade args are strings
 if (handle.upgrade) handle.upgrade({ args: [4] })

@@ -1,0 +1,143 @@
+'use strict'
+
+/**
+ * The worker's side of the cluster store's read leases (./leases.js): the
+ * sessions this worker may read without asking the primary, each as the JSON
+ * it last read or wrote, until its lease runs out by this process's clock
+ * (counted from before the request that won it) or the primary revokes it.
+ * One per process, shared by every ClusterStore in it: the primary grants
+ * leases per process, so two stores with the same prefix must see the same
+ * copies.
+ */
+
+const debug = require('debug')('clusterize:session')
+const { performance } = require('perf_hooks')
+
+const PRUNE_EVERY_MS = 5000
+
+class LeaseCache {
+  constructor () {
+    /** @type {Map<string, { json: string, expires: number, grant: number, until: number }>} */
+    this.entries = new Map()
+    /**
+     * Grants revoked before the reply that carried them was read: a revocation is
+     * handled when it arrives, the callbacks of replies just before it later (they are
+     * promise reactions), so it is remembered until those have run.
+     */
+    this.revokedGrants = new Set()
+    this.forgetting = false
+    /**
+     * Writes (save, touch, destroy) this worker sent and the primary has not answered, by key,
+     * and clear()s likewise: while one is out, no reply keeps a copy of that key (of any, for a
+     * clear). A read's reply can be read after a write sent later was applied.
+     */
+    this.writes = new Map()
+    this.clears = 0
+    this.hits = 0
+    this.timer = null
+    /** The revocation handler is registered (cluster-store.js leaseCacheFor). */
+    this.answering = false
+  }
+
+  /**
+   * The session's JSON, when this worker holds a live lease on it.
+   * @param {string} key
+   * @returns {string|undefined}
+   */
+  read (key) {
+    const entry = this.entries.get(key)
+    if (entry === undefined) return undefined
+    if (entry.until > performance.now() && entry.expires > Date.now()) {
+      this.hits++
+      return entry.json
+    }
+    this.entries.delete(key)
+    return undefined
+  }
+
+  /**
+   * A reply granted a lease on `key`, holding `json`.
+   * @param {string} key
+   * @param {string} json
+   * @param {number} expires the session's expiry, ms since the epoch
+   * @param {number} grant
+   * @param {number} leaseMs
+   * @param {number} askedAt performance.now() before the request was sent
+   */
+  keep (key, json, expires, grant, leaseMs, askedAt) {
+    if (this.revokedGrants.has(grant) || this.writes.has(key) || this.clears > 0) return
+    const current = this.entries.get(key)
+    // Replies can be read out of order with respect to each other: the newer grant wins.
+    if (current !== undefined && current.grant > grant) return
+    this.entries.set(key, { json, expires, grant, until: askedAt + leaseMs })
+    if (this.timer === null) {
+      this.timer = setInterval(() => this.prune(), PRUNE_EVERY_MS)
+      this.timer.unref()
+    }
+  }
+
+  /** This worker is about to change `key` (save, touch, destroy): its copy is no longer current. */
+  writing (key) {
+    this.entries.delete(key)
+    this.writes.set(key, (this.writes.get(key) || 0) + 1)
+  }
+
+  /** The primary answered (or the call failed) a write of `key` made after writing(key). */
+  written (key) {
+    const left = this.writes.get(key) - 1
+    if (left > 0) this.writes.set(key, left)
+    else this.writes.delete(key)
+  }
+
+  /** clear() is on its way: no copy is current. */
+  clearing () {
+    this.entries.clear()
+    this.clears++
+  }
+
+  /** The primary answered (or the call failed) a clear() made after clearing(). */
+  cleared () {
+    this.clears--
+  }
+
+  /**
+   * The primary revoked a lease: `[key, grant]`.
+   * @param {*} revocation
+   * @returns {number|null} the grant to acknowledge, null for a malformed push
+   */
+  revoke (revocation) {
+    if (!Array.isArray(revocation) || typeof revocation[0] !== 'string' || typeof revocation[1] !== 'number') return null
+    const [key, grant] = revocation
+    const entry = this.entries.get(key)
+    if (entry !== undefined && entry.grant <= grant) this.entries.delete(key)
+    this.revokedGrants.add(grant)
+    if (!this.forgetting) {
+      this.forgetting = true
+      setImmediate(() => {
+        this.forgetting = false
+        this.revokedGrants.clear()
+      })
+    }
+    debug('lease %d revoked', grant)
+    return grant
+  }
+
+  prune () {
+    const now = performance.now()
+    for (const [key, entry] of this.entries) if (!(entry.until > now)) this.entries.delete(key)
+    if (this.entries.size === 0) {
+      clearInterval(this.timer)
+      this.timer = null
+    }
+  }
+}
+
+let shared = null
+
+/** @returns {LeaseCache} this process's */
+function sharedLeaseCache () {
+  if (shared === null) shared = new LeaseCache()
+  return shared
+}
+
+module.exports = { LeaseCache, sharedLeaseCache }

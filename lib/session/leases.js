@@ -1,0 +1,313 @@
+'use strict'
+
+/**
+ * Read leases of the cluster store, held by the primary beside its
+ * SessionBackend (./cluster-backend.js).
+ *
+ * A lease lets one worker answer reads of one session from the copy it last
+ * read or wrote, for `leaseMs`, without asking the primary: a kept-alive
+ * connection's requests then cost one IPC round trip (the save) instead of
+ * two. Reads stay linearizable:
+ * - one worker holds a session's lease at a time, and every write goes
+ *   through the primary;
+ * - before a write of another worker (or a destroy, touch or clear) is
+ *   applied, the holder is told to drop its copy (a push) and the write
+ *   waits for its answer, for the holder's exit, or for the lease to run out,
+ *   whichever comes first (a hung holder delays the write by at most
+ *   `leaseMs`; its own clock has expired the copy by then);
+ * - a worker counts its lease from before it asked, so it always ends first
+ *   in the worker.
+ * A lease is granted only to the worker that made the session's previous
+ * access too, and a session whose lease had to be revoked gets none for a
+ * while (1 s, doubling with each revocation up to a minute, back to 1 s after
+ * a minute without one): sessions whose requests spread over workers (a browser's
+ * several connections under round robin) soon stop holding leases, so their
+ * writes stop waiting for revocations, and cost what they cost without.
+ */
+
+const debug = require('debug')('clusterize:session')
+const { performance } = require('perf_hooks')
+const { SESSION_OP, keyOf } = require('./cluster-ops')
+
+/** How long an unleased record of a session's last reader is kept (affinity is forgotten after). */
+const FORGET_AFTER_MS = 10000
+/** No lease for this long after a session's first revocation; doubled with each one after. */
+const FIRST_BACKOFF_MS = 1000
+const MAX_BACKOFF_MS = 60000
+
+class SessionLeases {
+  /**
+   * @param {object} options
+   * @param {number} options.leaseMs how long a lease lasts (> 0)
+   * @param {(pid: number, method: string, data: *) => boolean} options.push tell a worker (false: it is gone)
+   * @param {() => number} [options.now] a monotonic clock in ms, for tests
+   */
+  constructor (options) {
+    this.leaseMs = options.leaseMs
+    this.push = options.push
+    this.now = options.now || performance.now.bind(performance)
+    /** @type {Map<string, LeaseRecord>} */
+    this.records = new Map()
+    /** Revocations waiting for their holder, by grant. */
+    this.waiting = new Map()
+    this.seq = 0
+    /** A clear() is revoking every lease: no grant until it is applied. */
+    this.clearing = 0
+    this.granted = 0
+    this.revoked = 0
+    this.expiredRevocations = 0
+    this.timer = setInterval(() => this.prune(), Math.max(FORGET_AFTER_MS, this.leaseMs * 2))
+    this.timer.unref()
+  }
+
+  /**
+   * `pid` read or wrote `key` and found (or left) the session there: the lease granted, 0 for none.
+   * @param {string} key
+   * @param {number} pid
+   * @returns {number}
+   */
+  grant (key, pid) {
+    const now = this.now()
+    const record = this.records.get(key)
+    if (record === undefined) {
+      this.records.set(key, new LeaseRecord(pid, now))
+      return 0
+    }
+    const again = record.last === pid
+    record.last = pid
+    record.at = now
+    if (record.revoking !== null || this.clearing > 0 || record.quietUntil > now) return 0
+    const held = record.holder !== 0 && record.until > now
+    if (held ? record.holder !== pid : !again) return 0
+    record.holder = pid
+    record.until = now + this.leaseMs
+    record.grant = ++this.seq
+    this.granted++
+    return record.grant
+  }
+
+  /**
+   * Before `pid` writes `key`: null when it may be applied now, else a Promise
+   * that settles once another worker's lease on it is gone (ask again then).
+   * @param {string} key
+   * @param {number} pid
+   * @returns {Promise<void>|null}
+   */
+  beforeWrite (key, pid) {
+    const record = this.records.get(key)
+    if (record === undefined) return null
+    if (record.revoking !== null) return record.revoking
+    if (record.holder === 0 || record.holder === pid) return null
+    if (!(record.until > this.now())) {
+      record.holder = 0
+      return null
+    }
+    return this.revoke(key, record)
+  }
+
+  /**
+   * `pid` touched `key`: the primary rewrote its cookie, so no copy of it is
+   * current, the toucher's included (it dropped its own when it asked).
+   * @param {string} key
+   */
+  touched (key) {
+    const record = this.records.get(key)
+    if (record !== undefined && record.revoking === null) record.holder = 0
+  }
+
+  /** `key` was destroyed (after beforeWrite): forget it. */
+  destroyed (key) {
+    const record = this.records.get(key)
+    if (record !== undefined && record.revoking === null) this.records.delete(key)
+  }
+
+  /**
+   * The backend evicted `key` to make room: its holder drops its copy, unwaited
+   * (the write that made room is another session's).
+   * @param {string} key
+   */
+  evicted (key) {
+    const record = this.records.get(key)
+    if (record === undefined) return
+    if (record.revoking === null && record.holder !== 0 && record.until > this.now()) {
+      this.push(record.holder, 'revoke', [key, record.grant])
+    }
+    if (record.revoking === null) this.records.delete(key)
+  }
+
+  /**
+   * Before `pid` clears sessions: null when no other worker holds a lease,
+   * else a Promise that settles once they are all revoked (ask again then).
+   * No lease is granted until cleared() is called.
+   * @param {number} pid
+   * @returns {Promise<void>|null}
+   */
+  beforeClear (pid) {
+    const now = this.now()
+    const revoking = []
+    for (const [key, record] of this.records) {
+      if (record.revoking !== null) revoking.push(record.revoking)
+      else if (record.holder !== 0 && record.holder !== pid && record.until > now) revoking.push(this.revoke(key, record))
+    }
+    if (revoking.length === 0) return null
+    this.clearing++
+    const settled = () => { this.clearing-- }
+    return Promise.all(revoking).then(settled, settled)
+  }
+
+  /** The clear was applied: every record goes (a lease of the clearer was dropped in the clearer). */
+  cleared () {
+    for (const [key, record] of this.records) if (record.revoking === null) this.records.delete(key)
+  }
+
+  /**
+   * A worker answered revocations.
+   * @param {number} pid
+   * @param {Array<number>} grants
+   */
+  acknowledged (pid, grants) {
+    if (!Array.isArray(grants)) return
+    for (const grant of grants) {
+      const waiting = this.waiting.get(grant)
+      if (waiting !== undefined && waiting.holder === pid) waiting.settle()
+    }
+  }
+
+  /**
+   * A worker exited: its leases end, and writes waiting on them go ahead.
+   * @param {number} pid
+   */
+  forget (pid) {
+    for (const waiting of this.waiting.values()) if (waiting.holder === pid) waiting.settle()
+    for (const record of this.records.values()) {
+      if (record.holder === pid && record.revoking === null) record.holder = 0
+      if (record.last === pid) record.last = 0
+    }
+  }
+
+  /** @returns {{ granted: number, revoked: number, expiredRevocations: number, leaseMs: number }} */
+  stats () {
+    return { leaseMs: this.leaseMs, granted: this.granted, revoked: this.revoked, expiredRevocations: this.expiredRevocations }
+  }
+
+  /** Drop records of sessions nobody has read for a while and that hold no lease. */
+  prune () {
+    const now = this.now()
+    for (const [key, record] of this.records) {
+      if (record.revoking === null && !(record.holder !== 0 && record.until > now) && now - record.at > FORGET_AFTER_MS && !(record.quietUntil > now)) this.records.delete(key)
+    }
+  }
+
+  close () {
+    clearInterval(this.timer)
+    for (const waiting of this.waiting.values()) waiting.settle()
+    this.records.clear()
+  }
+
+  /** Tell the holder to drop its copy; settles on its answer, its exit or the lease's end. */
+  revoke (key, record) {
+    const holder = record.holder
+    const grant = record.grant
+    const leases = this
+    const now = this.now()
+    // Contended: back off, longer each time, unless the last revocation was long ago.
+    record.backoff = record.backoff === 0 || now - record.quietUntil > MAX_BACKOFF_MS ? FIRST_BACKOFF_MS : Math.min(record.backoff * 2, MAX_BACKOFF_MS)
+    record.quietUntil = now + record.backoff
+    let resolve
+    let timer = null
+    const waiting = {
+      holder,
+      settle () {
+        if (leases.waiting.get(grant) !== waiting) return
+        leases.waiting.delete(grant)
+        clearTimeout(timer)
+        record.revoking = null
+        if (record.grant === grant) record.holder = 0
+        resolve()
+      }
+    }
+    record.revoking = new Promise(function revoking (settled) { resolve = settled })
+    this.waiting.set(grant, waiting)
+    this.revoked++
+    const until = record.until
+    timer = setTimeout(function leaseRanOut () {
+      // Timers count from the loop's cached time and may fire early by this clock: wait it out.
+      const left = until - leases.now()
+      if (left > 0) {
+        timer = setTimeout(leaseRanOut, Math.ceil(left))
+        return
+      }
+      leases.expiredRevocations++
+      debug('lease %d of worker %d: no answer to its revocation, it ran out', grant, holder)
+      waiting.settle()
+    }, Math.max(0, Math.ceil(until - this.now())))
+    const revoking = record.revoking
+    if (!this.push(holder, 'revoke', [key, grant])) waiting.settle()
+    return revoking
+  }
+}
+
+class LeaseRecord {
+  constructor (pid, now) {
+    /** The pid of the session's last reader or writer (0: none known). */
+    this.last = pid
+    this.at = now
+    /** The pid holding the lease, 0 for none; it is live while `until` is ahead. */
+    this.holder = 0
+    this.until = 0
+    this.grant = 0
+    /** @type {Promise<void>|null} */
+    this.revoking = null
+    /** No grant before this (after a revocation), and how long the last wait was. */
+    this.quietUntil = 0
+    this.backoff = 0
+  }
+}
+
+/**
+ * Answer one store request with the backend, keeping the leases: grants on
+ * reads and saves that ask for one (`lease: 1`), revocations before writes.
+ * Every write is checked, whether or not its sender takes leases.
+ * @param {import('./cluster-backend').SessionBackend} backend
+ * @param {SessionLeases} leases
+ * @param {object} msg
+ * @param {number} pid the caller
+ * @returns {*} the answer, or a Promise of it
+ */
+function answerWithLeases (backend, leases, msg, pid) {
+  const op = msg && msg.op
+  if (op === SESSION_OP.GET) {
+    const json = backend.dispatch(msg)
+    if (json === null || msg.lease !== 1) return json
+    const key = keyOf(prefixOf(msg), msg.sid)
+    const grant = leases.grant(key, pid)
+    return grant === 0 ? json : [json, backend.expiresOf(key), grant, leases.leaseMs]
+  }
+  if (op === SESSION_OP.SET || op === SESSION_OP.TOUCH || op === SESSION_OP.DESTROY) {
+    const key = keyOf(prefixOf(msg), msg.sid)
+    const wait = leases.beforeWrite(key, pid)
+    if (wait !== null) return wait.then(() => answerWithLeases(backend, leases, msg, pid))
+    const answer = backend.dispatch(msg)
+    if (op === SESSION_OP.TOUCH) leases.touched(key)
+    else if (op === SESSION_OP.DESTROY) leases.destroyed(key)
+    else if (msg.lease === 1 && backend.expiresOf(key) !== 0) {
+      const grant = leases.grant(key, pid)
+      if (grant !== 0) return [grant, leases.leaseMs]
+    }
+    return answer
+  }
+  if (op === SESSION_OP.CLEAR) {
+    const wait = leases.beforeClear(pid)
+    if (wait !== null) return wait.then(() => answerWithLeases(backend, leases, msg, pid))
+    const answer = backend.dispatch(msg)
+    leases.cleared()
+    return answer
+  }
+  return backend.dispatch(msg)
+}
+
+function prefixOf (msg) {
+  return typeof msg.prefix === 'string' ? msg.prefix : ''
+}
+
+module.exports = { SessionLeases, answerWithLeases, FORGET_AFTER_MS }

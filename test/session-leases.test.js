@@ -1,0 +1,359 @@
+'use strict'
+
+/**
+ * The cluster store's read leases (lib/session/leases.js in the primary,
+ * lib/session/lease-cache.js in each worker): the primary's bookkeeping with
+ * a recording push, the worker's copies with revocations arriving out of
+ * order, and a real 2-worker cluster where a worker holding a lease must
+ * never answer a read with data older than a write another worker finished.
+ */
+
+const { describe, it, before, after } = require('node:test')
+const assert = require('node:assert/strict')
+const http = require('http')
+const path = require('path')
+const { SessionLeases, answerWithLeases } = require('../lib/session/leases')
+const { LeaseCache } = require('../lib/session/lease-cache')
+const { SessionBackend } = require('../lib/session/cluster-backend')
+const { startCluster } = require('./helpers/cluster')
+
+const A = 101
+const B = 202
+
+function recordingLeases (options) {
+  const pushed = []
+  let clock = 1000
+  const leases = new SessionLeases(Object.assign({
+    leaseMs: 1000,
+    now: () => clock,
+    push (pid, method, data) {
+      pushed.push({ pid, method, data })
+      return true
+    }
+  }, options))
+  return { leases, pushed, advance (ms) { clock += ms } }
+}
+
+describe('read leases in the primary (SessionLeases)', () => {
+  it('grants a lease on a session\'s second access from the same worker, and none to another while it is held', () => {
+    const { leases } = recordingLeases()
+    try {
+      assert.equal(leases.grant('s', A), 0, 'first access: no affinity yet')
+      const grant = leases.grant('s', A)
+      assert.ok(grant > 0)
+      assert.equal(leases.grant('s', B), 0, 'A holds it')
+      assert.ok(leases.grant('s', A) > grant, 'A renews its own lease')
+    } finally {
+      leases.close()
+    }
+  })
+
+  it('a write of another worker waits for the holder to answer the revocation', async () => {
+    const { leases, pushed } = recordingLeases()
+    try {
+      leases.grant('s', A)
+      const grant = leases.grant('s', A)
+      assert.equal(leases.beforeWrite('s', A), null, 'the holder writes at once')
+      const wait = leases.beforeWrite('s', B)
+      assert.ok(wait instanceof Promise)
+      assert.deepEqual(pushed, [{ pid: A, method: 'revoke', data: ['s', grant] }])
+      let settled = false
+      wait.then(() => { settled = true })
+      await new Promise((resolve) => setImmediate(resolve))
+      assert.equal(settled, false, 'no answer yet')
+      leases.acknowledged(B, [grant])
+      await new Promise((resolve) => setImmediate(resolve))
+      assert.equal(settled, false, 'only the holder answers for its lease')
+      leases.acknowledged(A, [grant])
+      await wait
+      assert.equal(leases.beforeWrite('s', B), null, 'revoked: the write goes ahead')
+      assert.equal(leases.grant('s', B), 0, 'a revoked session gets no lease for a while')
+      assert.equal(leases.stats().revoked, 1)
+    } finally {
+      leases.close()
+    }
+  })
+
+  it('a holder that never answers delays a write only until its lease runs out', async () => {
+    const leases = new SessionLeases({ leaseMs: 40, push: () => true })
+    try {
+      leases.grant('s', A)
+      leases.grant('s', A)
+      await leases.beforeWrite('s', B)
+      assert.equal(leases.stats().expiredRevocations, 1)
+      assert.equal(leases.beforeWrite('s', B), null)
+    } finally {
+      leases.close()
+    }
+  })
+
+  it('a holder that exits, or is already gone, releases the write', async () => {
+    const { leases } = recordingLeases()
+    try {
+      leases.grant('s', A)
+      leases.grant('s', A)
+      const wait = leases.beforeWrite('s', B)
+      leases.forget(A)
+      await wait
+      assert.equal(leases.beforeWrite('s', B), null)
+    } finally {
+      leases.close()
+    }
+    const gone = new SessionLeases({ leaseMs: 60000, push: () => false })
+    try {
+      gone.grant('t', A)
+      gone.grant('t', A)
+      await gone.beforeWrite('t', B)
+      assert.equal(gone.beforeWrite('t', B), null)
+    } finally {
+      gone.close()
+    }
+  })
+
+  it('an expired lease needs no revocation', () => {
+    const { leases, pushed, advance } = recordingLeases()
+    try {
+      leases.grant('s', A)
+      leases.grant('s', A)
+      advance(1001)
+      assert.equal(leases.beforeWrite('s', B), null)
+      assert.deepEqual(pushed, [])
+    } finally {
+      leases.close()
+    }
+  })
+
+  it('clear() revokes every other worker\'s leases first; eviction tells the holder without waiting', async () => {
+    const { leases, pushed } = recordingLeases()
+    try {
+      for (const key of ['a', 'b']) { leases.grant(key, A); leases.grant(key, A) }
+      leases.grant('c', B)
+      const c = leases.grant('c', B)
+      const wait = leases.beforeClear(B)
+      assert.deepEqual(pushed.map((p) => [p.pid, p.data[0]]).sort(), [[A, 'a'], [A, 'b']])
+      assert.equal(leases.grant('c', B), 0, 'no grant while a clear waits')
+      leases.acknowledged(A, pushed.map((p) => p.data[1]))
+      await wait
+      assert.equal(leases.beforeClear(B), null)
+      leases.cleared()
+      pushed.length = 0
+      leases.grant('d', A)
+      const d = leases.grant('d', A)
+      leases.evicted('d')
+      assert.deepEqual(pushed, [{ pid: A, method: 'revoke', data: ['d', d] }])
+      assert.ok(c > 0)
+    } finally {
+      leases.close()
+    }
+  })
+
+  it('answerWithLeases: grants travel with reads and saves, a write from elsewhere revokes, a touch ends the lease', async () => {
+    const backend = new SessionBackend({ sweepIntervalMs: 0 })
+    const pushed = []
+    const leases = new SessionLeases({ leaseMs: 1000, push (pid, method, data) { pushed.push(data); return true } })
+    try {
+      const expires = Date.now() + 60000
+      assert.equal(answerWithLeases(backend, leases, { op: 'set', sid: 'x', sess: '{"n":1}', expires, lease: 1 }, A), true, 'first access: no lease')
+      const got = answerWithLeases(backend, leases, { op: 'get', sid: 'x', lease: 1 }, A)
+      assert.ok(Array.isArray(got), 'second access from A: a lease')
+      assert.deepEqual([got[0], got[1], got[3]], ['{"n":1}', expires, 1000])
+      assert.equal(answerWithLeases(backend, leases, { op: 'get', sid: 'x' }, B), '{"n":1}', 'a reader that takes no lease gets the JSON')
+      const saved = answerWithLeases(backend, leases, { op: 'set', sid: 'x', sess: '{"n":2}', expires, lease: 1 }, B)
+      assert.ok(saved instanceof Promise, 'B\'s save waits for A')
+      assert.deepEqual(pushed, [['x', got[2]]])
+      leases.acknowledged(A, [got[2]])
+      assert.equal(await saved, true)
+      assert.equal(backend.get('x'), '{"n":2}')
+      answerWithLeases(backend, leases, { op: 'set', sid: 'y', sess: '{"cookie":{}}', expires, lease: 1 }, A)
+      const y = answerWithLeases(backend, leases, { op: 'set', sid: 'y', sess: '{"cookie":{}}', expires, lease: 1 }, A)
+      assert.ok(Array.isArray(y))
+      answerWithLeases(backend, leases, { op: 'touch', sid: 'y', expires: expires + 1000, cookie: '{"a":1}' }, A)
+      assert.equal(leases.beforeWrite('y', B), null, 'the touch ended A\'s lease: nothing to revoke')
+      assert.equal(answerWithLeases(backend, leases, { op: 'set', sid: 'gone', sess: '{}', expires: Date.now() - 1, lease: 1 }, A), true, 'a save that deletes grants nothing')
+    } finally {
+      leases.close()
+      backend.close()
+    }
+  })
+})
+
+describe('read leases in the session service', () => {
+  const { sessionService } = require('../lib/session/cluster-service')
+  const { resolveConfig } = require('../lib/config')
+
+  it('are on with workers to push to, off with clusterStore.leaseMs 0 or in-process (workers: 0)', () => {
+    const push = () => true
+    const on = sessionService.start({ config: resolveConfig({}), push })
+    const off = sessionService.start({ config: resolveConfig({ clusterStore: { leaseMs: 0 } }), push })
+    const inProcess = sessionService.start({ config: resolveConfig({}) })
+    try {
+      assert.deepEqual(on.api.stats().leases, { leaseMs: 1000, granted: 0, revoked: 0, expiredRevocations: 0 })
+      assert.equal(off.api.stats().leases, null)
+      assert.equal(inProcess.api.stats().leases, null)
+      const msg = { op: 'set', sid: 'z', sess: '{}', expires: Date.now() + 60000, lease: 1 }
+      on.requests.set(msg, { pid: A })
+      assert.ok(Array.isArray(on.requests.set(msg, { pid: A })), 'a lease on the second save from the same worker')
+      off.requests.set(msg, { pid: A })
+      assert.equal(off.requests.set(msg, { pid: A }), true, 'leases off: no grant')
+    } finally {
+      on.close()
+      off.close()
+      inProcess.close()
+    }
+  })
+})
+
+describe('read leases in a worker (LeaseCache)', () => {
+  it('answers from a live lease, not past its end or the session\'s expiry', () => {
+    const cache = new LeaseCache()
+    const now = performance.now()
+    cache.keep('k', '{"n":1}', Date.now() + 60000, 1, 60000, now)
+    assert.equal(cache.read('k'), '{"n":1}')
+    cache.keep('old', '{}', Date.now() + 60000, 2, 10, now - 20)
+    assert.equal(cache.read('old'), undefined, 'the lease ran out (counted from before the request)')
+    cache.keep('dead', '{}', Date.now() - 1, 3, 60000, now)
+    assert.equal(cache.read('dead'), undefined, 'the session expired')
+    cache.writing('k')
+    assert.equal(cache.read('k'), undefined, 'a save on its way drops the copy')
+    cache.prune()
+  })
+
+  it('a reply read while this worker\'s own write or clear of the key is out keeps nothing', () => {
+    const cache = new LeaseCache()
+    const later = () => Date.now() + 60000
+    cache.writing('k')
+    cache.writing('k')
+    cache.keep('k', '{"before":"the save"}', later(), 1, 60000, performance.now())
+    assert.equal(cache.read('k'), undefined, 'the reply to a read sent before the save')
+    cache.written('k')
+    cache.keep('k', '{"first":"save"}', later(), 2, 60000, performance.now())
+    assert.equal(cache.read('k'), undefined, 'the second save is still out')
+    cache.written('k')
+    cache.keep('k', '{"second":"save"}', later(), 3, 60000, performance.now())
+    assert.equal(cache.read('k'), '{"second":"save"}')
+    cache.clearing()
+    assert.equal(cache.read('k'), undefined)
+    cache.keep('j', '{}', later(), 4, 60000, performance.now())
+    assert.equal(cache.read('j'), undefined, 'no copy while a clear is out')
+    cache.cleared()
+    cache.keep('j', '{}', later(), 5, 60000, performance.now())
+    assert.equal(cache.read('j'), '{}')
+    cache.prune()
+  })
+
+  it('a revocation handled before the reply that granted the lease wins; an older grant never replaces a newer one', async () => {
+    const cache = new LeaseCache()
+    assert.equal(cache.revoke(['k', 5]), 5)
+    cache.keep('k', '{"stale":true}', Date.now() + 60000, 5, 60000, performance.now())
+    assert.equal(cache.read('k'), undefined, 'revoked before it was kept')
+    cache.keep('k', '{"n":7}', Date.now() + 60000, 7, 60000, performance.now())
+    cache.keep('k', '{"n":6}', Date.now() + 60000, 6, 60000, performance.now())
+    assert.equal(cache.read('k'), '{"n":7}')
+    cache.revoke(['k', 7])
+    assert.equal(cache.read('k'), undefined)
+    assert.equal(cache.revoke('junk'), null)
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.equal(cache.revokedGrants.size, 0, 'revoked grants are forgotten once the replies before them have run')
+    cache.prune()
+  })
+})
+
+const FIXTURE = path.join(__dirname, 'fixtures', 'session-lease-cluster.js')
+
+/** A kept-alive connection of its own (one socket), and the worker it landed on. */
+function connection () {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
+  return { agent, pid: 0 }
+}
+
+function cookieFrom (res) {
+  const cookie = (res.headers['set-cookie'] || []).find((c) => c.startsWith('connect.sid='))
+  return cookie && cookie.split(';')[0]
+}
+
+describe('read leases in a 2-worker cluster', () => {
+  let cluster
+  const conns = []
+  before(async () => {
+    cluster = await startCluster(FIXTURE)
+    // Two kept-alive connections on different workers (round robin hands out new connections in turn).
+    const byPid = new Map()
+    for (let i = 0; i < 12 && byPid.size < 2; i++) {
+      const conn = connection()
+      conn.pid = (await cluster.get('/plain', { agent: conn.agent })).json.pid
+      if (!byPid.has(conn.pid)) byPid.set(conn.pid, conn)
+      else conn.agent.destroy()
+    }
+    assert.equal(byPid.size, 2, 'two connections on two workers')
+    conns.push(...byPid.values())
+  })
+  after(async () => {
+    for (const conn of conns) conn.agent.destroy()
+    if (cluster) await cluster.stop()
+  })
+
+  it('a worker answers reads of a session from its lease, and sees every write another worker finished', async () => {
+    const [a, b] = conns
+    const login = await cluster.get('/login?user=lee', { method: 'POST', agent: a.agent })
+    assert.equal(login.status, 200)
+    const cookie = cookieFrom(login)
+    const headers = { cookie }
+    const hitsBefore = (await cluster.get('/lease-hits', { agent: a.agent })).json.hits
+    let expected = 0
+    for (let i = 0; i < 4; i++) {
+      const res = await cluster.get('/count', { agent: a.agent, headers })
+      assert.equal(res.json.pid, a.pid)
+      assert.equal(res.json.visits, ++expected)
+    }
+    const hits = (await cluster.get('/lease-hits', { agent: a.agent })).json.hits
+    assert.ok(hits > hitsBefore, `worker ${a.pid} answered reads from its lease (${hitsBefore} -> ${hits} hits)`)
+    // Alternate: every read on either worker sees the write just finished on the other.
+    for (let i = 0; i < 12; i++) {
+      const conn = i % 3 === 2 ? b : a
+      const res = await cluster.get('/count', { agent: conn.agent, headers })
+      assert.equal(res.status, 200)
+      assert.equal(res.json.pid, conn.pid)
+      assert.equal(res.json.visits, ++expected, `request ${i} on worker ${conn.pid}`)
+    }
+    const stats = await cluster.stats()
+    assert.ok(stats.sessions.leases.granted > 0, 'leases were granted')
+    assert.ok(stats.sessions.leases.revoked > 0, 'writes on the other worker revoked them')
+  })
+
+  it('a holder whose event loop is stuck delays another worker\'s write only until its lease runs out, then reads the new data', async () => {
+    const [a, b] = conns
+    const login = await cluster.get('/login?user=hang', { method: 'POST', agent: a.agent })
+    const headers = { cookie: cookieFrom(login) }
+    let expected = 0
+    for (let i = 0; i < 3; i++) assert.equal((await cluster.get('/count', { agent: a.agent, headers })).json.visits, ++expected)
+    const expiredBefore = (await cluster.stats()).sessions.leases.expiredRevocations
+    // Stuck for longer than its lease (1 s, the default); the write comes well within that lease.
+    const blocked = cluster.get('/block?ms=2500', { agent: a.agent })
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    const written = await cluster.get('/count', { agent: b.agent, headers })
+    assert.equal(written.json.pid, b.pid)
+    assert.equal(written.json.visits, ++expected, 'the write on the other worker went through')
+    await blocked
+    const read = await cluster.get('/count', { agent: a.agent, headers })
+    assert.equal(read.json.pid, a.pid)
+    assert.equal(read.json.visits, ++expected, 'the stuck holder did not answer from its old copy')
+    assert.ok((await cluster.stats()).sessions.leases.expiredRevocations > expiredBefore, 'the revocation ran out, unanswered')
+  })
+
+  it('logout on one worker is seen at once by a worker holding a lease', async () => {
+    const [a, b] = conns
+    const login = await cluster.get('/login?user=out', { method: 'POST', agent: a.agent })
+    const headers = { cookie: cookieFrom(login) }
+    for (let i = 0; i < 3; i++) assert.equal((await cluster.get('/me', { agent: a.agent, headers })).status, 200)
+    assert.equal((await cluster.get('/logout', { method: 'POST', agent: b.agent, headers })).json.pid, b.pid)
+    const after = await cluster.get('/me', { agent: a.agent, headers })
+    assert.equal(after.json.pid, a.pid)
+    assert.equal(after.status, 401, 'the holder dropped its copy before the logout answered')
+  })
+
+  it('clusterStore.leaseMs is checked at startup', () => {
+    const { resolveConfig } = require('../lib/config')
+    assert.throws(() => resolveConfig({ clusterStore: { leaseMs: -1 } }), /clusterStore\.leaseMs/)
+    assert.equal(resolveConfig({ clusterStore: { leaseMs: 0 } }).clusterStore.leaseMs, 0)
+  })
+})
