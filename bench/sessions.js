@@ -31,13 +31,15 @@
  * default ttl; session() skips a needless touch only with an expiry).
  *
  * --load wrk measures the req/s table with wrk, as the issue's outside measurement did
- * (wrk -t1, keep-alive; a Lua script gives each request the next of the
- * logged-in sessions in turn): it costs far less CPU per request than
+ * (keep-alive, one wrk thread per connection, each connection with its own
+ * logged-in session throughout): it costs far less CPU per request than
  * autocannon, which by default runs in this process. The CPU table stays on
- * autocannon (it needs a fixed rate, which wrk does not offer).
+ * autocannon (it needs a fixed rate, which wrk does not offer). With
+ * --spread-sessions, wrk -t1 gives each request the next session in turn
+ * instead, so every session is read and written by both workers.
  *
  *   node bench/sessions.js [--quick] [--duration 3] [--passes 4] [--connections 20] [--failovers 3] [--load wrk|autocannon]
- *                          [--read-only] [--max-age ms] [--cpu-rate 2000] [--latency-rate 2000] [--cpu-seconds 4] [--latency-seconds 4] [--ab <dir>] [--runtime-rows]
+ *                          [--spread-sessions] [--read-only] [--max-age ms] [--cpu-rate 2000] [--latency-rate 2000] [--cpu-seconds 4] [--latency-seconds 4] [--ab <dir>] [--runtime-rows]
  */
 
 const { numberArg: arg, isQuick, abDirArg } = require('./lib/args')
@@ -216,11 +218,22 @@ function loadGenerator () {
   return name
 }
 
+/**
+ * --spread-sessions (wrk only): each request carries the next session, so a session's requests
+ * spread over every connection and worker (the worst case of the cluster store's read leases).
+ */
+function spreadSessions () {
+  const spread = process.argv.includes('--spread-sessions')
+  if (spread && loadGenerator() !== 'wrk') throw new Error('--spread-sessions needs --load wrk')
+  return spread
+}
+
 async function measure (port, cookies, duration, connections) {
   if (loadGenerator() === 'wrk') {
-    const script = wrkCookieScript(cookies)
+    const perConnection = !spreadSessions()
+    const script = wrkCookieScript(cookies, { perConnection })
     try {
-      const result = await wrkRun({ port, connections, seconds: duration, path: benchPath(), script: script.file })
+      const result = await wrkRun({ port, connections, threads: perConnection ? connections : 1, seconds: duration, path: benchPath(), script: script.file })
       return { rps: result.rps, non2xx: result.non2xx, errors: result.errors, p99: result.p99 }
     } finally {
       script.remove()
@@ -556,7 +569,7 @@ function print (list, run) {
   out.push('')
   out.push(markdownTable(['store', 'req/s (median)', 'vs recipe', 'median of same-round ratios', 'p99 ms (median)', 'p99 vs recipe', 'req/s per round', 'errors + non-2xx', 'goal'], table))
   out.push('')
-  out.push(`The recipe: express-session (resave false, saveUninitialized false) with connect-redis ${connectRedisVersion()}'s RedisStore on a plain ioredis client, in 2 workers forked by node:cluster that each listen. Ours: session() with its defaults in clusterize's 2 workers. ${loadGenerator() === 'wrk' ? 'wrk -t1 (each request carries the next of the logged-in sessions in turn) runs beside the servers' : 'autocannon runs in the bench process'} on the same cores. Total run time ${run.seconds.toFixed(1)} s.` +
+  out.push(`The recipe: express-session (resave false, saveUninitialized false) with connect-redis ${connectRedisVersion()}'s RedisStore on a plain ioredis client, in 2 workers forked by node:cluster that each listen. Ours: session() with its defaults in clusterize's 2 workers. ${loadGenerator() === 'wrk' ? (spreadSessions() ? 'wrk -t1 (--spread-sessions: each request carries the next of the logged-in sessions in turn, so every session is read and written by both workers) runs beside the servers' : `wrk -t${run.connections} (one thread per connection, each connection with its own session throughout) runs beside the servers`) : 'autocannon (each connection with its own session) runs in the bench process'} on the same cores. Total run time ${run.seconds.toFixed(1)} s.` +
     (run.other === null ? '' : ` Other work (not this script, its servers or the local Redis) used ${run.other.toFixed(2)} of ${require('os').availableParallelism()} cores: ${busy ? 'busy box' : 'quiet box'}.`))
   process.stdout.write(out.join('\n') + '\n\n')
 }

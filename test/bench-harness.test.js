@@ -203,6 +203,45 @@ test('the wrk cookie script gives the requests each cookie in turn, quoted, and 
   assert.strictEqual(fs.existsSync(script.file), false)
 })
 
+test('under a real wrk, the per-connection script keeps one cookie per connection, and the spread one gives each connection every cookie', async () => {
+  const http = require('http')
+  const { hasWrk, wrkRun, wrkCookieScript } = require('../bench/lib/wrk')
+  assert.ok(hasWrk(), 'wrk is installed (Debian package wrk; .ci/run installs it)')
+  const cookies = ['s=1', 's=2', 's=3']
+  /** @type {Map<import('net').Socket, Set<string>>} */
+  const seen = new Map()
+  const server = http.createServer((req, res) => {
+    if (!seen.has(req.socket)) seen.set(req.socket, new Set())
+    seen.get(req.socket).add(req.headers.cookie)
+    res.end('ok')
+  })
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const port = server.address().port
+  try {
+    const perConnection = wrkCookieScript(cookies, { perConnection: true })
+    try {
+      await wrkRun({ port, connections: 3, threads: 3, seconds: 1, script: perConnection.file })
+    } finally {
+      perConnection.remove()
+    }
+    const sets = Array.from(seen.values())
+    assert.equal(sets.length, 3, 'three connections')
+    for (const set of sets) assert.equal(set.size, 1, `one cookie per connection, got ${Array.from(set)}`)
+    assert.deepEqual(sets.map((set) => Array.from(set)[0]).sort(), cookies, 'each connection its own')
+    seen.clear()
+    const spread = wrkCookieScript(cookies)
+    try {
+      await wrkRun({ port, connections: 2, seconds: 1, script: spread.file })
+    } finally {
+      spread.remove()
+    }
+    for (const set of seen.values()) assert.equal(set.size, 3, 'every connection carried every cookie')
+  } finally {
+    server.closeAllConnections()
+    await new Promise((resolve) => server.close(resolve))
+  }
+})
+
 test('the client loop stops when its signal aborts, and fails a request unanswered within timeoutMs as ETIMEDOUT', async () => {
   const http = require('http')
   const { runClientLoop } = require('../bench/lib/load')

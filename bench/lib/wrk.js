@@ -7,7 +7,7 @@
  *   wrkClose: a new connection per request (`-H 'Connection: close'`): every
  *     request pays for a TCP accept, so whatever sits on the accept path shows;
  *   wrkRun: keep-alive, optionally with a Lua script (wrkCookieScript: each
- *     request carries the next of a list of session cookies).
+ *     connection carries its own session cookie, or each request the next one).
  */
 
 const fs = require('fs')
@@ -29,12 +29,12 @@ function wrkSeconds (seconds) {
 }
 
 /**
- * @param {{ port: number, connections: number, seconds: number, path?: string, headers?: string[], script?: string }} options
- *   (wrk takes whole seconds; `script`: a Lua file)
+ * @param {{ port: number, connections: number, seconds: number, path?: string, headers?: string[], script?: string, threads?: number }} options
+ *   (wrk takes whole seconds; `script`: a Lua file; `threads`: wrk's, 1 by default)
  * @returns {Promise<{ rps: number, total: number, p99: number, failed: number, non2xx: number, errors: number }>}
  */
 function wrkRun (options) {
-  const args = ['-t1', `-c${options.connections}`, `-d${wrkSeconds(options.seconds)}s`, '--latency']
+  const args = [`-t${options.threads || 1}`, `-c${options.connections}`, `-d${wrkSeconds(options.seconds)}s`, '--latency']
   for (const header of options.headers || []) args.push('-H', header)
   if (options.script) args.push('-s', options.script)
   args.push(`http://127.0.0.1:${options.port}${options.path || '/'}`)
@@ -70,18 +70,28 @@ function toMs (match) {
 }
 
 /**
- * A wrk Lua script (written to a temp file) whose requests carry `cookies` in
- * turn: with as many cookies as connections, the requests in flight carry
- * different sessions. The caller removes the file (`remove()`).
+ * A wrk Lua script (written to a temp file) whose requests carry `cookies`.
+ * `perConnection` (run wrk with as many threads as connections, `threads` of
+ * wrkRun): each connection, alone in its wrk thread, carries one session
+ * throughout, as a browser or an API client would. Otherwise each request
+ * carries the next cookie in turn: with as many cookies as connections, the
+ * requests in flight carry different sessions, and a session's requests
+ * spread over every connection (and so every worker). The caller removes the
+ * file (`remove()`).
  * @param {string[]} cookies `name=value` pairs
+ * @param {{ perConnection?: boolean }} [options]
  * @returns {{ file: string, remove: () => void }}
  */
-function wrkCookieScript (cookies) {
+function wrkCookieScript (cookies, options) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-wrk-'))
   const file = path.join(dir, 'cookies.lua')
   const list = cookies.map((cookie) => JSON.stringify(cookie)).join(',\n  ')
-  fs.writeFileSync(file, `local cookies = {\n  ${list}\n}\nlocal n = 0\n` +
-    'request = function()\n  n = n + 1\n  return wrk.format(nil, nil, { ["Cookie"] = cookies[(n % #cookies) + 1] })\nend\n')
+  const body = options && options.perConnection
+    // setup() runs in wrk's main state, once per thread; thread:set() gives that thread a global.
+    ? 'local threads = 0\nsetup = function(thread)\n  threads = threads + 1\n  thread:set("session", threads)\nend\n' +
+      'request = function()\n  return wrk.format(nil, nil, { ["Cookie"] = cookies[((session - 1) % #cookies) + 1] })\nend\n'
+    : 'local n = 0\nrequest = function()\n  n = n + 1\n  return wrk.format(nil, nil, { ["Cookie"] = cookies[(n % #cookies) + 1] })\nend\n'
+  fs.writeFileSync(file, `local cookies = {\n  ${list}\n}\n` + body)
   return { file, remove () { fs.rmSync(dir, { recursive: true, force: true }) } }
 }
 
