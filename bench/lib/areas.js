@@ -56,7 +56,7 @@ const AREAS = [
   {
     script: 'sessions',
     title: 'Sessions',
-    notes: 'Anchor: the recipe most users run (express-session + connect-redis + ioredis on raw node:cluster, 2 workers). Every process, Redis and the load generator share the two cores, so each microsecond a store adds per request comes off req/s; the fixed-rate CPU table shows the cost apart from how fast the box was during the run.'
+    notes: 'Anchor: the recipe most users run (express-session + connect-redis + ioredis on raw node:cluster, 2 workers). Every process, Redis and the load generator share the two cores, so each microsecond a store adds per request comes off req/s; the fixed-rate CPU table shows the cost apart from how fast the box was during the run. Each connection keeps its session, so the cluster store answers most reads from the worker\'s read lease (one IPC round trip per request instead of two). A --quick run (3 rounds of 1 s) moves by 15% either way; the A/B runs of bench/README.md ("Read leases of the cluster store", 7 rounds of 3 s) are the measurement: 1.32x-1.53x the recipe on this box.'
   },
   {
     script: 'bus',
