@@ -275,7 +275,8 @@ describe('read leases in a 2-worker cluster', () => {
   let cluster
   const conns = []
   before(async () => {
-    cluster = await startCluster(FIXTURE)
+    // Leases of 1.5 s: a write on the other worker comes well within one, even on a slow box.
+    cluster = await startCluster(FIXTURE, { env: { CZ_TEST_OPTIONS: JSON.stringify({ clusterStore: { leaseMs: 1500 } }) } })
     // Two kept-alive connections on different workers (round robin hands out new connections in turn).
     const byPid = new Map()
     for (let i = 0; i < 12 && byPid.size < 2; i++) {
@@ -325,10 +326,10 @@ describe('read leases in a 2-worker cluster', () => {
     const login = await cluster.get('/login?user=hang', { method: 'POST', agent: a.agent })
     const headers = { cookie: cookieFrom(login) }
     let expected = 0
-    for (let i = 0; i < 3; i++) assert.equal((await cluster.get('/count', { agent: a.agent, headers })).json.visits, ++expected)
     const expiredBefore = (await cluster.stats()).sessions.leases.expiredRevocations
-    // Stuck for longer than its lease (1 s, the default); the write comes well within that lease.
-    const blocked = cluster.get('/block?ms=2500', { agent: a.agent })
+    for (let i = 0; i < 3; i++) assert.equal((await cluster.get('/count', { agent: a.agent, headers })).json.visits, ++expected)
+    // Stuck for longer than its lease (1.5 s); the write comes well within that lease.
+    const blocked = cluster.get('/block?ms=3500', { agent: a.agent })
     await new Promise((resolve) => setTimeout(resolve, 100))
     const written = await cluster.get('/count', { agent: b.agent, headers })
     assert.equal(written.json.pid, b.pid)
