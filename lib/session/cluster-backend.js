@@ -48,9 +48,7 @@ class SessionBackend {
     this.timer = null
     /** Told of every write a worker asks for (a primary upgrade forwards them to the new primary). */
     this.onWrite = null
-    /** Told of each session evicted to make room, `(key) => void` (the read leases, ./leases.js). */
-    this.onEvict = null
-    /** The workers' read leases on these sessions (./leases.js), when the primary grants them. */
+    /** The workers' read leases on these sessions (./leases.js), when the primary grants them; told of evictions. */
     this.leases = null
     const every = options.sweepIntervalMs === undefined ? DEFAULT_SWEEP_INTERVAL_MS : options.sweepIntervalMs
     if (every > 0) {
@@ -301,7 +299,7 @@ class SessionBackend {
       if (entry !== undefined && entry.expires === expires) {
         this.remove(sid, entry)
         this.evicted++
-        if (this.onEvict !== null) this.onEvict(sid)
+        if (this.leases !== null) this.leases.evicted(sid)
         debug('maxSessions (%d) or maxTotalBytes (%d) reached: evicted session expiring at %d', this.maxSessions, this.maxTotalBytes, expires)
       }
     }

@@ -47,10 +47,7 @@ const sessionService = {
     const leaseMs = options && options.leaseMs > 0 ? options.leaseMs : 0
     // Leases save workers a round trip; in-process calls (workers: 0) have none to save.
     const leases = leaseMs > 0 && context && typeof context.push === 'function' ? new SessionLeases({ leaseMs, push: context.push }) : null
-    if (leases !== null) {
-      backend.leases = leases
-      backend.onEvict = (key) => leases.evicted(key)
-    }
+    backend.leases = leases
     debug('cluster session backend started (maxSessions %d, leases %d ms)', backend.maxSessions, leaseMs)
     return {
       requests: sessionRequests(backend, leases),

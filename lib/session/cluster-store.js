@@ -151,20 +151,8 @@ class ClusterStore extends Store {
       if (size > this.maxSessionBytes) return done(cb, sessionTooLarge(size, this.maxSessionBytes, 'maxSessionBytes'), this.outcome)
       if (size > this.maxTotalBytes) return done(cb, sessionTooLarge(size, this.maxTotalBytes, 'maxTotalBytes'), this.outcome)
     }
-    const expires = this.expiresAt(sess)
-    const leases = this.leases()
-    if (leases === null) return this.call({ op: SESSION_OP.SET, sid, sess: json, expires }, doneWith(cb, this.outcome))
-    const key = keyOf(this.prefix, sid)
-    // Until the primary answers, the copy here may be older than what it holds.
-    leases.writing(key)
-    const askedAt = performance.now()
-    const outcome = this.outcome
-    this.call({ op: SESSION_OP.SET, sid, sess: json, expires, lease: 1 }, function onLeasedSet (err, reply) {
-      leases.written(key)
-      // [grant, leaseMs] when the primary granted a lease on what was just written.
-      if (!err && Array.isArray(reply)) leases.keep(key, json, expires, reply[0], reply[1], askedAt)
-      done(cb, err, outcome)
-    })
+    // A save leaves this worker's own copy, when the primary grants a lease on it.
+    this.callWriting({ op: SESSION_OP.SET, sid, sess: json, expires: this.expiresAt(sess) }, cb, true)
   }
 
   /** Extend the expiry and refresh the stored cookie (as MemoryStore does); the data stays as stored. */
@@ -229,18 +217,28 @@ class ClusterStore extends Store {
     if (this.client === null || !this.client.remote()) return null
     const config = runtimeConfig().clusterStore
     if (!(config && config.leaseMs > 0)) return null
-    return leaseCacheFor(this.client)
+    return sharedLeaseCache(this.client)
   }
 
-  /** A touch or destroy of msg.sid: this worker's copy goes, and no reply restores it until this one is answered. */
-  callWriting (msg, cb) {
+  /**
+   * A save, touch or destroy of msg.sid: this worker's copy goes, and no reply restores it
+   * until this one is answered.
+   * @param {object} msg
+   * @param {Function} cb
+   * @param {boolean} [takesLease] a save: ask for a lease on what it leaves, and keep it
+   */
+  callWriting (msg, cb, takesLease) {
     const leases = this.leases()
     if (leases === null) return this.call(msg, doneWith(cb, this.outcome))
     const key = keyOf(this.prefix, msg.sid)
     leases.writing(key)
+    if (takesLease) msg.lease = 1
+    const askedAt = performance.now()
     const outcome = this.outcome
-    this.call(msg, function onLeasedWrite (err) {
+    this.call(msg, function onLeasedWrite (err, reply) {
       leases.written(key)
+      // [grant, leaseMs] when the primary granted a lease on what was just written.
+      if (takesLease && !err && Array.isArray(reply)) leases.keep(key, msg.sess, msg.expires, reply[0], reply[1], askedAt)
       done(cb, err, outcome)
     })
   }
@@ -274,29 +272,6 @@ function inflate (json, remove) {
 
 function answerHeld (cb, json, remove) {
   cb(null, inflate(json, remove))
-}
-
-/**
- * The process's lease cache, answering the primary's revocations through
- * `client` (registered once: the cache and the pushes are per process).
- */
-function leaseCacheFor (client) {
-  const leases = sharedLeaseCache()
-  if (!leases.answering) {
-    leases.answering = true
-    client.onPush(function onSessionPush (method, data) {
-      if (method !== 'revoke') return
-      const grant = leases.revoke(data)
-      if (grant === null) return
-      try {
-        client.notify('revoked', [grant])
-      } catch (err) {
-        // Unanswered, the primary waits for the lease to run out instead.
-        debug('lease %d: revocation not acknowledged: %s', grant, err.message)
-      }
-    })
-  }
-  return leases
 }
 
 function doneWith (cb, outcome) {

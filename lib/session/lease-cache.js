@@ -35,8 +35,6 @@ class LeaseCache {
     this.clears = 0
     this.hits = 0
     this.timer = null
-    /** The revocation handler is registered (cluster-store.js leaseCacheFor). */
-    this.answering = false
   }
 
   /**
@@ -134,10 +132,31 @@ class LeaseCache {
 
 let shared = null
 
-/** @returns {LeaseCache} this process's */
-function sharedLeaseCache () {
-  if (shared === null) shared = new LeaseCache()
-  return shared
+/**
+ * This process's lease cache. The first call registers it with the session
+ * service's `client` for the primary's revocations, answered through the same
+ * client (the cache and the pushes are per process).
+ * @param {{ onPush: Function, notify: Function }} [client]
+ * @returns {LeaseCache}
+ */
+function sharedLeaseCache (client) {
+  if (shared !== null) return shared
+  const leases = new LeaseCache()
+  shared = leases
+  if (client) {
+    client.onPush(function onSessionPush (method, data) {
+      if (method !== 'revoke') return
+      const grant = leases.revoke(data)
+      if (grant === null) return
+      try {
+        client.notify('revoked', [grant])
+      } catch (err) {
+        // Unanswered, the primary waits for the lease to run out instead.
+        debug('lease %d: revocation not acknowledged: %s', grant, err.message)
+      }
+    })
+  }
+  return leases
 }
 
 module.exports = { LeaseCache, sharedLeaseCache }
