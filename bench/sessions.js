@@ -481,8 +481,7 @@ async function main () {
       }
     }))
     for (const scenario of list) {
-      // Warm-up: under --quick too, 2 s (with 0.5 s every row's first round came out lowest, still warming up).
-      if (!scenario.skipped) await measure(scenario.server.port, scenario.cookies, 2, connections)
+      if (!scenario.skipped) await measure(scenario.server.port, scenario.cookies, isQuick() ? 0.5 : 1, connections) // warm-up
     }
     const measured = list.filter((s) => !s.skipped)
     for (let pass = 0; pass < passes; pass++) {
