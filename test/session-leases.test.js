@@ -13,7 +13,7 @@ const assert = require('node:assert/strict')
 const http = require('http')
 const path = require('path')
 const { SessionLeases, answerWithLeases } = require('../lib/session/leases')
-const { LeaseCache } = require('../lib/session/lease-cache')
+const { LeaseCache, sharedLeaseCache } = require('../lib/session/lease-cache')
 const { SessionBackend } = require('../lib/session/cluster-backend')
 const { startCluster } = require('./helpers/cluster')
 
@@ -216,6 +216,24 @@ describe('read leases in a worker (LeaseCache)', () => {
     cache.writing('k')
     assert.equal(cache.read('k'), undefined, 'a save on its way drops the copy')
     cache.prune()
+  })
+
+  it('the process\'s cache answers revocations through its client even when first made without one, once per client', () => {
+    // The test fixture reads the cache's hits with no client; a store's later call brings the client.
+    const first = sharedLeaseCache()
+    const handlers = []
+    const acks = []
+    const client = { onPush: (handler) => handlers.push(handler), notify: (method, data) => acks.push([method, data]) }
+    assert.equal(sharedLeaseCache(client), first, 'one cache per process')
+    assert.equal(sharedLeaseCache(client), first)
+    assert.equal(handlers.length, 1, 'registered once for this client')
+    first.keep('k', '{}', Date.now() + 60000, 7, 60000, performance.now())
+    handlers[0]('revoke', ['k', 7])
+    assert.equal(first.read('k'), undefined, 'the revoked copy is gone')
+    assert.deepEqual(acks, [['revoked', [7]]])
+    handlers[0]('revoke', 'malformed')
+    handlers[0]('other', ['k', 8])
+    assert.deepEqual(acks, [['revoked', [7]]], 'nothing acknowledged for a malformed or foreign push')
   })
 
   it('a reply read while this worker\'s own write or clear of the key is out keeps nothing', () => {

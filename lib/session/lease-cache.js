@@ -131,32 +131,38 @@ class LeaseCache {
 }
 
 let shared = null
+/** Service clients this process's cache already answers revocations through. */
+const answered = new WeakSet()
 
 /**
- * This process's lease cache. The first call registers it with the session
- * service's `client` for the primary's revocations, answered through the same
- * client (the cache and the pushes are per process).
+ * This process's lease cache. Given the session service's `client`, it also
+ * answers the primary's revocations through that client, registered the first
+ * time that client is seen, whichever call made the cache (the cache and the
+ * pushes are per process).
  * @param {{ onPush: Function, notify: Function }} [client]
  * @returns {LeaseCache}
  */
 function sharedLeaseCache (client) {
-  if (shared !== null) return shared
-  const leases = new LeaseCache()
-  shared = leases
-  if (client) {
-    client.onPush(function onSessionPush (method, data) {
-      if (method !== 'revoke') return
-      const grant = leases.revoke(data)
-      if (grant === null) return
-      try {
-        client.notify('revoked', [grant])
-      } catch (err) {
-        // Unanswered, the primary waits for the lease to run out instead.
-        debug('lease %d: revocation not acknowledged: %s', grant, err.message)
-      }
-    })
+  if (shared === null) shared = new LeaseCache()
+  if (client && !answered.has(client)) {
+    answered.add(client)
+    answerRevocations(shared, client)
   }
-  return leases
+  return shared
+}
+
+function answerRevocations (leases, client) {
+  client.onPush(function onSessionPush (method, data) {
+    if (method !== 'revoke') return
+    const grant = leases.revoke(data)
+    if (grant === null) return
+    try {
+      client.notify('revoked', [grant])
+    } catch (err) {
+      // Unanswered, the primary waits for the lease to run out instead.
+      debug('lease %d: revocation not acknowledged: %s', grant, err.message)
+    }
+  })
 }
 
 module.exports = { LeaseCache, sharedLeaseCache }
