@@ -39,7 +39,8 @@ async function connectionPerWorker (cluster, count) {
 }
 
 test("'balanced': serves, and a reload under keep-alive load loses no request", async () => {
-  const cluster = await startCluster(fixture, { env: env({ workers: 2 }) })
+  // A 1 s bake (default 5 s): what is tested is the hand-over of the listening socket, not the wait.
+  const cluster = await startCluster(fixture, { env: env({ workers: 2, reload: { bakeMs: 1000 } }) })
   assert.strictEqual((await cluster.get('/')).status, 200)
   assert.strictEqual((await cluster.stats()).scheduling, MODE)
   const load = startLoad({ port: cluster.port, connections: 8, durationMs: 60000, paceMs: 2 })

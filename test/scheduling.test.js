@@ -101,7 +101,8 @@ test("'rr': new connections pass over a worker whose event loop is blocked, befo
 })
 
 test("'reuseport': on Node >= 22.12 every worker binds the port and a reload under load loses nothing; elsewhere a warning and a fallback to 'rr'", async () => {
-  const cluster = await startCluster(fixture, { env: env({ workers: 2, scheduling: 'reuseport' }) })
+  // A 1 s bake (default 5 s): what is tested is the hand-over of the port's queue, not the wait.
+  const cluster = await startCluster(fixture, { env: env({ workers: 2, scheduling: 'reuseport', reload: { bakeMs: 1000 } }) })
   const pids = new Set()
   for (let i = 0; i < 40 && pids.size < 2; i++) pids.add(await pidFrom(cluster))
   assert.strictEqual(pids.size, 2, 'connections spread over both workers')

@@ -42,7 +42,8 @@ function sessionClusterSuite (name, sessionOptions, suiteOptions) {
     let cookie
 
     before(async () => {
-      cluster = await startCluster(FIXTURE, { env: { CZ_SESSION_OPTIONS: JSON.stringify(sessionOptions()) } })
+      // A 1 s reload bake (default 5 s) for the rolling reload below: sessions, not the wait, are tested.
+      cluster = await startCluster(FIXTURE, { env: { CZ_SESSION_OPTIONS: JSON.stringify(sessionOptions()), CZ_TEST_OPTIONS: JSON.stringify({ reload: { bakeMs: 1000 } }) } })
     })
     after(async () => {
       if (cluster) await cluster.stop()

@@ -261,7 +261,8 @@ for (const scheduling of ['sticky', 'none']) {
     const pidFile = path.join(tmp, `activated-${scheduling}.pid`)
     // systemd-socket-activate (Debian's systemd package) binds, then execs the primary with LISTEN_FDS on the first connection.
     const mainPidFile = path.join(tmp, `activated-${scheduling}.main.pid`)
-    const child = spawn('systemd-socket-activate', ['-l', `127.0.0.1:${port}`, process.execPath, BIN, APP, '--workers', '2', '--scheduling', scheduling, '--pid-file', pidFile, '--main-pid-file', mainPidFile], {
+    // --bake-ms 1000 (default 5000): the passed socket through a reload and an upgrade is tested, not the wait.
+    const child = spawn('systemd-socket-activate', ['-l', `127.0.0.1:${port}`, process.execPath, BIN, APP, '--workers', '2', '--scheduling', scheduling, '--bake-ms', '1000', '--pid-file', pidFile, '--main-pid-file', mainPidFile], {
       cwd: tmp, env: Object.assign({}, process.env, { WORKERS: '', PORT: '', NO_COLOR: '1' }), stdio: ['ignore', 'pipe', 'pipe']
     })
     pids.add(child.pid)
