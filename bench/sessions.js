@@ -571,14 +571,15 @@ function print (list, run) {
   const busy = busyBox(run)
   const table = rows.map((row) => {
     if (row.skipped) return [row.name, 'skipped: ' + row.skipped, '', '', '', '', '', '', '']
-    if (!anchor || anchor.skipped) return [row.name, fmt(row.rps), 'n/a', 'n/a', row.p99, 'n/a', row.rounds.map((r) => fmt(r.rps)).join(' / '), row.errors, '']
+    if (!anchor || anchor.skipped) return [row.name, fmt(row.rps), 'n/a', 'n/a', fmt(row.p99, 2), 'n/a', row.rounds.map((r) => fmt(r.rps)).join(' / '), row.errors, '']
     const sameRound = median(row.rounds.map((r, i) => r.rps / anchor.rounds[i].rps))
     return [
       row.name,
       fmt(row.rps),
       ratio(row.rps, anchor.rps),
       Number.isFinite(sameRound) ? sameRound.toFixed(2) + 'x' : 'n/a',
-      row.p99,
+      // The median of an even number of rounds is a mean of two: shown to the wrk's 0.01 ms.
+      fmt(row.p99, 2),
       ratio(row.p99, anchor.p99),
       row.rounds.map((r) => fmt(r.rps)).join(' / '),
       row.errors,
