@@ -273,3 +273,14 @@ test('the client loop stops when its signal aborts, and fails a request unanswer
     await new Promise((resolve) => server.close(resolve))
   }
 })
+
+test('the box-speed meter: CPU microseconds for a fixed work, and a spread of its 90th percentile over its 10th', () => {
+  const { createBoxSpeed, sampleCpuMicros } = require('../bench/lib/box-speed')
+  assert.ok(sampleCpuMicros() > 0)
+  const speed = createBoxSpeed()
+  assert.deepStrictEqual(speed.summary(), { samples: 0, spread: NaN })
+  for (let i = 0; i < 5; i++) assert.ok(speed.sample() > 0)
+  const summary = speed.summary()
+  assert.strictEqual(summary.samples, 5)
+  assert.ok(summary.spread >= 1, `spread ${summary.spread}`)
+})
