@@ -225,8 +225,65 @@ async function startSentinel ({ replicas = 2, sentinels = 3, name = 'czprimary',
   const dir = tempDir('sentinel')
   const ports = await freePortRun(1 + replicas + sentinels, false)
   const dataPorts = ports.slice(0, 1 + replicas)
+  const quorum = Math.floor(sentinels / 2) + 1
   const sentinelPorts = ports.slice(1 + replicas)
   const servers = new Map()
+  /** The primary's port as each live sentinel that answers names it. */
+  async function sentinelViews () {
+    const views = []
+    for (const port of sentinelPorts) {
+      if (!servers.get(port).alive) continue
+      const answer = await ask(port, 'SENTINEL', 'get-master-addr-by-name', name).catch(() => null)
+      if (answer) views.push(Number(answer[1]))
+    }
+    return views
+  }
+  /** Is every live sentinel done with failing over, and does each name `primary`? */
+  async function settledOn (primary) {
+    const views = await sentinelViews()
+    if (views.length === 0 || !views.every((port) => port === primary)) return false
+    for (const port of sentinelPorts) {
+      if (!servers.get(port).alive) continue
+      const fields = await ask(port, 'SENTINEL', 'MASTER', name).catch(() => null)
+      if (!Array.isArray(fields)) return false
+      const flags = String(fields[fields.indexOf('flags') + 1])
+      if (/failover_in_progress|s_down|o_down|promoted/.test(flags)) return false
+    }
+    return true
+  }
+  /**
+   * Point every live node but `primary` at it. Where two sentinels' failover attempts overlap (seen
+   * on a slow 2-core box with the 1 s down-after), one replica can be left a primary of nothing, or
+   * replicating from another replica, and the sentinels, which see only the primary's replicas,
+   * leave it so.
+   */
+  async function pointStraysAt (primary) {
+    for (const port of dataPorts) {
+      if (port === primary || !servers.get(port).alive) continue
+      const info = await ask(port, 'INFO', 'replication').catch(() => null)
+      if (info === null) continue
+      if (/role:master/.test(info) || !new RegExp(`master_port:${primary}\\b`).test(info)) {
+        await ask(port, 'REPLICAOF', '127.0.0.1', String(primary)).catch(() => {})
+      }
+    }
+  }
+  /** Wait until every live sentinel names `primary` with no failover under way; re-point one that has not after 10 s. */
+  async function sentinelsAgreeOn (primary) {
+    const agreed = () => settledOn(primary)
+    try {
+      await eventually(agreed, { timeoutMs: 10000, what: `every sentinel to name ${primary} as the primary` })
+      return
+    } catch {}
+    for (const port of sentinelPorts) {
+      if (!servers.get(port).alive) continue
+      const answer = await ask(port, 'SENTINEL', 'get-master-addr-by-name', name).catch(() => null)
+      if (answer && Number(answer[1]) === primary) continue
+      await ask(port, 'SENTINEL', 'REMOVE', name).catch(() => {})
+      await ask(port, 'SENTINEL', 'MONITOR', name, '127.0.0.1', String(primary), String(quorum))
+      await ask(port, 'SENTINEL', 'SET', name, 'down-after-milliseconds', String(downAfterMs), 'failover-timeout', '5000', 'parallel-syncs', String(replicas))
+    }
+    await eventually(agreed, { timeoutMs: 10000, what: `every sentinel to name ${primary} as the primary, after re-pointing the ones that did not` })
+  }
   const handle = {
     dir,
     name,
@@ -240,33 +297,53 @@ async function startSentinel ({ replicas = 2, sentinels = 3, name = 'czprimary',
     get url () {
       return `redis+sentinel://${sentinelPorts.map((p) => `127.0.0.1:${p}`).join(',')}/${name}`
     },
-    /** @returns {Promise<number>} the port the sentinels name as the primary */
+    /**
+     * The port most of the live sentinels name as the primary. Right after a failover one
+     * sentinel can still name the old primary for a while: asking only the first one misses
+     * the failover, or worse, restarts the old primary while a sentinel still takes it for the
+     * primary (it then turns it back into one, and the others' replicas follow it into a loop).
+     * @returns {Promise<number>}
+     */
     async primaryPort () {
-      for (const port of sentinelPorts) {
-        if (!servers.get(port).alive) continue
-        const answer = await ask(port, 'SENTINEL', 'get-master-addr-by-name', name).catch(() => null)
-        if (answer) return Number(answer[1])
-      }
-      throw new Error('no sentinel answered')
+      const views = await sentinelViews()
+      const counts = new Map()
+      for (const port of views) counts.set(port, (counts.get(port) || 0) + 1)
+      for (const [port, count] of counts) if (count > views.length / 2) return port
+      throw new Error(views.length === 0 ? 'no sentinel answered' : `the sentinels disagree on the primary: ${views.join(', ')}`)
     },
     async syncReplicas () {
       await ask(await handle.primaryPort(), 'WAIT', String(replicas), '5000')
     },
-    /** Start the primary killed by failOver() again, as a replica of the new one; wait until it has synced. */
+    /**
+     * Start the primary killed by failOver() again, as a replica of the new one; wait until it has
+     * synced. First every live sentinel must name the new primary and have no failover in
+     * progress (see sentinelsAgreeOn()): a node back at the address a sentinel still took for
+     * the primary was seen made the primary again, with the others replicating in a loop.
+     */
     async restartKilled () {
       const primary = await handle.primaryPort()
+      await sentinelsAgreeOn(primary)
       for (const port of dataPorts) {
         const server = servers.get(port)
         if (server.alive) continue
         servers.set(port, await startServer(port, ['--port', String(port), ...EPHEMERAL, '--dir', dir, '--replicaof', '127.0.0.1', String(primary)], dir))
       }
+      // Asked afresh each time: on a slow box the sentinels' 1 s down-after can fail over once
+      // more while the restarted node syncs, and then the replicas follow the next primary.
       await eventually(async () => {
-        const info = await ask(primary, 'INFO', 'replication')
-        return new RegExp(`connected_slaves:${replicas}`).test(info) && !/state=(wait_bgsave|send_bulk)/.test(info)
-      }, { timeoutMs: 20000, what: 'the old primary to rejoin as a replica' })
+        const current = await handle.primaryPort().catch(() => null)
+        if (current === null) return false
+        await pointStraysAt(current)
+        const info = await ask(current, 'INFO', 'replication').catch(() => '')
+        return /role:master/.test(info) && new RegExp(`connected_slaves:${replicas}`).test(info) && !/state=(wait_bgsave|send_bulk)/.test(info)
+      }, { timeoutMs: 30000, what: 'the old primary to rejoin as a replica' })
     },
-    /** Kill the primary by PID and wait until the sentinels have promoted a replica that accepts writes. */
-    async failOver ({ timeoutMs = 30000 } = {}) {
+    /**
+     * Kill the primary by PID and wait until the sentinels have promoted a replica that accepts
+     * writes. Up to a minute: where the sentinels' leader election splits, each retries only
+     * after twice the failover-timeout (seen to take over 30 s on a slow 2-core box).
+     */
+    async failOver ({ timeoutMs = 60000 } = {}) {
       const old = await handle.primaryPort()
       await kill(servers.get(old))
       return eventually(async () => {
@@ -295,7 +372,7 @@ async function startSentinel ({ replicas = 2, sentinels = 3, name = 'czprimary',
       const file = path.join(dir, `sentinel-${port}.conf`)
       fs.writeFileSync(file, [
         `port ${port}`, 'bind 127.0.0.1', `dir ${dir}`,
-        `sentinel monitor ${name} 127.0.0.1 ${primary} ${Math.floor(sentinels / 2) + 1}`,
+        `sentinel monitor ${name} 127.0.0.1 ${primary} ${quorum}`,
         `sentinel down-after-milliseconds ${name} ${downAfterMs}`,
         `sentinel failover-timeout ${name} 5000`,
         `sentinel parallel-syncs ${name} ${replicas}`
