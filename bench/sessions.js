@@ -18,11 +18,9 @@
  *     from our session() and stores; the latter is in every wrk run)
  * Every server is started first, then measured in rounds with the order
  * rotated each round; medians of the rounds, and the median of same-round
- * ratios against the recipe. Then each row against the recipe in pairs of
- * short slices back to back (--pairs, --pair-seconds; none under --quick),
- * whose ratios hold up better where the core's speed swings from second to
- * second. Then CPU per request of each process at a fixed
- * rate, p50/p99 at a paced fixed rate (--latency-rate, default the CPU rate), and (not with --quick) a failover table: 2 workers under session
+ * ratios against the recipe; the core's own speed is sampled before each
+ * measurement (bench/lib/box-speed.js) and its spread printed. Then CPU per
+ * request of each process at a fixed rate, p50/p99 at a paced fixed rate (--latency-rate, default the CPU rate), and (not with --quick) a failover table: 2 workers under session
  * traffic while the Redis primary (Sentinel) or a cluster master is killed.
  * Needs Redis at REDIS_URL or redis://127.0.0.1:6379 (rows that need it are
  * skipped with a note otherwise). Loopback only, bounded, every process
@@ -46,7 +44,6 @@
  *
  *   node bench/sessions.js [--quick] [--duration 3] [--passes 4] [--connections 20] [--failovers 3] [--load wrk|autocannon]
  *                          [--spread-sessions] [--read-only] [--max-age ms] [--cpu-rate 2000] [--latency-rate 2000] [--cpu-seconds 4] [--latency-seconds 4] [--ab <dir>] [--runtime-rows]
- *                          [--pairs 5] [--pair-seconds 2]
  */
 
 const { numberArg: arg, isQuick, abDirArg } = require('./lib/args')
@@ -447,9 +444,6 @@ async function main () {
   const latencyRate = arg('--latency-rate', cpuRate)
   // As long as the CPU passes, or under --quick alone half a second (1,000 requests at 2,000 req/s).
   const latencySeconds = arg('--latency-seconds', cpuSeconds, process.argv.includes('--cpu-seconds') ? cpuSeconds : 0.5)
-  // Not under --quick: npm run bench -- --quick must stay under 5 minutes (--pairs adds them back).
-  const pairs = arg('--pairs', 5, 0)
-  const pairSeconds = arg('--pair-seconds', 2)
   const abDir = abDirArg()
   const prefix = `cz-bench:${process.pid}:${crypto.randomBytes(3).toString('hex')}:`
   const haveRedis = await redisReachable(REDIS_URL)
@@ -501,7 +495,6 @@ async function main () {
       }
       for (const scenario of measured) scenario.rounds.push(round[scenario.name])
     }
-    await measurePairs(measured, { pairs, seconds: pairSeconds, connections, speed })
     // Where the time goes: CPU per request of each process, at a fixed rate every server can hold.
     for (let pass = 0; pass < cpuPasses; pass++) {
       for (const scenario of rotated(measured.filter((s) => !s.topology), pass)) {
@@ -519,7 +512,6 @@ async function main () {
   const other = otherCores(cpuAtStart, cpuSample(runPids))
   const run = { duration, passes, connections, maxAge, loadAtStart, other, seconds: (Date.now() - started) / 1000, speed: speed.summary() }
   print(list, run)
-  printPairs(list, Object.assign({}, run, { pairs, pairSeconds }))
   printCpu(list, { rate: cpuRate, seconds: cpuSeconds, passes: cpuPasses })
   printLatency(list, { rate: latencyRate, seconds: latencySeconds, passes: cpuPasses })
   if (!topologies) return
@@ -532,76 +524,6 @@ async function main () {
   } finally {
     await topologies.stop()
   }
-}
-
-/**
- * Every row against the recipe in pairs of short slices back to back, the
- * order swapped from pair to pair: the core's speed on a shared box swings by
- * up to 2x for seconds at a time (bench/lib/box-speed.js), and a rotated round
- * of every row spans far longer than a pair does, so the two sides of a pair
- * see the same box far more often than two rows of one round.
- */
-async function measurePairs (measured, options) {
-  const anchor = measured.find((s) => s.anchor)
-  if (!anchor || options.pairs <= 0) return
-  const others = measured.filter((s) => s !== anchor)
-  for (const scenario of others) scenario.pairs = []
-  for (let pass = 0; pass < options.pairs; pass++) {
-    for (const scenario of rotated(others, pass)) {
-      const order = pass % 2 === 0 ? [anchor, scenario] : [scenario, anchor]
-      const got = new Map()
-      for (const side of order) {
-        options.speed.sample()
-        got.set(side, await measure(side.server.port, side.cookies, options.seconds, options.connections))
-      }
-      const ours = got.get(scenario)
-      const recipe = got.get(anchor)
-      scenario.pairs.push({
-        rps: ours.rps / recipe.rps,
-        p99: ours.p99 / recipe.p99,
-        errors: ours.errors + ours.non2xx + recipe.errors + recipe.non2xx
-      })
-    }
-  }
-}
-
-function printPairs (list, run) {
-  const paired = list.filter((s) => s.pairs && s.pairs.length > 0)
-  if (paired.length === 0) return
-  const range = (values) => `${Math.min(...values).toFixed(2)}-${Math.max(...values).toFixed(2)}`
-  const busy = busyBox(run)
-  const rows = paired.map((s) => {
-    const rps = s.pairs.map((p) => p.rps)
-    const p99 = s.pairs.map((p) => p.p99)
-    return [
-      s.name,
-      s.pairs.length,
-      median(rps).toFixed(2) + 'x',
-      range(rps),
-      median(p99).toFixed(2) + 'x',
-      range(p99),
-      s.pairs.reduce((sum, p) => sum + p.errors, 0),
-      pairGoalCell(s, median(rps), median(p99), goalCaveat({ duration: run.pairSeconds }, busy))
-    ]
-  })
-  writeSection(
-    `Paired with the recipe: each row and the recipe in slices of ${run.pairSeconds} s back to back, the order swapped from pair to pair (${run.pairs} pairs a row; medians of the pairs' ratios)`,
-    ['store', 'pairs', 'req/s vs recipe', 'lowest-highest', 'saturated p99 vs recipe', 'lowest-highest', 'errors + non-2xx (both sides)', 'goal'], rows,
-    'A pair spans two slices, a rotated round of the table above spans every row\'s, so the two sides of a pair are measured closer together in time. Where the core\'s speed swings within seconds (the note under the table above), pairs still spread: read lowest-highest before the median.')
-  process.stdout.write('\n')
-}
-
-/** The goal on the paired ratios: req/s at least the goal, and p99 at most the recipe's where the goal says so. */
-function pairGoalCell (row, rps, p99, caveat) {
-  if (!row.goal) return ''
-  const parts = [`>= ${row.goal.rps.toFixed(1)}x`]
-  let met = rps >= row.goal.rps
-  if (row.goal.p99) {
-    parts.push('p99 <= recipe')
-    met = met && p99 <= 1
-  }
-  if (!met) return `${parts.join(', ')}: **not met**`
-  return `${parts.join(', ')}: ${caveat ? `met in this run, ${caveat}: not a claim` : '**met**'}`
 }
 
 /** How steady the core's speed was during the run (bench/lib/box-speed.js). */
