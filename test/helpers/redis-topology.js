@@ -228,28 +228,33 @@ async function startSentinel ({ replicas = 2, sentinels = 3, name = 'czprimary',
   const quorum = Math.floor(sentinels / 2) + 1
   const sentinelPorts = ports.slice(1 + replicas)
   const servers = new Map()
+  /** @returns {Promise<number|null>} the primary's port as the sentinel at `port` names it, null when it does not answer */
+  async function namedBy (port) {
+    const answer = await ask(port, 'SENTINEL', 'get-master-addr-by-name', name).catch(() => null)
+    return answer ? Number(answer[1]) : null
+  }
   /** The primary's port as each live sentinel that answers names it. */
   async function sentinelViews () {
     const views = []
     for (const port of sentinelPorts) {
       if (!servers.get(port).alive) continue
-      const answer = await ask(port, 'SENTINEL', 'get-master-addr-by-name', name).catch(() => null)
-      if (answer) views.push(Number(answer[1]))
+      const named = await namedBy(port)
+      if (named !== null) views.push(named)
     }
     return views
   }
-  /** Is every live sentinel done with failing over, and does each name `primary`? */
+  /** Is every live sentinel done with failing over, and does each name `primary`? (SENTINEL MASTER gives both.) */
   async function settledOn (primary) {
-    const views = await sentinelViews()
-    if (views.length === 0 || !views.every((port) => port === primary)) return false
+    let answered = 0
     for (const port of sentinelPorts) {
       if (!servers.get(port).alive) continue
       const fields = await ask(port, 'SENTINEL', 'MASTER', name).catch(() => null)
       if (!Array.isArray(fields)) return false
-      const flags = String(fields[fields.indexOf('flags') + 1])
-      if (/failover_in_progress|s_down|o_down|promoted/.test(flags)) return false
+      const field = (key) => String(fields[fields.indexOf(key) + 1])
+      if (Number(field('port')) !== primary || /failover_in_progress|s_down|o_down|promoted/.test(field('flags'))) return false
+      answered++
     }
-    return true
+    return answered > 0
   }
   /**
    * Point every live node but `primary` at it. Where two sentinels' failover attempts overlap (seen
@@ -275,9 +280,7 @@ async function startSentinel ({ replicas = 2, sentinels = 3, name = 'czprimary',
       return
     } catch {}
     for (const port of sentinelPorts) {
-      if (!servers.get(port).alive) continue
-      const answer = await ask(port, 'SENTINEL', 'get-master-addr-by-name', name).catch(() => null)
-      if (answer && Number(answer[1]) === primary) continue
+      if (!servers.get(port).alive || await namedBy(port) === primary) continue
       await ask(port, 'SENTINEL', 'REMOVE', name).catch(() => {})
       await ask(port, 'SENTINEL', 'MONITOR', name, '127.0.0.1', String(primary), String(quorum))
       await ask(port, 'SENTINEL', 'SET', name, 'down-after-milliseconds', String(downAfterMs), 'failover-timeout', '5000', 'parallel-syncs', String(replicas))
