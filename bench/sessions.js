@@ -526,10 +526,10 @@ async function main () {
   }
 }
 
-/** How steady the core's speed was during the run (bench/lib/box-speed.js). */
+/** How steady the core's speed was during the run (bench/lib/box-speed.js): a sentence with its leading space, or ''. */
 function boxSpeedNote (speed) {
   if (!speed || !Number.isFinite(speed.spread)) return ''
-  return `The core's speed (a fixed HMAC loop's CPU time in this script, sampled before each measurement while the servers were idle) moved by ${speed.spread.toFixed(2)}x between its 10th and 90th percentile over ${speed.samples} samples${speed.spread >= 1.3 ? ': an unsteady box, whose rotated rounds compare rows measured at different speeds' : ''}.`
+  return ` The core's speed (a fixed HMAC loop's CPU time in this script, sampled before each measurement while the servers were idle) moved by ${speed.spread.toFixed(2)}x between its 10th and 90th percentile over ${speed.samples} samples${speed.spread >= 1.3 ? ': an unsteady box, whose rotated rounds compare rows measured at different speeds' : ''}.`
 }
 
 /**
@@ -604,7 +604,7 @@ function print (list, run) {
   out.push('')
   out.push(`The recipe: express-session (resave false, saveUninitialized false) with connect-redis ${connectRedisVersion()}'s RedisStore on a plain ioredis client, in 2 workers forked by node:cluster that each listen. Ours: session() with its defaults in clusterize's 2 workers. ${loadGenerator() === 'wrk' ? (spreadSessions() ? 'wrk -t1 (--spread-sessions: each request carries the next of the logged-in sessions in turn, so every session is read and written by both workers) runs beside the servers' : `wrk -t${run.connections} (one thread per connection, each connection with its own session throughout) runs beside the servers`) : 'autocannon (each connection with its own session) runs in the bench process'} on the same cores. Total run time ${run.seconds.toFixed(1)} s.` +
     (run.other === null ? '' : ` Other work (not this script, its servers or the local Redis) used ${run.other.toFixed(2)} of ${require('os').availableParallelism()} cores: ${busy ? 'busy box' : 'quiet box'}.`) +
-    ceilingNote(rows, anchor) + (boxSpeedNote(run.speed) ? ' ' + boxSpeedNote(run.speed) : ''))
+    ceilingNote(rows, anchor) + boxSpeedNote(run.speed))
   process.stdout.write(out.join('\n') + '\n\n')
 }
 
