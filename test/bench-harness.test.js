@@ -46,6 +46,7 @@ test('every bench script but the diagnostics runs, in the areas\' order, and a s
   assert.deepStrictEqual(listScripts(files, []), ['throughput', 'reload', 'sessions', 'zzz-new'])
   assert.deepStrictEqual(listScripts(files, ['sessions.js', 'reload']), ['reload', 'sessions'])
   assert.deepStrictEqual(listScripts(files, ['bus-trace']), [])
+  assert.deepStrictEqual(listScripts(files.concat('instructions.js'), []), ['throughput', 'reload', 'sessions', 'zzz-new'])
   // --quick leaves out the full-only scripts unless they are named.
   const withFullOnly = files.concat(FULL_ONLY.map((name) => name + '.js'))
   assert.deepStrictEqual(listScripts(withFullOnly, [], true), ['throughput', 'reload', 'sessions', 'zzz-new'])
@@ -283,4 +284,12 @@ test('the box-speed meter: CPU microseconds for a fixed work, and a spread of it
   const summary = speed.summary()
   assert.strictEqual(summary.samples, 5)
   assert.ok(summary.spread >= 1, `spread ${summary.spread}`)
+})
+
+test('the instruction count of a callgrind output is its totals line, else its summary line', () => {
+  const { callgrindTotal } = require('../bench/instructions')
+  const header = '# callgrind format\nversion: 1\ncreator: callgrind-3.19.0\npid: 4242\ncmd:  node server.js\npart: 3\n\nevents: Ir\n'
+  assert.strictEqual(callgrindTotal(header + 'summary: 100655525\n\nfn=(1) main\n5 10\n\ntotals: 100655530\n'), 100655530)
+  assert.strictEqual(callgrindTotal(header + 'summary: 123456\n'), 123456)
+  assert.ok(Number.isNaN(callgrindTotal(header)))
 })
