@@ -23,7 +23,7 @@
  * package valgrind) and, for the recipe row, Redis at REDIS_URL. Loopback only;
  * every process started is stopped by PID.
  *
- *   node bench/instructions.js [--requests 1500] [--reps 5] [--warmup 6000] [--rows raw,clusterize,cluster,recipe]
+ *   node bench/instructions.js [--requests 1500] [--reps 5] [--warmup 6000] [--rows raw,clusterize,cluster,plain,recipe]
  */
 
 const fs = require('fs')
@@ -40,6 +40,7 @@ const ROWS = {
   raw: { name: 'express-session MemoryStore on raw node:cluster (anchor, no code of ours)', spec: { store: 'raw-memory', runtime: 'raw', workers: 1 } },
   clusterize: { name: 'express-session MemoryStore in clusterize\'s worker', spec: { store: 'raw-memory', workers: 1 } },
   cluster: { name: 'clusterize, cluster store', spec: { store: 'cluster', workers: 1 } },
+  plain: { name: 'express-session with our cluster store, no session() around it', spec: { store: 'cluster-plain', workers: 1 } },
   recipe: { name: 'recipe: express-session + connect-redis + ioredis, raw node:cluster (redis-server not counted)', spec: { store: 'recipe', prefix: 'bench-instructions:', workers: 1 } }
 }
 

@@ -86,6 +86,12 @@ function sessionMiddleware (spec) {
   if (spec.store === 'raw-memory') {
     return expressSession({ secret: SECRET, resave: false, saveUninitialized: false, cookie, store: new expressSession.MemoryStore() })
   }
+  if (spec.store === 'cluster-plain') {
+    // Our cluster store under express-session itself, without session()'s layer (bench/instructions.js).
+    const { session } = require(spec.module || '..')
+    const store = session({ secret: SECRET, store: 'cluster' }).store
+    return expressSession({ secret: SECRET, resave: false, saveUninitialized: false, cookie, store })
+  }
   if (spec.store === 'recipe') {
     // As the recipe is written (seed 002, connect-redis's README): its defaults, a plain ioredis client.
     const { RedisStore } = require('connect-redis')
