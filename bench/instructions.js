@@ -19,11 +19,13 @@
  * keep-alive connections, each with its own session, GET /count: a read and
  * a write), dumps, and divides each process's total by the requests. Medians
  * of the repetitions. Valgrind runs the servers some 20-50x slower, so the
- * load is a fixed number of requests, not a rate. Needs valgrind (Debian
+ * load is a fixed number of requests, not a rate. Shorter repetitions than
+ * the defaults do not even out garbage collection and the compiler's tiering
+ * (bench/README.md, "Counting instructions instead of time"). Needs valgrind (Debian
  * package valgrind) and, for the recipe row, Redis at REDIS_URL. Loopback only;
  * every process started is stopped by PID.
  *
- *   node bench/instructions.js [--requests 1500] [--reps 5] [--warmup 6000] [--rows raw,clusterize,cluster,plain,recipe]
+ *   node bench/instructions.js [--requests 4000] [--reps 5] [--warmup 15000] [--rows raw,clusterize,cluster,plain,recipe]
  */
 
 const fs = require('fs')
@@ -128,7 +130,7 @@ async function measureRow (row, options) {
 
 async function main () {
   if (!hasValgrind()) throw new Error('bench/instructions.js needs valgrind and callgrind_control (Debian package valgrind)')
-  const options = { requests: numberArg('--requests', 1500), reps: numberArg('--reps', 5), warmup: numberArg('--warmup', 6000) }
+  const options = { requests: numberArg('--requests', 4000), reps: numberArg('--reps', 5), warmup: numberArg('--warmup', 15000) }
   const i = process.argv.indexOf('--rows')
   const names = i > 0 ? process.argv[i + 1].split(',') : Object.keys(ROWS)
   for (const name of names) if (!ROWS[name]) throw new Error(`--rows: unknown row ${name} (${Object.keys(ROWS).join(', ')})`)
