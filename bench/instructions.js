@@ -31,12 +31,12 @@
 const fs = require('fs')
 const os = require('os')
 const path = require('path')
-const { fork, execFile, spawnSync } = require('child_process')
+const { execFile, spawnSync } = require('child_process')
 const { numberArg } = require('./lib/args')
 const { median, ratio, fmt, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
-const { stopServed, kill } = require('./lib/served')
-const { prepare } = require('./sessions')
+const { startServed, stopServed } = require('./lib/served')
+const { prepare, runLoad } = require('./sessions')
 
 const ROWS = {
   raw: { name: 'express-session MemoryStore on raw node:cluster (anchor, no code of ours)', spec: { store: 'raw-memory', runtime: 'raw', workers: 1 } },
@@ -69,36 +69,16 @@ function control (pid, args) {
 
 /** bench/sessions.js's server for `spec`, its processes under callgrind, counting off. */
 function startCounted (spec, outDir) {
-  const child = fork(path.join(__dirname, 'sessions.js'), ['--serve', 'instructions', JSON.stringify(spec)], {
+  return startServed(path.join(__dirname, 'sessions.js'), ['--serve', 'instructions', JSON.stringify(spec)], `${spec.store} under valgrind`, { NODE_ENV: 'development' }, {
     execPath: 'valgrind',
     execArgv: ['--tool=callgrind', '--trace-children=yes', '--instr-atstart=no', `--callgrind-out-file=${outDir}/cg.%p`, process.execPath],
-    stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
-    env: Object.assign({}, process.env, { DEBUG: '', NODE_ENV: 'development' })
-  })
-  let stderr = ''
-  child.stderr.on('data', (chunk) => { stderr = (stderr + chunk).slice(-4000) })
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => { kill([child.pid]); reject(new Error(`not serving under valgrind in 5 min\n${stderr}`)) }, 300000)
-    child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited (${code})\n${stderr}`)) })
-    child.once('message', (msg) => {
-      clearTimeout(timer)
-      child.removeAllListeners('exit')
-      if (msg.error) { kill([child.pid]); return reject(new Error(msg.error)) }
-      resolve({ child, port: msg.port, pids: msg.pids })
-    })
+    readyMs: 300000
   })
 }
 
+/** `amount` requests on 4 keep-alive connections, each with one of `cookies`. */
 function send (port, cookies, amount) {
-  const autocannon = require('autocannon')
-  let next = 0
-  return autocannon({
-    url: `http://127.0.0.1:${port}/count`,
-    connections: 4,
-    amount,
-    timeout: 60,
-    setupClient (client) { client.setHeaders({ cookie: cookies[next++ % cookies.length] }) }
-  })
+  return runLoad(port, cookies, { connections: 4, amount, timeout: 60 })
 }
 
 async function measureRow (row, options) {

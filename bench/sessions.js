@@ -684,4 +684,4 @@ function writeSection (title, headers, rows, note) {
 }
 
 // bench/regression.js runs the cluster store's rows against another tree with these.
-module.exports = { startServer, stopServer, prepare, measure, measureCpu }
+module.exports = { startServer, stopServer, prepare, runLoad, measure, measureCpu }

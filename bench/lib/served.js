@@ -14,17 +14,22 @@ const { fork } = require('child_process')
  * @param {string[]} args after the script
  * @param {string} name for errors
  * @param {object} [env] added to process.env
+ * @param {{ execPath?: string, execArgv?: string[], readyMs?: number }} [options] run the
+ *   script under another program (bench/instructions.js: valgrind), and how long it may take to serve
  * @returns {Promise<{ child: import('child_process').ChildProcess, port: number, pids: number[] }>}
  */
-function startServed (script, args, name, env) {
+function startServed (script, args, name, env, options = {}) {
+  const readyMs = options.readyMs || 20000
   const child = fork(script, args, {
+    execPath: options.execPath,
+    execArgv: options.execArgv,
     stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
     env: Object.assign({}, process.env, { DEBUG: '' }, env)
   })
   let stderr = ''
   child.stderr.on('data', (chunk) => { stderr += chunk })
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => { kill([child.pid]); reject(new Error(`${name}: not ready in 20 s\n${stderr}`)) }, 20000)
+    const timer = setTimeout(() => { kill([child.pid]); reject(new Error(`${name}: not ready in ${readyMs / 1000} s\n${stderr}`)) }, readyMs)
     child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`${name}: server exited (${code})\n${stderr}`)) })
     child.once('message', (msg) => {
       clearTimeout(timer)
