@@ -16,8 +16,9 @@ const started = new Set()
 
 /**
  * @param {string} fixture path to the primary script
- * @param {{ env?: object, args?: string[], readyTimeoutMs?: number, waitReady?: boolean, fdLimit?: number }} [options]
- *   `fdLimit`: start the primary (and so its workers) under `ulimit -n` of this many descriptors
+ * @param {{ env?: object, args?: string[], execArgv?: string[], readyTimeoutMs?: number, waitReady?: boolean, fdLimit?: number }} [options]
+ *   `fdLimit`: start the primary (and so its workers) under `ulimit -n` of this many descriptors;
+ *   `execArgv`: node flags for the primary
  */
 function startCluster (fixture, options) {
   options = options || {}
@@ -25,6 +26,7 @@ function startCluster (fixture, options) {
     env: Object.assign({}, process.env, { PORT: '0' }, options.env),
     stdio: ['ignore', 'pipe', 'pipe', 'ipc']
   }
+  if (options.execArgv) forkOptions.execArgv = options.execArgv
   if (options.fdLimit) {
     // sh sets the limit and execs node in its place: the pid and the IPC channel stay the child's.
     forkOptions.execPath = '/bin/sh'
