@@ -92,7 +92,9 @@ const DEFAULTS = {
   banner: true,
   keepAliveTimeout: 65000,
   headersTimeout: 66000,
-  maxIdleConnections: 'auto'
+  maxIdleConnections: 'auto',
+  /** V8's largest semi-space for workers, in MB (lib/primary/worker-flags.js); 0: V8's default. */
+  maxSemiSpaceMB: 16
 }
 
 const TOP_LEVEL = Object.keys(DEFAULTS)
@@ -343,6 +345,7 @@ function resolveConfig (options, env) {
   // 'auto' is read here, once per process: each worker's own descriptor limit.
   if (maxIdle !== 'auto' && (!Number.isInteger(maxIdle) || maxIdle < 1)) throw fail('maxIdleConnections', "'auto' or an integer >= 1", maxIdle)
   config.maxIdleConnections = maxIdle === 'auto' ? defaultMaxIdleConnections() : maxIdle
+  config.maxSemiSpaceMB = checkInteger('maxSemiSpaceMB', pick('maxSemiSpaceMB'), 0, 1024)
   return config
 }
 

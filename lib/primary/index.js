@@ -19,6 +19,7 @@ const { bindAppPort } = require('./listen')
 const { waitAllReady } = require('./readiness')
 const { watchHealth } = require('./health')
 const { createReloader } = require('./reload')
+const { workerExecArgv } = require('./worker-flags')
 const { createMetrics } = require('./metrics')
 const { watchSessionStores } = require('./session-watch')
 const { buildStats } = require('./stats')
@@ -77,7 +78,9 @@ function startPrimary (createApp, config) {
   let shutdownPromise = null
 
   runtime.route = createRoutes()
-  cluster.setupPrimary({ serialization: config.bus.serialization })
+  // node:cluster's own default is the primary's flags; a setupPrimary({ execArgv }) the app made first is kept.
+  const execArgv = workerExecArgv((cluster.settings && cluster.settings.execArgv) || process.execArgv, process.env.NODE_OPTIONS, config.maxSemiSpaceMB)
+  cluster.setupPrimary({ serialization: config.bus.serialization, execArgv })
   busRuntime.configure(config.bus, { logger: log, role: 'primary' })
   // The library's primary-side services (cluster sessions, socket.io recovery): cheap until a worker uses one.
   const services = startServices({ config, log, isRetiringPid: supervisor.isRetiringPid.bind(supervisor), upgrading: inherited.source === 'upgrade' })

@@ -18,6 +18,9 @@ cz.clusterize(() => require('express')(), { maxIdleConnections: 'auto' })
 cz.clusterize(() => require('express')(), { maxIdleConnections: 2000 })
 // @ts-expect-error maxIdleConnections is a number or 'auto'
 cz.clusterize(() => require('express')(), { maxIdleConnections: 'lots' })
+cz.clusterize(() => require('express')(), { maxSemiSpaceMB: 0 })
+// @ts-expect-error maxSemiSpaceMB is a number of megabytes
+cz.clusterize(() => require('express')(), { maxSemiSpaceMB: '16m' })
 if ('stats' in handle) {
   // The primary's held connections and the dashboard's streams (#23).
   const { connections, dashboard } = handle.stats()
