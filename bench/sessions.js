@@ -360,6 +360,9 @@ async function measureFailovers (kind, topology, runs) {
   const results = []
   try {
     for (let run = 0; run < runs; run++) {
+      // The node killed in the run before has just come back as a replica: the store may still be
+      // reconnecting, and answers 503 + Retry-After until it is (as designed). Wait for it first.
+      await untilStoreAnswers(server.port, `${kind}-${run}`)
       const users = await logInUsers(server.port, 20, `${kind}-${run}`)
       await topology.syncReplicas()
       markSynced(users)
@@ -389,6 +392,21 @@ async function measureFailovers (kind, topology, runs) {
     await server.stop()
   }
   return { kind, results }
+}
+
+/** Resolve once a login answers 200 (503s retried for up to 30 s); say on stderr how long it took. */
+async function untilStoreAnswers (port, label) {
+  const { request } = require('../test/helpers/cluster')
+  const started = Date.now()
+  let refused = 0
+  for (;;) {
+    const res = await request(port, `/login?user=${label}-probe`, { method: 'POST' })
+    if (res.status === 200) break
+    if (res.status !== 503 || Date.now() - started > 30000) throw new Error(`login of ${label}-probe answered ${res.status}: ${res.body}`)
+    refused++
+    await new Promise((resolve) => setTimeout(resolve, 200))
+  }
+  if (refused > 0) console.error(`failover ${label}: the store answered 503 to ${refused} logins before it took one, ${Date.now() - started} ms`)
 }
 
 function printFailovers (failovers) {
