@@ -16,6 +16,9 @@
  *   - with --runtime-rows: the recipe's middleware in clusterize's workers, and
  *     MemoryStore on raw node:cluster (what the worker runtime costs apart
  *     from our session() and stores; the latter is in every wrk run)
+ *   - with --gc-rows: our two stores again with V8's own young-generation size
+ *     (maxSemiSpaceMB: 0) instead of the workers' default 16 MB semi-space, and
+ *     a table of each row's worker RSS after the saturated rounds
  * Every server is started first, then measured in rounds with the order
  * rotated each round; medians of the rounds, and the median of same-round
  * ratios against the recipe; the core's own speed is sampled before each
@@ -43,11 +46,11 @@
  * instead, so every session is read and written by both workers.
  *
  *   node bench/sessions.js [--quick] [--duration 3] [--passes 4] [--connections 20] [--failovers 3] [--load wrk|autocannon]
- *                          [--spread-sessions] [--read-only] [--max-age ms] [--cpu-rate 2000] [--latency-rate 2000] [--cpu-seconds 4] [--latency-seconds 4] [--ab <dir>] [--runtime-rows]
+ *                          [--spread-sessions] [--read-only] [--max-age ms] [--cpu-rate 2000] [--latency-rate 2000] [--cpu-seconds 4] [--latency-seconds 4] [--ab <dir>] [--runtime-rows] [--gc-rows]
  */
 
 const { numberArg: arg, isQuick, abDirArg } = require('./lib/args')
-const { threadsCpuMs } = require('./lib/proc')
+const { threadsCpuMs, rssMiB } = require('./lib/proc')
 const { median, ratio, fmt, markdownTable } = require('./lib/table')
 const path = require('path')
 const crypto = require('crypto')
@@ -133,7 +136,10 @@ function serve (mode, spec) {
   // The recipe runs on raw node:cluster, every other row in clusterize's workers, unless the row says.
   if ((spec.runtime || (spec.store === 'recipe' ? 'raw' : 'clusterize')) === 'raw') return serveRawCluster(spec)
   const { clusterize } = require(spec.module || '..')
-  const handle = clusterize(() => createApp(spec), { port: 0, host: '127.0.0.1', workers: spec.workers, logger: false })
+  const options = { port: 0, host: '127.0.0.1', workers: spec.workers, logger: false }
+  // --gc-rows only (a checkout from before the option, --ab, would refuse it).
+  if (spec.maxSemiSpaceMB !== undefined) options.maxSemiSpaceMB = spec.maxSemiSpaceMB
+  const handle = clusterize(() => createApp(spec), options)
   if (!handle.ready || typeof handle.on !== 'function') return // a worker
   handle.ready.then((info) => {
     process.send({ port: info.port, pids: [process.pid].concat(info.workers.map((w) => w.pid)) })
@@ -437,6 +443,12 @@ function scenarios (prefix, abDir) {
       { name: `clusterize, Redis store, 2 workers (A/B: ${label})`, spec: { store: 'redis', prefix: prefix + 'ab:', workers: 2, module: path.resolve(abDir) }, redis: true }
     )
   }
+  if (gcRows()) {
+    list.push(
+      { name: 'clusterize, cluster store, 2 workers, V8\'s default semi-space (maxSemiSpaceMB: 0)', spec: { store: 'cluster', workers: 2, maxSemiSpaceMB: 0 } },
+      { name: 'clusterize, Redis store, 2 workers, V8\'s default semi-space (maxSemiSpaceMB: 0)', spec: { store: 'redis', prefix: prefix + 'gc:', workers: 2, maxSemiSpaceMB: 0 }, redis: true }
+    )
+  }
   const runtimeRows = process.argv.includes('--runtime-rows')
   if (runtimeRows) {
     // The recipe's middleware in clusterize's workers: what clusterize's worker runtime costs
@@ -519,6 +531,8 @@ async function main () {
       }
       for (const scenario of measured) scenario.rounds.push(round[scenario.name])
     }
+    // Read now, while the young generations are as large as the saturated rounds grew them.
+    for (const scenario of measured) scenario.workerRss = scenario.server.pids.slice(1).map(rssMiB)
     // Where the time goes: CPU per request of each process, at a fixed rate every server can hold.
     for (let pass = 0; pass < cpuPasses; pass++) {
       for (const scenario of rotated(measured.filter((s) => !s.topology), pass)) {
@@ -538,6 +552,7 @@ async function main () {
   print(list, run)
   printCpu(list, { rate: cpuRate, seconds: cpuSeconds, passes: cpuPasses })
   printLatency(list, { rate: latencyRate, seconds: latencySeconds, passes: cpuPasses })
+  if (gcRows()) printWorkerRss(list)
   if (!topologies) return
   try {
     const failovers = []
@@ -694,6 +709,18 @@ function printLatency (list, run) {
     `Latency at a paced ${run.rate} req/s (2 workers, ${run.seconds} s, up to 20 kept-alive connections, median of ${run.passes} rotated passes)`,
     ['store', 'p50 ms', 'p99 ms', 'p50 vs recipe', 'p99 vs recipe', 'p99 ms per pass', 'errors'], rows,
     'Every store is offered the same steady load, below what each holds, so this p99 is the store\'s own: the saturated rounds\' p99 above also holds the queue that each store\'s throughput builds. Latency runs from the moment a request is handed to the client (a wait for a free connection counts) to its last byte.')
+}
+
+/** --gc-rows: the rows with V8's own young-generation size beside the shipped 16 MB. */
+function gcRows () {
+  return process.argv.includes('--gc-rows')
+}
+
+/** Each row's worker RSS, read right after the saturated rounds (--gc-rows). */
+function printWorkerRss (list) {
+  const rows = list.filter((r) => r.workerRss).map((r) => [r.name, r.workerRss.map((mib) => fmt(mib)).join(' / '), fmt(median(r.workerRss))])
+  writeSection('Worker RSS after the saturated rounds (MiB, from /proc)', ['store', 'each worker', 'median'], rows,
+    'What each worker holds once the saturated rounds have grown its heap: with V8\'s own young-generation size (64 MB semi-spaces on Node 24, 32 MB on Node 26) against the workers\' default 16 MB.')
 }
 
 /** One table of the report: its heading, the table, and the note under it. */
