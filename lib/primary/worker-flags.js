@@ -13,8 +13,8 @@
  * waited for it, and it was the longest wait in a saturated p99 (bench/README.md,
  * "Garbage collection pauses"). With 16 MB, Node 22's size, the pauses are
  * about a third as long and four times as many, for about the same GC time;
- * the cluster store's req/s did not move, the Redis store's moved by
- * 0.90x-1.03x, and a worker held about 80 MB less after the load.
+ * wrk's p99 about halved, req/s moved by 0.90x-1.03x (bench/sessions.js
+ * --gc-rows), and a worker held about 80 MB less after the load.
  */
 
 const debug = require('debug')('clusterize:primary')
