@@ -16,6 +16,7 @@ const { spawnSync } = require('child_process')
 const { startCluster, stopAll } = require('./helpers/cluster')
 const { workerExecArgv } = require('../lib/primary/worker-flags')
 const { oldGenerationLimit } = require('../lib/worker/heap-limit')
+const { nodeFlags, flagMB } = require('../lib/node-flags')
 const { resolveConfig } = require('../lib/config')
 const { ClusterizeOptionError } = require('../lib/errors')
 
@@ -69,7 +70,7 @@ test('maxSemiSpaceMB: an integer from 0 to 1024, default 16; anything else fails
 test('workerExecArgv: adds the bound unless the flags or NODE_OPTIONS set one, or the option is 0', () => {
   assert.deepStrictEqual(workerExecArgv(['--inspect=0'], '', 16), ['--inspect=0', '--max-semi-space-size=16'])
   assert.deepStrictEqual(workerExecArgv(['--max-semi-space-size=64'], '', 16), ['--max-semi-space-size=64'])
-  assert.deepStrictEqual(workerExecArgv(['--max_semi_space_size', '64'], '', 16), ['--max_semi_space_size', '64'])
+  assert.deepStrictEqual(workerExecArgv(['--max_semi_space_size=64'], '', 16), ['--max_semi_space_size=64'])
   assert.deepStrictEqual(workerExecArgv([], '--enable-source-maps --max-semi-space-size=8', 16), [])
   assert.deepStrictEqual(workerExecArgv(['--trace-gc'], undefined, 0), ['--trace-gc'])
 })
@@ -80,6 +81,28 @@ test('the heap guard\'s old-generation limit is exact on this Node, with V8\'s d
   assert.strictEqual(oldGenerationLimit(heapLimitWith(['--max-old-space-size=1024']), []), 1024 * MB)
   assert.strictEqual(oldGenerationLimit(withBound, ['--max-semi-space-size=16']), 256 * MB)
   assert.strictEqual(oldGenerationLimit(withFlag, [FLAG]), 256 * MB)
+})
+
+test('nodeFlags: NODE_OPTIONS first, the command line after, so the last value of a flag is the one node runs with', () => {
+  const flags = nodeFlags(['--max-old-space-size=100'], ' --max-old-space-size=200  --trace-gc ')
+  assert.deepStrictEqual(flags, ['--max-old-space-size=200', '--trace-gc', '--max-old-space-size=100'])
+  assert.strictEqual(flagMB(flags, 'max-old-space-size'), 100)
+  assert.strictEqual(flagMB(['--max_old_space_size=300'], 'max-old-space-size'), 300)
+  assert.strictEqual(flagMB(['--max-old-space-size'], 'max-old-space-size'), 0)
+  assert.strictEqual(flagMB([], 'max-old-space-size'), 0)
+})
+
+test('the heap guard reads the size node runs with when NODE_OPTIONS and the command line both give one', () => {
+  const script = "const v8 = require('v8'); const { oldGenerationLimit } = require(" + JSON.stringify(require.resolve('../lib/worker/heap-limit')) + ');' +
+    'console.log(JSON.stringify({ limit: v8.getHeapStatistics().heap_size_limit, old: oldGenerationLimit(v8.getHeapStatistics().heap_size_limit) }))'
+  const result = spawnSync(process.execPath, ['--max-old-space-size=100', FLAG, '-e', script], {
+    encoding: 'utf8',
+    env: Object.assign({}, process.env, { NODE_OPTIONS: '--max-old-space-size=200' })
+  })
+  assert.strictEqual(result.status, 0, result.stderr)
+  const seen = JSON.parse(result.stdout)
+  assert.strictEqual(seen.limit, heapLimitWith(['--max-old-space-size=100', FLAG]), 'node runs with the command line\'s size')
+  assert.strictEqual(seen.old, 100 * MB)
 })
 
 test('by default every worker runs with --max-semi-space-size=16 beside the primary\'s own flags', async () => {

@@ -18,8 +18,7 @@
  */
 
 const debug = require('debug')('clusterize:primary')
-
-const SEMI_SPACE_FLAG = /^--max[-_]semi[-_]space[-_]size(=|$)/
+const { nodeFlags, hasFlag } = require('../node-flags')
 
 /**
  * @param {string[]} execArgv the flags workers would get (node:cluster's setting, else the primary's own)
@@ -29,8 +28,7 @@ const SEMI_SPACE_FLAG = /^--max[-_]semi[-_]space[-_]size(=|$)/
  */
 function workerExecArgv (execArgv, nodeOptions, maxSemiSpaceMB) {
   if (!(maxSemiSpaceMB > 0)) return execArgv
-  const given = execArgv.concat(String(nodeOptions || '').split(/\s+/))
-  if (given.some((flag) => SEMI_SPACE_FLAG.test(flag))) {
+  if (hasFlag(nodeFlags(execArgv, nodeOptions), 'max-semi-space-size')) {
     debug('the app sets --max-semi-space-size itself: option maxSemiSpaceMB not applied')
     return execArgv
   }

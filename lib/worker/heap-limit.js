@@ -5,6 +5,8 @@
  * aborts the process: the figure the primary's heap guard compares with.
  */
 
+const { nodeFlags, flagMB } = require('../node-flags')
+
 const MB = 1024 * 1024
 /**
  * V8's default largest semi-space on 64-bit, by Node major: the young generation reserves
@@ -27,22 +29,11 @@ const DEFAULT_SEMI_SPACE_MB = NODE_MAJOR >= 26 ? 32 : NODE_MAJOR >= 24 ? 64 : 16
  * @returns {number} bytes
  */
 function oldGenerationLimit (heapLimit, flags) {
-  flags = flags || process.execArgv.concat((process.env.NODE_OPTIONS || '').split(/\s+/))
+  flags = flags || nodeFlags(process.execArgv, process.env.NODE_OPTIONS)
   const oldSpace = flagMB(flags, 'max-old-space-size')
   if (oldSpace > 0 && oldSpace * MB < heapLimit) return oldSpace * MB
   const reserve = 3 * (flagMB(flags, 'max-semi-space-size') || DEFAULT_SEMI_SPACE_MB) * MB
   return heapLimit - Math.min(reserve, heapLimit / 4)
-}
-
-/** The last `--name=N` (or `--name_with_underscores=N`) among node flags, in MB; 0 if absent. */
-function flagMB (flags, name) {
-  const pattern = new RegExp('^--' + name.replace(/-/g, '[-_]') + '=(\\d+)$')
-  let value = 0
-  for (const flag of flags) {
-    const match = pattern.exec(flag)
-    if (match) value = Number(match[1])
-  }
-  return value
 }
 
 module.exports = { oldGenerationLimit }
