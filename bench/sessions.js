@@ -16,6 +16,8 @@
  *   - with --runtime-rows: the recipe's middleware in clusterize's workers, and
  *     MemoryStore on raw node:cluster (what the worker runtime costs apart
  *     from our session() and stores; the latter is in every wrk run)
+ *   - with --busy <n>: n processes that each spin a core run beside every
+ *     measurement (after the warm-up), for the busy-box table
  *   - with --gc-rows: our two stores again with V8's own young-generation size
  *     (maxSemiSpaceMB: 0) instead of the workers' default 16 MB semi-space, and
  *     a table of each row's worker RSS after the saturated rounds
@@ -46,7 +48,7 @@
  * instead, so every session is read and written by both workers.
  *
  *   node bench/sessions.js [--quick] [--duration 3] [--passes 4] [--connections 20] [--failovers 3] [--load wrk|autocannon]
- *                          [--spread-sessions] [--read-only] [--max-age ms] [--cpu-rate 2000] [--latency-rate 2000] [--cpu-seconds 4] [--latency-seconds 4] [--ab <dir>] [--runtime-rows] [--gc-rows]
+ *                          [--spread-sessions] [--read-only] [--max-age ms] [--cpu-rate 2000] [--latency-rate 2000] [--cpu-seconds 4] [--latency-seconds 4] [--ab <dir>] [--runtime-rows] [--gc-rows] [--busy 1]
  */
 
 const { numberArg: arg, isQuick, abDirArg } = require('./lib/args')
@@ -63,6 +65,7 @@ const { rotated } = require('./lib/rounds')
 const { hasWrk, wrkRun, wrkCookieScript } = require('./lib/wrk')
 const { SAMPLE_MS } = require('./lib/load')
 const { createBoxSpeed } = require('./lib/box-speed')
+const { startCpuBurners } = require('./lib/busy')
 
 const SECRET = 'bench-secret-0123456789-abcdefghijklmnop'
 const REDIS_URL = process.env.REDIS_URL || 'redis://127.0.0.1:6379'
@@ -500,6 +503,7 @@ async function main () {
   const cpuAtStart = cpuSample(runPids)
   const speed = createBoxSpeed()
   const live = []
+  let burners = null
   try {
     // Every server is started first and measured in rotated rounds, so a burst of
     // load from elsewhere on a shared machine does not land on one store only.
@@ -523,6 +527,8 @@ async function main () {
       if (!scenario.skipped) await measure(scenario.server.port, scenario.cookies, isQuick() ? 0.5 : 1, connections) // warm-up
     }
     const measured = list.filter((s) => !s.skipped)
+    // A busy box on purpose: processes that each spin a core from here to the last measurement.
+    burners = startCpuBurners(busyArg())
     for (let pass = 0; pass < passes; pass++) {
       const round = {}
       for (const scenario of rotated(measured, pass)) {
@@ -544,11 +550,12 @@ async function main () {
       }
     }
   } finally {
+    if (burners) await burners.stop()
     await Promise.all(live.map((server) => stopServer(server)))
     if (haveRedis) await cleanRedis(prefix)
   }
   const other = otherCores(cpuAtStart, cpuSample(runPids))
-  const run = { duration, passes, connections, maxAge, loadAtStart, other, seconds: (Date.now() - started) / 1000, speed: speed.summary() }
+  const run = { duration, passes, connections, maxAge, loadAtStart, other, burners: busyArg(), seconds: (Date.now() - started) / 1000, speed: speed.summary() }
   print(list, run)
   printCpu(list, { rate: cpuRate, seconds: cpuSeconds, passes: cpuPasses })
   printLatency(list, { rate: latencyRate, seconds: latencySeconds, passes: cpuPasses })
@@ -592,6 +599,11 @@ function goalCell (row, anchor, sameRound, caveat) {
  * Why a 'met' in this run is not a claim, or null: a busy box, or rounds under 3 s, whose
  * saturated p99 came out 2-6x that of 3 s rounds for the same servers on a quiet box.
  */
+/** --busy <n>: processes spinning a core each beside every measurement (0: none). */
+function busyArg () {
+  return arg('--busy', 0)
+}
+
 function goalCaveat (run, busy) {
   if (busy) return 'on a busy box'
   if (run.duration < 3) return `in rounds of ${run.duration} s`
@@ -599,11 +611,12 @@ function goalCaveat (run, busy) {
 }
 
 /**
- * Was the box busy? Other work's share of the cores during the run where it
+ * Was the box busy? Busy on purpose under --busy; else other work's share of the cores during the run where it
  * can be read; else the 1-minute load average (which counts this run's own
  * load too) at the start or the end.
  */
 function busyBox (run) {
+  if (run.burners) return true
   const cores = require('os').availableParallelism()
   if (run.other !== null) return otherWorkLabel(run.other, cores) === 'busy box'
   return Math.max(run.loadAtStart, require('os').loadavg()[0]) / cores > 0.5
@@ -642,7 +655,8 @@ function print (list, run) {
   out.push(markdownTable(['store', 'req/s (median)', 'vs recipe', 'median of same-round ratios', 'p99 ms (median)', 'p99 vs recipe', 'req/s per round', 'errors + non-2xx', 'goal'], table))
   out.push('')
   out.push(`The recipe: express-session (resave false, saveUninitialized false) with connect-redis ${connectRedisVersion()}'s RedisStore on a plain ioredis client, in 2 workers forked by node:cluster that each listen. Ours: session() with its defaults in clusterize's 2 workers. ${loadGenerator() === 'wrk' ? (spreadSessions() ? 'wrk -t1 (--spread-sessions: each request carries the next of the logged-in sessions in turn, so every session is read and written by both workers) runs beside the servers' : `wrk -t${run.connections} (one thread per connection, each connection with its own session throughout) runs beside the servers`) : 'autocannon (each connection with its own session) runs in the bench process'} on the same cores. Total run time ${run.seconds.toFixed(1)} s.` +
-    (run.other === null ? '' : ` Other work (not this script, its servers or the local Redis) used ${run.other.toFixed(2)} of ${require('os').availableParallelism()} cores: ${busy ? 'busy box' : 'quiet box'}.`) +
+    (run.burners ? ` --busy ${run.burners}: ${run.burners} process${run.burners > 1 ? 'es' : ''} spinning a core each ran beside the measurements throughout.` : '') +
+    (run.other === null ? '' : ` Other work (not this script, its servers${run.burners ? ', its burners' : ''} or the local Redis) used ${run.other.toFixed(2)} of ${require('os').availableParallelism()} cores: ${busy ? 'busy box' : 'quiet box'}.`) +
     ceilingNote(rows, anchor) + boxSpeedNote(run.speed))
   process.stdout.write(out.join('\n') + '\n\n')
 }
