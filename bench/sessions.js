@@ -483,6 +483,7 @@ async function main () {
   const latencyRate = arg('--latency-rate', cpuRate)
   // As long as the CPU passes, or under --quick alone half a second (1,000 requests at 2,000 req/s).
   const latencySeconds = arg('--latency-seconds', cpuSeconds, process.argv.includes('--cpu-seconds') ? cpuSeconds : 0.5)
+  const burnerCount = busyArg()
   const abDir = abDirArg()
   const prefix = `cz-bench:${process.pid}:${crypto.randomBytes(3).toString('hex')}:`
   const haveRedis = await redisReachable(REDIS_URL)
@@ -528,7 +529,7 @@ async function main () {
     }
     const measured = list.filter((s) => !s.skipped)
     // A busy box on purpose: processes that each spin a core from here to the last measurement.
-    burners = startCpuBurners(busyArg())
+    burners = startCpuBurners(burnerCount)
     for (let pass = 0; pass < passes; pass++) {
       const round = {}
       for (const scenario of rotated(measured, pass)) {
@@ -555,7 +556,7 @@ async function main () {
     if (haveRedis) await cleanRedis(prefix)
   }
   const other = otherCores(cpuAtStart, cpuSample(runPids))
-  const run = { duration, passes, connections, maxAge, loadAtStart, other, burners: busyArg(), seconds: (Date.now() - started) / 1000, speed: speed.summary() }
+  const run = { duration, passes, connections, maxAge, loadAtStart, other, burners: burnerCount, seconds: (Date.now() - started) / 1000, speed: speed.summary() }
   print(list, run)
   printCpu(list, { rate: cpuRate, seconds: cpuSeconds, passes: cpuPasses })
   printLatency(list, { rate: latencyRate, seconds: latencySeconds, passes: cpuPasses })
@@ -599,11 +600,6 @@ function goalCell (row, anchor, sameRound, caveat) {
  * Why a 'met' in this run is not a claim, or null: a busy box, or rounds under 3 s, whose
  * saturated p99 came out 2-6x that of 3 s rounds for the same servers on a quiet box.
  */
-/** --busy <n>: processes spinning a core each beside every measurement (0: none). */
-function busyArg () {
-  return arg('--busy', 0)
-}
-
 function goalCaveat (run, busy) {
   if (busy) return 'on a busy box'
   if (run.duration < 3) return `in rounds of ${run.duration} s`
@@ -723,6 +719,11 @@ function printLatency (list, run) {
     `Latency at a paced ${run.rate} req/s (2 workers, ${run.seconds} s, up to 20 kept-alive connections, median of ${run.passes} rotated passes)`,
     ['store', 'p50 ms', 'p99 ms', 'p50 vs recipe', 'p99 vs recipe', 'p99 ms per pass', 'errors'], rows,
     'Every store is offered the same steady load, below what each holds, so this p99 is the store\'s own: the saturated rounds\' p99 above also holds the queue that each store\'s throughput builds. Latency runs from the moment a request is handed to the client (a wait for a free connection counts) to its last byte.')
+}
+
+/** --busy <n>: processes spinning a core each beside every measurement (0: none). */
+function busyArg () {
+  return arg('--busy', 0)
 }
 
 /** --gc-rows: the rows with V8's own young-generation size beside the shipped 16 MB. */
