@@ -90,7 +90,12 @@ function sessionMiddleware (spec) {
   // --max-age: the same cookie.maxAge everywhere (without it, browser-session cookies and each store's default ttl).
   const cookie = spec.maxAge ? { maxAge: spec.maxAge } : undefined
   if (spec.store === 'raw-memory') {
-    return expressSession({ secret: SECRET, resave: false, saveUninitialized: false, cookie, store: new expressSession.MemoryStore() })
+    // Each worker has its own MemoryStore, and a connection can land on a worker that does not hold
+    // its session (wrk opens its connections at once). express-session would then make a new
+    // session with a new id on every request of that connection, since wrk keeps sending the old
+    // cookie: a session created per request instead of read and written. Reusing the cookie's id
+    // makes that worker hold the session from the connection's first request on.
+    return expressSession({ secret: SECRET, resave: false, saveUninitialized: false, cookie, store: new expressSession.MemoryStore(), genid: cookieIdOrNew })
   }
   if (spec.store === 'cluster-plain') {
     // Our cluster store under express-session itself, without session()'s layer (bench/instructions.js).
@@ -108,6 +113,11 @@ function sessionMiddleware (spec) {
   // BENCH_CLUSTERIZE_MODULE / --ab: the same rows from another checkout.
   const { session } = require(spec.module || '..')
   return session({ secret: SECRET, cookie, store: spec.store, redis: spec.store === 'redis' ? (spec.redis || REDIS_URL) : undefined, prefix: spec.prefix })
+}
+
+/** express-session's genid for the per-worker MemoryStore rows: the id the request's cookie carries, else a new one. */
+function cookieIdOrNew (req) {
+  return req.sessionID || crypto.randomBytes(18).toString('base64url')
 }
 
 function createApp (spec) {

@@ -243,6 +243,53 @@ test('under a real wrk, the per-connection script keeps one cookie per connectio
   }
 })
 
+test('the per-worker MemoryStore rows of bench/sessions.js keep a connection\'s session on the worker that serves it, also when it was made on the other', async () => {
+  const net = require('net')
+  const { startServer, stopServer, prepare } = require('../bench/sessions')
+  /** One request on a kept-alive connection; resolves with its count of visits. */
+  function count (socket, cookie) {
+    return new Promise((resolve, reject) => {
+      let text = ''
+      function onData (chunk) {
+        text += chunk
+        const visits = text.match(/"visits":(\w+)/)
+        if (!visits || !text.endsWith('}')) return
+        socket.off('data', onData)
+        resolve(visits[1])
+      }
+      socket.on('data', onData)
+      socket.once('error', reject)
+      socket.write(`GET /count HTTP/1.1\r\nHost: bench\r\nCookie: ${cookie}\r\n\r\n`)
+    })
+  }
+  // A new session's first count is NaN (JSON null), and null + 1 is 1.
+  const visitsSoFar = (visits) => visits === 'null' ? 0 : Number(visits)
+  for (const runtime of ['clusterize', 'raw']) {
+    const server = await startServer('cluster', { store: 'raw-memory', workers: 2, runtime })
+    const sockets = []
+    try {
+      // Logged in one connection after another, then every connection opened at once (as wrk
+      // does): about half land on the worker that did not make their session.
+      const cookies = await prepare(server.port)
+      for (const cookie of cookies) {
+        sockets.push(await new Promise((resolve, reject) => {
+          const socket = net.connect(server.port, '127.0.0.1', () => resolve(socket)).once('error', reject)
+        }))
+      }
+      const first = await Promise.all(sockets.map((socket, i) => count(socket, cookies[i])))
+      let previous = first
+      for (let round = 0; round < 3; round++) {
+        const now = await Promise.all(sockets.map((socket, i) => count(socket, cookies[i])))
+        now.forEach((visits, i) => assert.equal(Number(visits), visitsSoFar(previous[i]) + 1, `${runtime}: connection ${i} counts on from its last request (${previous[i]} then ${visits}), not from a new session`))
+        previous = now
+      }
+    } finally {
+      for (const socket of sockets) socket.destroy()
+      await stopServer(server)
+    }
+  }
+})
+
 test('the client loop stops when its signal aborts, and fails a request unanswered within timeoutMs as ETIMEDOUT', async () => {
   const http = require('http')
   const { runClientLoop } = require('../bench/lib/load')
