@@ -268,8 +268,9 @@ test('the per-worker MemoryStore rows of bench/sessions.js keep a connection\'s 
     const server = await startServer('cluster', { store: 'raw-memory', workers: 2, runtime })
     const sockets = []
     try {
-      // Logged in one connection after another, then every connection opened at once (as wrk
-      // does): about half land on the worker that did not make their session.
+      // Logged in one connection after another, then one kept-alive connection per session: the
+      // primary's order of workers for these is not the logins', so without the fix some (often
+      // half) of them land on the worker that did not make their session, as wrk's do.
       const cookies = await prepare(server.port)
       for (const cookie of cookies) {
         sockets.push(await new Promise((resolve, reject) => {
