@@ -244,47 +244,44 @@ test('under a real wrk, the per-connection script keeps one cookie per connectio
 })
 
 test('the per-worker MemoryStore rows of bench/sessions.js keep a connection\'s session on the worker that serves it, also when it was made on the other', async () => {
+  const http = require('http')
   const net = require('net')
+  const { request } = require('./helpers/cluster')
   const { startServer, stopServer, prepare } = require('../bench/sessions')
-  /** One request on a kept-alive connection; resolves with its count of visits. */
-  function count (socket, cookie) {
-    return new Promise((resolve, reject) => {
-      let text = ''
-      function onData (chunk) {
-        text += chunk
-        const visits = text.match(/"visits":(\w+)/)
-        if (!visits || !text.endsWith('}')) return
-        socket.off('data', onData)
-        resolve(visits[1])
-      }
-      socket.on('data', onData)
-      socket.once('error', reject)
-      socket.write(`GET /count HTTP/1.1\r\nHost: bench\r\nCookie: ${cookie}\r\n\r\n`)
-    })
-  }
   // A new session's first count is NaN (JSON null), and null + 1 is 1.
-  const visitsSoFar = (visits) => visits === 'null' ? 0 : Number(visits)
+  const visitsSoFar = (visits) => visits === null ? 0 : visits
   for (const runtime of ['clusterize', 'raw']) {
     const server = await startServer('cluster', { store: 'raw-memory', workers: 2, runtime })
+    // One kept-alive connection per session, each agent's only one.
     const sockets = []
+    const agents = []
     try {
-      // Logged in one connection after another, then one kept-alive connection per session: the
-      // primary's order of workers for these is not the logins', so without the fix some (often
-      // half) of them land on the worker that did not make their session, as wrk's do.
+      // Logged in one connection after another, then every connection opened before any sends a
+      // request, as wrk does: the primary's order of workers for these is not the logins', so
+      // without the fix some (often half) of them land on the worker that did not make their session.
       const cookies = await prepare(server.port)
-      for (const cookie of cookies) {
-        sockets.push(await new Promise((resolve, reject) => {
-          const socket = net.connect(server.port, '127.0.0.1', () => resolve(socket)).once('error', reject)
-        }))
+      for (let i = 0; i < cookies.length; i++) {
+        const socket = await new Promise((resolve, reject) => {
+          const connecting = net.connect(server.port, '127.0.0.1', () => resolve(connecting)).once('error', reject)
+        })
+        sockets.push(socket)
+        const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
+        agent.createConnection = () => socket
+        agents.push(agent)
       }
-      const first = await Promise.all(sockets.map((socket, i) => count(socket, cookies[i])))
-      let previous = first
+      const count = (i) => request(server.port, '/count', { headers: { cookie: cookies[i] }, agent: agents[i] })
+      let previous = await Promise.all(cookies.map((cookie, i) => count(i)))
       for (let round = 0; round < 3; round++) {
-        const now = await Promise.all(sockets.map((socket, i) => count(socket, cookies[i])))
-        now.forEach((visits, i) => assert.equal(Number(visits), visitsSoFar(previous[i]) + 1, `${runtime}: connection ${i} counts on from its last request (${previous[i]} then ${visits}), not from a new session`))
+        const now = await Promise.all(cookies.map((cookie, i) => count(i)))
+        now.forEach((res, i) => {
+          assert.equal(res.status, 200, `${runtime}: connection ${i}: ${res.status} ${res.body}`)
+          assert.equal(res.json.pid, previous[i].json.pid, `${runtime}: connection ${i} stays on one worker`)
+          assert.equal(res.json.visits, visitsSoFar(previous[i].json.visits) + 1, `${runtime}: connection ${i} counts on from its last request (${previous[i].json.visits} then ${res.json.visits}), not from a new session`)
+        })
         previous = now
       }
     } finally {
+      // Also those no request has used yet, which their agent does not know.
       for (const socket of sockets) socket.destroy()
       await stopServer(server)
     }
