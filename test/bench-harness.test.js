@@ -310,7 +310,9 @@ test('the client loop stops when its signal aborts, and fails a request unanswer
     assert.ok(result.samples.length >= 20)
     assert.ok(result.samples.every((s) => s.ok))
 
-    const stalled = await runClientLoop({ port, concurrency: 1, durationMs: 1, timeoutMs: 200, pickPath: () => '/never' })
+    // One request: it starts at once and outlasts the loop's duration, so none follows it. (With
+    // a duration of 1 ms, a millisecond tick or a GC pause before the loop's first check left none.)
+    const stalled = await runClientLoop({ port, concurrency: 1, durationMs: 150, timeoutMs: 200, pickPath: () => '/never' })
     assert.deepStrictEqual(stalled.samples.map((s) => s.ok), [false])
     assert.deepStrictEqual(stalled.errors, { ETIMEDOUT: 1 })
   } finally {
