@@ -66,6 +66,7 @@ const { hasWrk, wrkRun, wrkCookieScript } = require('./lib/wrk')
 const { SAMPLE_MS } = require('./lib/load')
 const { createBoxSpeed } = require('./lib/box-speed')
 const { startCpuBurners } = require('./lib/busy')
+const { startCpuShare, autogroupEnabled } = require('./lib/cpu-share')
 
 const SECRET = 'bench-secret-0123456789-abcdefghijklmnop'
 const REDIS_URL = process.env.REDIS_URL || 'redis://127.0.0.1:6379'
@@ -544,7 +545,9 @@ async function main () {
       const round = {}
       for (const scenario of rotated(measured, pass)) {
         speed.sample()
+        const share = burners.pids.length > 0 ? startCpuShare({ burners: burners.pids, row: rowPids(scenario, redisPid) }) : null
         round[scenario.name] = await measure(scenario.server.port, scenario.cookies, duration, connections)
+        if (share !== null) round[scenario.name].cores = share.stop()
       }
       for (const scenario of measured) scenario.rounds.push(round[scenario.name])
     }
@@ -568,6 +571,7 @@ async function main () {
   const other = otherCores(cpuAtStart, cpuSample(runPids))
   const run = { duration, passes, connections, maxAge, loadAtStart, other, burners: burnerCount, seconds: (Date.now() - started) / 1000, speed: speed.summary() }
   print(list, run)
+  if (run.burners) printBusyShare(list)
   printCpu(list, { rate: cpuRate, seconds: cpuSeconds, passes: cpuPasses })
   printLatency(list, { rate: latencyRate, seconds: latencySeconds, passes: cpuPasses })
   if (gcRows()) printWorkerRss(list)
@@ -729,6 +733,55 @@ function printLatency (list, run) {
     `Latency at a paced ${run.rate} req/s (2 workers, ${run.seconds} s, up to 20 kept-alive connections, median of ${run.passes} rotated passes)`,
     ['store', 'p50 ms', 'p99 ms', 'p50 vs recipe', 'p99 vs recipe', 'p99 ms per pass', 'errors'], rows,
     'Every store is offered the same steady load, below what each holds, so this p99 is the store\'s own: the saturated rounds\' p99 above also holds the queue that each store\'s throughput builds. Latency runs from the moment a request is handed to the client (a wait for a free connection counts) to its last byte.')
+}
+
+/**
+ * The processes whose CPU is a row's own: its server's, and the local Redis's for a row that uses
+ * it (none for a topology's row: its Redis servers are not followed, so its share is not shown).
+ */
+function rowPids (scenario, redisPid) {
+  if (scenario.topology) return []
+  const usesRedis = scenario.spec.store === 'redis' || scenario.spec.store === 'recipe'
+  return scenario.server.pids.concat(usesRedis && redisPid !== null ? [redisPid] : [])
+}
+
+/**
+ * --busy: the share of the machine each row got in its saturated rounds. The goal table compares
+ * req/s; this one shows whether the rows competed with the burners on the same terms.
+ */
+function printBusyShare (list) {
+  const measured = list.filter((r) => !r.skipped && r.rounds.length > 0 && r.rounds[0].cores)
+  if (measured.length === 0) return
+  const anchor = measured.find((r) => r.anchor)
+  const perCore = (round) => round.rps / round.cores.row
+  const rows = measured.map((r) => {
+    const own = median(r.rounds.map((round) => round.cores.row))
+    return [
+      r.name,
+      fmt(median(r.rounds.map((round) => round.cores.burners)), 2),
+      r.rounds.map((round) => fmt(round.cores.burners, 2)).join(' / '),
+      Number.isFinite(own) ? fmt(own, 2) : '-',
+      Number.isFinite(own) ? fmt(median(r.rounds.map(perCore))) : '-',
+      Number.isFinite(own) && anchor ? sameRoundRatio(r.rounds, anchor.rounds, perCore) : 'n/a'
+    ]
+  })
+  const autogroup = autogroupEnabled()
+  writeSection(
+    'The busy box: the share of the machine each row got in its saturated rounds (cores: CPU time over wall time, from /proc/<pid>/task/*/schedstat)',
+    ['store', 'burners\' cores (median)', 'burners\' cores per round', 'row\'s own cores (median)', 'req/s per own core (median)', 'vs recipe (median of same-round ratios)'], rows,
+    'A row\'s own cores are its primary\'s and workers\' CPU, and for the rows that use it the local Redis\'s; the load generator is not counted. ' +
+    (autogroup === true
+      ? 'The kernel\'s autogroup scheduling is on (/proc/sys/kernel/sched_autogroup_enabled): CPU is shared between sessions before processes, and every burner, every server and the machine\'s Redis is a session of its own, so a row that also keeps a Redis busy takes more of the box from the burners. Where the burners\' cores differ between rows, the req/s table above compares rows that were given different shares of the machine; req/s per own core does not depend on that share.'
+      : autogroup === false
+        ? 'The kernel\'s autogroup scheduling is off: every thread competes with the burners on the same terms.'
+        : 'The kernel\'s autogroup setting could not be read.'))
+}
+
+/** Median over rounds of value(row's round) / value(anchor's round), as "1.23x". */
+function sameRoundRatio (rounds, anchorRounds, value) {
+  const ratios = rounds.map((round, i) => value(round) / value(anchorRounds[i]))
+  const mid = median(ratios)
+  return Number.isFinite(mid) ? mid.toFixed(2) + 'x' : 'n/a'
 }
 
 /** --busy <n>: processes spinning a core each beside every measurement (0: none). */

@@ -340,3 +340,28 @@ test('the instruction count of a callgrind output is its totals line, else its s
   assert.strictEqual(callgrindTotal(header + 'summary: 123456\n'), 123456)
   assert.ok(Number.isNaN(callgrindTotal(header)))
 })
+
+test('the CPU share meter: a burner spins, a sleeping process does not, and a group with no pid has no share', async () => {
+  const { startCpuShare, autogroupEnabled } = require('../bench/lib/cpu-share')
+  const { startCpuBurners } = require('../bench/lib/busy')
+  const { startProcess, stopProcess } = require('../bench/lib/proc')
+  const burners = startCpuBurners(1)
+  const sleeper = startProcess({ args: ['-e', 'setInterval(() => {}, 60000)'], name: 'sleeper' })
+  try {
+    assert.strictEqual(burners.pids.length, 1)
+    // Past both processes' start-up, which costs CPU in the sleeper too.
+    await new Promise((resolve) => setTimeout(resolve, 500))
+    const share = startCpuShare({ burners: burners.pids, sleeper: [sleeper.pid], none: [] })
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    const cores = share.stop()
+    assert.ok(cores.burners > cores.sleeper, `burner ${cores.burners} cores, sleeper ${cores.sleeper}`)
+    assert.ok(cores.sleeper >= 0, `sleeper ${cores.sleeper}`)
+    assert.ok(Number.isNaN(cores.none))
+  } finally {
+    await burners.stop()
+    await stopProcess(sleeper)
+  }
+  const autogroup = autogroupEnabled()
+  if (require('fs').existsSync('/proc/sys/kernel/sched_autogroup_enabled')) assert.strictEqual(typeof autogroup, 'boolean')
+  else assert.strictEqual(autogroup, null)
+})

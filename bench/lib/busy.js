@@ -9,12 +9,13 @@ const { startProcess, stopProcess } = require('./proc')
 
 /**
  * @param {number} count processes to start (0: none)
- * @returns {{ stop: () => Promise<void> }}
+ * @returns {{ pids: number[], stop: () => Promise<void> }}
  */
 function startCpuBurners (count) {
   const burners = []
   for (let i = 0; i < count; i++) burners.push(startProcess({ args: ['-e', 'for (;;) {}'], name: `cpu burner ${i + 1}` }))
   return {
+    pids: burners.map((proc) => proc.pid),
     async stop () {
       await Promise.all(burners.map((proc) => stopProcess(proc)))
     }
