@@ -556,8 +556,7 @@ async function main () {
     // Where the time goes: CPU per request of each process, at a fixed rate every server can hold.
     for (let pass = 0; pass < cpuPasses; pass++) {
       for (const scenario of rotated(measured.filter((s) => !s.topology), pass)) {
-        const usesRedis = scenario.spec.store === 'redis' || scenario.spec.store === 'recipe'
-        const cpu = await measureCpu(scenario.server, scenario.cookies, cpuRate, cpuSeconds, usesRedis ? redisPid : null)
+        const cpu = await measureCpu(scenario.server, scenario.cookies, cpuRate, cpuSeconds, usesLocalRedis(scenario.spec) ? redisPid : null)
         ;(scenario.cpu = scenario.cpu || []).push(cpu)
         const latency = await measureLatency(scenario.server, scenario.cookies, latencyRate, latencySeconds)
         ;(scenario.latency = scenario.latency || []).push(latency)
@@ -645,12 +644,12 @@ function print (list, run) {
   const table = rows.map((row) => {
     if (row.skipped) return [row.name, 'skipped: ' + row.skipped, '', '', '', '', '', '', '']
     if (!anchor || anchor.skipped) return [row.name, fmt(row.rps), 'n/a', 'n/a', fmt(row.p99, 2), 'n/a', row.rounds.map((r) => fmt(r.rps)).join(' / '), row.errors, '']
-    const sameRound = median(row.rounds.map((r, i) => r.rps / anchor.rounds[i].rps))
+    const sameRound = sameRoundMedian(row.rounds, anchor.rounds, (r) => r.rps)
     return [
       row.name,
       fmt(row.rps),
       ratio(row.rps, anchor.rps),
-      Number.isFinite(sameRound) ? sameRound.toFixed(2) + 'x' : 'n/a',
+      times(sameRound),
       // The median of an even number of rounds is a mean of two: shown to the wrk's 0.01 ms.
       fmt(row.p99, 2),
       ratio(row.p99, anchor.p99),
@@ -741,8 +740,12 @@ function printLatency (list, run) {
  */
 function rowPids (scenario, redisPid) {
   if (scenario.topology) return []
-  const usesRedis = scenario.spec.store === 'redis' || scenario.spec.store === 'recipe'
-  return scenario.server.pids.concat(usesRedis && redisPid !== null ? [redisPid] : [])
+  return scenario.server.pids.concat(usesLocalRedis(scenario.spec) && redisPid !== null ? [redisPid] : [])
+}
+
+/** Does a row of this spec keep the local Redis busy (the recipe and our Redis store)? */
+function usesLocalRedis (spec) {
+  return spec.store === 'redis' || spec.store === 'recipe'
 }
 
 /**
@@ -762,7 +765,7 @@ function printBusyShare (list) {
       r.rounds.map((round) => fmt(round.cores.burners, 2)).join(' / '),
       Number.isFinite(own) ? fmt(own, 2) : '-',
       Number.isFinite(own) ? fmt(median(r.rounds.map(perCore))) : '-',
-      Number.isFinite(own) && anchor ? sameRoundRatio(r.rounds, anchor.rounds, perCore) : 'n/a'
+      Number.isFinite(own) && anchor ? times(sameRoundMedian(r.rounds, anchor.rounds, perCore)) : 'n/a'
     ]
   })
   const autogroup = autogroupEnabled()
@@ -777,11 +780,14 @@ function printBusyShare (list) {
         : 'The kernel\'s autogroup setting could not be read.'))
 }
 
-/** Median over rounds of value(row's round) / value(anchor's round), as "1.23x". */
-function sameRoundRatio (rounds, anchorRounds, value) {
-  const ratios = rounds.map((round, i) => value(round) / value(anchorRounds[i]))
-  const mid = median(ratios)
-  return Number.isFinite(mid) ? mid.toFixed(2) + 'x' : 'n/a'
+/** The median over rounds of value(a row's round) / value(the anchor's round in the same pass). */
+function sameRoundMedian (rounds, anchorRounds, value) {
+  return median(rounds.map((round, i) => value(round) / value(anchorRounds[i])))
+}
+
+/** A ratio as "1.23x", or "n/a". */
+function times (ratio) {
+  return Number.isFinite(ratio) ? ratio.toFixed(2) + 'x' : 'n/a'
 }
 
 /** --busy <n>: processes spinning a core each beside every measurement (0: none). */
