@@ -29,7 +29,11 @@ function ask (socket, event, ...args) {
 function startSender (port, room, sockets, from = 1) {
   const socket = connectClient(`http://127.0.0.1:${port}`, { transports: ['websocket'], forceNew: true, reconnectionDelay: 50, reconnectionDelayMax: 200 })
   sockets.push(socket)
-  const sender = { room, acked: [], unsure: [], stopped: false, done: null }
+  const sender = { room, acked: [], unsure: [], stopped: false, done: null, connection: 0, connectionOf: new Map() }
+  // Which of the sender's connections each message went out on (1 = the first): emits on one
+  // connection are numbered in the order they were made; across a cut they need not be (see
+  // assertSenderOrder()).
+  socket.on('connect', () => { sender.connection++ })
   sender.done = (async () => {
     let n = from - 1
     while (!sender.stopped) {
@@ -42,6 +46,7 @@ function startSender (port, room, sockets, from = 1) {
         continue
       }
       n++
+      sender.connectionOf.set(n, sender.connection)
       try {
         await ask(socket, 'send', room, n)
         sender.acked.push(n)
@@ -77,6 +82,26 @@ function assertRecoveredEachTime (c) {
   assert.ok(c.connects.every((x) => x.id === c.connects[0].id), `${c.name}: same socket id after recovery`)
 }
 
+/**
+ * Client `c` got the messages `sender` sent on one connection in the order it sent them. A sender
+ * cut by a reload or an upgrade reconnects as a new socket at once (socket.io restores only a client
+ * that has received a packet, and a sender receives none), so what it sends through a new worker can
+ * be numbered before what its old worker's primary had not numbered yet: the order across its
+ * connections is not asserted. Every client's order is the log's (the tests check the offsets).
+ * @param {{ name: string, got: number[] }} c
+ * @param {{ connectionOf: Map<number, number> }} sender
+ * @param {(i: number) => string} around what the client got around index i, for the message
+ */
+function assertSenderOrder (c, sender, around) {
+  const lastOn = new Map()
+  c.got.forEach((n, i) => {
+    const connection = sender.connectionOf.get(n)
+    const last = lastOn.get(connection)
+    assert.ok(last === undefined || n > last, `${c.name}: message ${n} after ${last}, both sent on the sender's connection ${connection}: ${around(i)}`)
+    lastOn.set(connection, n)
+  })
+}
+
 /** A message whose ack was lost reached every client of its room or none. */
 function assertUnsureAllOrNone (senders, clients) {
   for (const sender of senders) {
@@ -88,4 +113,4 @@ function assertUnsureAllOrNone (senders, clients) {
   }
 }
 
-module.exports = { ask, startSender, stopAndDeliver, assertRecoveredEachTime, assertUnsureAllOrNone }
+module.exports = { ask, startSender, stopAndDeliver, assertRecoveredEachTime, assertUnsureAllOrNone, assertSenderOrder }
