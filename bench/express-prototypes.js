@@ -21,7 +21,7 @@
 
 const http = require('http')
 const { numberArg: arg, isQuick } = require('./lib/args')
-const { median, ratio, fmt, markdownTable } = require('./lib/table')
+const { median, sameRoundMedian, ratio, fmt, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { installCleanup, startProcess, waitForLine, stopProcess, cpuMs, freePort, sleep } = require('./lib/proc')
 const { rotated } = require('./lib/rounds')
@@ -110,7 +110,7 @@ function lineTable ({ servers, results }) {
     const rps = median(runs.map((r) => r.rps))
     const p99 = median(runs.map((r) => r.p99))
     const us = median(runs.map((r) => r.usPerRequest))
-    const sameRound = median(runs.map((r, i) => r.rps / anchorRuns[i].rps))
+    const sameRound = sameRoundMedian(runs, anchorRuns, (r) => r.rps)
     const label = s.row.mode === 'clusterize' ? `${s.row.label}: ${first.slow ? 'prototypes set' : 'as the anchor'}` : s.row.label
     return [label, fmt(rps), ratio(rps, anchor.rps), `${fmt(sameRound, 2)}x`, fmt(p99, 2), ratio(p99, anchor.p99), fmt(us, 1), ratio(us, anchor.us),
       runs.map((r) => fmt(r.rps)).join(' / '), runs.reduce((a, r) => a + r.failed, 0)]

@@ -32,7 +32,7 @@ const { execFileSync } = require('child_process')
 const { numberArg: arg, isQuick } = require('./lib/args')
 const { startLocal } = require('./lib/contenders')
 const { runAutocannon } = require('./lib/load')
-const { median, fmt, markdownTable } = require('./lib/table')
+const { median, sameRoundMedian, fmt, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { installCleanup, startProcess, threadsCpuMs, sleep } = require('./lib/proc')
 const { boxLabel, otherWorkLabel } = require('./lib/results')
@@ -194,7 +194,7 @@ function print (bench, trees, samples, run) {
   const rows = bench.metrics.map(([label, key]) => {
     const h = samples.get(head.name).map((s) => s[key])
     const b = samples.get(base.name).map((s) => s[key])
-    const sameRound = median(h.map((v, i) => v / b[i]).filter(Number.isFinite))
+    const sameRound = sameRoundMedian(h, b, (v) => v)
     const size = Math.abs(median(h))
     const digits = size >= 100 ? 0 : size >= 10 ? 1 : 2
     return [label, fmt(median(h), digits), fmt(median(b), digits), `${(median(h) / median(b)).toFixed(2)}x`, `${sameRound.toFixed(2)}x`,

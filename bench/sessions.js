@@ -53,7 +53,7 @@
 
 const { numberArg: arg, isQuick, abDirArg } = require('./lib/args')
 const { threadsCpuMs, rssMiB } = require('./lib/proc')
-const { median, ratio, fmt, markdownTable } = require('./lib/table')
+const { median, sameRoundMedian, ratio, times, fmt, markdownTable } = require('./lib/table')
 const path = require('path')
 const crypto = require('crypto')
 const http = require('http')
@@ -778,16 +778,6 @@ function printBusyShare (list) {
       : autogroup === false
         ? 'The kernel\'s autogroup scheduling is off: every thread competes with the burners on the same terms.'
         : 'The kernel\'s autogroup setting could not be read.'))
-}
-
-/** The median over rounds of value(a row's round) / value(the anchor's round in the same pass). */
-function sameRoundMedian (rounds, anchorRounds, value) {
-  return median(rounds.map((round, i) => value(round) / value(anchorRounds[i])))
-}
-
-/** A ratio as "1.23x", or "n/a". */
-function times (ratio) {
-  return Number.isFinite(ratio) ? ratio.toFixed(2) + 'x' : 'n/a'
 }
 
 /** --busy <n>: processes spinning a core each beside every measurement (0: none). */

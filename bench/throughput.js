@@ -18,7 +18,7 @@ const { numberArg: arg, isQuick } = require('./lib/args')
 const os = require('os')
 const { startLocal, startPm2 } = require('./lib/contenders')
 const { runAutocannon } = require('./lib/load')
-const { median, ratio, fmt, markdownTable } = require('./lib/table')
+const { median, sameRoundMedian, ratio, times, fmt, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
 const { installCleanup, sleep, cpuMs } = require('./lib/proc')
 
@@ -79,7 +79,7 @@ function throughputTable (contenders, results) {
     const runs = results.get(c.label)
     summary.set(c.label, {
       // Same-round ratios cancel slow drift in background load.
-      pairedRatio: median(runs.map((r, i) => r.rps / baseRuns[i].rps)),
+      pairedRatio: sameRoundMedian(runs, baseRuns, (r) => r.rps),
       rps: median(runs.map((r) => r.rps)),
       p50: median(runs.map((r) => r.p50)),
       p99: median(runs.map((r) => r.p99)),
@@ -90,7 +90,7 @@ function throughputTable (contenders, results) {
   const base = summary.get(BASELINE)
   const rows = contenders.map((c) => {
     const s = summary.get(c.label)
-    return [c.label, fmt(s.rps), ratio(s.rps, base.rps), s.pairedRatio.toFixed(2) + 'x', fmt(s.p50), fmt(s.p99), ratio(s.p99, base.p99), s.all, s.failed]
+    return [c.label, fmt(s.rps), ratio(s.rps, base.rps), times(s.pairedRatio), fmt(s.p50), fmt(s.p99), ratio(s.p99, base.p99), s.all, s.failed]
   })
   return markdownTable(['GET / (hello app)', 'req/s (median)', 'vs raw cluster', 'median of per-round ratios', 'p50 ms', 'p99 ms', 'p99 vs raw', 'req/s per round', 'failed'], rows)
 }

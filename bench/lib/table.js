@@ -12,7 +12,20 @@ function median (values) {
 /** "1.02x" (value / baseline), or "n/a". */
 function ratio (value, baseline) {
   if (!Number.isFinite(value) || !Number.isFinite(baseline) || baseline === 0) return 'n/a'
-  return (value / baseline).toFixed(2) + 'x'
+  return times(value / baseline)
+}
+
+/**
+ * The median over rounds of value(a row's round) / value(the anchor's round in the same pass):
+ * rounds measured side by side, so a swing of the box's speed between passes cancels out.
+ */
+function sameRoundMedian (rounds, anchorRounds, value) {
+  return median(rounds.map((round, i) => value(round) / value(anchorRounds[i])))
+}
+
+/** A ratio already divided out, as "1.02x", or "n/a". */
+function times (ratio) {
+  return Number.isFinite(ratio) ? ratio.toFixed(2) + 'x' : 'n/a'
 }
 
 function fmt (value, digits) {
@@ -32,4 +45,4 @@ function markdownTable (headers, rows) {
   return [line(headers), line(align)].concat(rows.map(line)).join('\n')
 }
 
-module.exports = { median, ratio, fmt, markdownTable }
+module.exports = { median, sameRoundMedian, ratio, times, fmt, markdownTable }
