@@ -18,6 +18,9 @@
  *     from our session() and stores; the latter is in every wrk run)
  *   - with --busy <n>: n processes that each spin a core run beside every
  *     measurement (after the warm-up), for the busy-box table
+ *   - with --steal <on>/<off> (root): an unsteady box, from after the warm-up to
+ *     the last measurement: on each core a real-time process takes the core for
+ *     <on> ms in every <on>+<off> (bench/lib/busy.js), as a hypervisor's steal does
  *   - with --gc-rows: our two stores again with V8's own young-generation size
  *     (maxSemiSpaceMB: 0) instead of the workers' default 16 MB semi-space, and
  *     a table of each row's worker RSS after the saturated rounds
@@ -48,7 +51,7 @@
  * instead, so every session is read and written by both workers.
  *
  *   node bench/sessions.js [--quick] [--duration 3] [--passes 4] [--connections 20] [--failovers 3] [--load wrk|autocannon]
- *                          [--spread-sessions] [--read-only] [--max-age ms] [--cpu-rate 2000] [--latency-rate 2000] [--cpu-seconds 4] [--latency-seconds 4] [--ab <dir>] [--runtime-rows] [--gc-rows] [--busy 1]
+ *                          [--spread-sessions] [--read-only] [--max-age ms] [--cpu-rate 2000] [--latency-rate 2000] [--cpu-seconds 4] [--latency-seconds 4] [--ab <dir>] [--runtime-rows] [--gc-rows] [--busy 1] [--steal 3/3]
  */
 
 const { numberArg: arg, isQuick, abDirArg } = require('./lib/args')
@@ -65,7 +68,7 @@ const { rotated } = require('./lib/rounds')
 const { hasWrk, wrkRun, wrkCookieScript } = require('./lib/wrk')
 const { SAMPLE_MS } = require('./lib/load')
 const { createBoxSpeed } = require('./lib/box-speed')
-const { startCpuBurners } = require('./lib/busy')
+const { startCpuBurners, startCoreStealers, stealArg } = require('./lib/busy')
 const { startCpuShare, autogroupEnabled } = require('./lib/cpu-share')
 
 const SECRET = 'bench-secret-0123456789-abcdefghijklmnop'
@@ -495,6 +498,7 @@ async function main () {
   // As long as the CPU passes, or under --quick alone half a second (1,000 requests at 2,000 req/s).
   const latencySeconds = arg('--latency-seconds', cpuSeconds, process.argv.includes('--cpu-seconds') ? cpuSeconds : 0.5)
   const burnerCount = busyArg()
+  const steal = stealArg(process.argv)
   const abDir = abDirArg()
   const prefix = `cz-bench:${process.pid}:${crypto.randomBytes(3).toString('hex')}:`
   const haveRedis = await redisReachable(REDIS_URL)
@@ -516,6 +520,7 @@ async function main () {
   const speed = createBoxSpeed()
   const live = []
   let burners = null
+  let stealers = null
   try {
     // Every server is started first and measured in rotated rounds, so a burst of
     // load from elsewhere on a shared machine does not land on one store only.
@@ -541,6 +546,7 @@ async function main () {
     const measured = list.filter((s) => !s.skipped)
     // A busy box on purpose: processes that each spin a core from here to the last measurement.
     burners = startCpuBurners(burnerCount)
+    if (steal) stealers = await startCoreStealers(Object.assign({ cores: require('os').availableParallelism() }, steal))
     for (let pass = 0; pass < passes; pass++) {
       const round = {}
       for (const scenario of rotated(measured, pass)) {
@@ -564,11 +570,12 @@ async function main () {
     }
   } finally {
     if (burners) await burners.stop()
+    if (stealers) await stealers.stop()
     await Promise.all(live.map((server) => stopServer(server)))
     if (haveRedis) await cleanRedis(prefix)
   }
   const other = otherCores(cpuAtStart, cpuSample(runPids))
-  const run = { duration, passes, connections, maxAge, loadAtStart, other, burners: burnerCount, seconds: (Date.now() - started) / 1000, speed: speed.summary() }
+  const run = { duration, passes, connections, maxAge, loadAtStart, other, burners: burnerCount, steal, seconds: (Date.now() - started) / 1000, speed: speed.summary() }
   print(list, run)
   if (run.burners) printBusyShare(list)
   printCpu(list, { rate: cpuRate, seconds: cpuSeconds, passes: cpuPasses })
@@ -614,6 +621,7 @@ function goalCell (row, anchor, sameRound, caveat) {
  * saturated p99 came out 2-6x that of 3 s rounds for the same servers on a quiet box.
  */
 function goalCaveat (run, busy) {
+  if (run.steal) return 'with cores taken away (--steal)'
   if (busy) return 'on a busy box'
   if (run.duration < 3) return `in rounds of ${run.duration} s`
   return null
@@ -625,7 +633,7 @@ function goalCaveat (run, busy) {
  * load too) at the start or the end.
  */
 function busyBox (run) {
-  if (run.burners) return true
+  if (run.burners || run.steal) return true
   const cores = require('os').availableParallelism()
   if (run.other !== null) return otherWorkLabel(run.other, cores) === 'busy box'
   return Math.max(run.loadAtStart, require('os').loadavg()[0]) / cores > 0.5
@@ -665,7 +673,8 @@ function print (list, run) {
   out.push('')
   out.push(`The recipe: express-session (resave false, saveUninitialized false) with connect-redis ${connectRedisVersion()}'s RedisStore on a plain ioredis client, in 2 workers forked by node:cluster that each listen. Ours: session() with its defaults in clusterize's 2 workers. ${loadGenerator() === 'wrk' ? (spreadSessions() ? 'wrk -t1 (--spread-sessions: each request carries the next of the logged-in sessions in turn, so every session is read and written by both workers) runs beside the servers' : `wrk -t${run.connections} (one thread per connection, each connection with its own session throughout) runs beside the servers`) : 'autocannon (each connection with its own session) runs in the bench process'} on the same cores. Total run time ${run.seconds.toFixed(1)} s.` +
     (run.burners ? ` --busy ${run.burners}: ${run.burners} process${run.burners > 1 ? 'es' : ''} spinning a core each ran beside the measurements throughout.` : '') +
-    (run.other === null ? '' : ` Other work (not this script, its servers${run.burners ? ', its burners' : ''} or the local Redis) used ${run.other.toFixed(2)} of ${require('os').availableParallelism()} cores: ${busy ? 'busy box' : 'quiet box'}.`) +
+    (run.steal ? ` --steal ${run.steal.onMs}/${run.steal.offMs}: on each core a real-time process took the core ${run.steal.onMs} ms in every ${run.steal.onMs + run.steal.offMs} from the first saturated round to the last measurement, as a hypervisor's steal takes an instance's vCPUs (every row's figures are for that box).` : '') +
+    (run.other === null ? '' : ` Other work (not this script, its servers${run.burners ? ', its burners' : ''}${run.steal ? ', its core stealers' : ''} or the local Redis) used ${run.other.toFixed(2)} of ${require('os').availableParallelism()} cores: ${busy ? 'busy box' : 'quiet box'}.`) +
     ceilingNote(rows, anchor) + boxSpeedNote(run.speed))
   process.stdout.write(out.join('\n') + '\n\n')
 }

@@ -365,3 +365,30 @@ test('the CPU share meter: a burner spins, a sleeping process does not, and a gr
   if (require('fs').existsSync('/proc/sys/kernel/sched_autogroup_enabled')) assert.strictEqual(typeof autogroup, 'boolean')
   else assert.strictEqual(autogroup, null)
 })
+
+test('--steal: <on>/<off> is parsed or refused by name, and a stealer is a real-time process pinned to its core', async () => {
+  const { stealArg, startCoreStealers } = require('../bench/lib/busy')
+  const { statFields } = require('../bench/lib/proc')
+  const fs = require('fs')
+  assert.deepStrictEqual(stealArg(['--quick', '--steal', '3/2.5']), { onMs: 3, offMs: 2.5 })
+  assert.strictEqual(stealArg(['--quick']), null)
+  for (const bad of [['--steal'], ['--steal', '3'], ['--steal', '0/3'], ['--steal', 'a/b']]) {
+    assert.throws(() => stealArg(bad), /--steal takes <on>\/<off> in milliseconds/)
+  }
+  if (process.getuid() !== 0) {
+    await assert.rejects(startCoreStealers({ onMs: 2, offMs: 2, cores: 1 }), /--steal: could not start core stealer 0 \(chrt -f needs root/)
+    return
+  }
+  const stealers = await startCoreStealers({ onMs: 2, offMs: 2, cores: 1 })
+  const [pid] = stealers.pids
+  try {
+    // /proc/<pid>/stat fields 40 and 41 (rt_priority, policy); statFields starts at field 3.
+    const fields = statFields(pid)
+    assert.strictEqual(fields[38], 1, 'policy SCHED_FIFO')
+    assert.strictEqual(fields[37], 50, 'real-time priority 50')
+    assert.match(fs.readFileSync(`/proc/${pid}/status`, 'utf8'), /^Cpus_allowed_list:\s+0$/m)
+  } finally {
+    await stealers.stop()
+  }
+  assert.throws(() => process.kill(pid, 0), { code: 'ESRCH' })
+})

@@ -2,10 +2,12 @@
 
 /**
  * A busy machine for tail-latency rows: N processes that each spin a CPU,
- * started and stopped by PID through ./proc.js.
+ * started and stopped by PID through ./proc.js. And an unsteady one: cores
+ * taken away in chunks, as a hypervisor takes an instance's vCPUs (steal).
  */
 
-const { startProcess, stopProcess } = require('./proc')
+const { startProcess, stopProcess, sleep } = require('./proc')
+const { isAlive } = require('../../lib/process-alive')
 
 /**
  * @param {number} count processes to start (0: none)
@@ -22,4 +24,59 @@ function startCpuBurners (count) {
   }
 }
 
-module.exports = { startCpuBurners }
+/** A stealer: spin `on` ms, sleep `off` ms, from a random phase, until it is stopped. */
+const STEALER = `const [on, off] = process.argv.slice(1).map(Number)
+const cell = new Int32Array(new SharedArrayBuffer(4))
+Atomics.wait(cell, 0, 0, Math.random() * (on + off))
+for (;;) {
+  const stop = performance.now() + on
+  while (performance.now() < stop) {}
+  Atomics.wait(cell, 0, 0, off)
+}`
+
+/**
+ * --steal <on>/<off>: parsed, or null when the option is absent.
+ * @param {string[]} argv
+ * @returns {{ onMs: number, offMs: number }|null}
+ */
+function stealArg (argv) {
+  const i = argv.indexOf('--steal')
+  if (i === -1) return null
+  const match = /^(\d+(?:\.\d+)?)\/(\d+(?:\.\d+)?)$/.exec(argv[i + 1] || '')
+  const onMs = match ? Number(match[1]) : NaN
+  const offMs = match ? Number(match[2]) : NaN
+  if (!(onMs > 0 && offMs > 0)) {
+    throw new Error(`--steal takes <on>/<off> in milliseconds, both above 0 (e.g. --steal 3/3: each core taken away 3 ms in every 6), got ${argv[i + 1] === undefined ? 'nothing' : JSON.stringify(argv[i + 1])}`)
+  }
+  return { onMs, offMs }
+}
+
+/**
+ * One process per core, pinned to it (taskset) at real-time priority (chrt -f 50, so it preempts
+ * every other process there, as a hypervisor's steal does), spinning onMs then sleeping offMs.
+ * Needs root and util-linux's chrt and taskset; refuses with an error that says so.
+ * @param {{ onMs: number, offMs: number, cores: number }} options
+ * @returns {Promise<{ pids: number[], stop: () => Promise<void> }>}
+ */
+async function startCoreStealers ({ onMs, offMs, cores }) {
+  const stealers = []
+  for (let core = 0; core < cores; core++) {
+    stealers.push(startProcess({
+      node: 'chrt',
+      args: ['-f', '50', 'taskset', '-c', String(core), process.execPath, '-e', STEALER, String(onMs), String(offMs)],
+      name: `core stealer ${core}`
+    }))
+  }
+  // Without chrt the spawn fails with 'error' (ENOENT), and there is no pid to stop.
+  for (const proc of stealers) proc.child.on('error', (err) => { proc.stderr += err.message })
+  const stop = async () => { await Promise.all(stealers.filter((proc) => proc.pid).map((proc) => stopProcess(proc))) }
+  await sleep(200)
+  const failed = stealers.find((proc) => !proc.pid || !isAlive(proc.pid))
+  if (failed) {
+    await stop()
+    throw new Error(`--steal: could not start ${failed.name} (chrt -f needs root, and util-linux's chrt and taskset): ${failed.stderr.trim() || 'it exited'}`)
+  }
+  return { pids: stealers.map((proc) => proc.pid), stop }
+}
+
+module.exports = { startCpuBurners, startCoreStealers, stealArg }
