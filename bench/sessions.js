@@ -18,9 +18,10 @@
  *     from our session() and stores; the latter is in every wrk run)
  *   - with --busy <n>: n processes that each spin a core run beside every
  *     measurement (after the warm-up), for the busy-box table
- *   - with --steal <on>/<off> (root): an unsteady box, from after the warm-up to
- *     the last measurement: on each core a real-time process takes the core for
- *     <on> ms in every <on>+<off> (bench/lib/busy.js), as a hypervisor's steal does
+ *   - with --steal <on>/<off>[@<cores>] (root): an unsteady box, from after the
+ *     warm-up to the last measurement: on each core (or those listed, e.g. @1) a
+ *     real-time process takes the core for <on> ms in every <on>+<off>
+ *     (bench/lib/busy.js), as a hypervisor's steal does
  *   - with --gc-rows: our two stores again with V8's own young-generation size
  *     (maxSemiSpaceMB: 0) instead of the workers' default 16 MB semi-space, and
  *     a table of each row's worker RSS after the saturated rounds
@@ -51,7 +52,7 @@
  * instead, so every session is read and written by both workers.
  *
  *   node bench/sessions.js [--quick] [--duration 3] [--passes 4] [--connections 20] [--failovers 3] [--load wrk|autocannon]
- *                          [--spread-sessions] [--read-only] [--max-age ms] [--cpu-rate 2000] [--latency-rate 2000] [--cpu-seconds 4] [--latency-seconds 4] [--ab <dir>] [--runtime-rows] [--gc-rows] [--busy 1] [--steal 3/3]
+ *                          [--spread-sessions] [--read-only] [--max-age ms] [--cpu-rate 2000] [--latency-rate 2000] [--cpu-seconds 4] [--latency-seconds 4] [--ab <dir>] [--runtime-rows] [--gc-rows] [--busy 1] [--steal 3/3[@1]]
  */
 
 const { numberArg: arg, isQuick, abDirArg } = require('./lib/args')
@@ -498,7 +499,7 @@ async function main () {
   // As long as the CPU passes, or under --quick alone half a second (1,000 requests at 2,000 req/s).
   const latencySeconds = arg('--latency-seconds', cpuSeconds, process.argv.includes('--cpu-seconds') ? cpuSeconds : 0.5)
   const burnerCount = busyArg()
-  const steal = stealArg(process.argv)
+  const steal = stealArg(process.argv, require('os').availableParallelism())
   const abDir = abDirArg()
   const prefix = `cz-bench:${process.pid}:${crypto.randomBytes(3).toString('hex')}:`
   const haveRedis = await redisReachable(REDIS_URL)
@@ -546,7 +547,7 @@ async function main () {
     const measured = list.filter((s) => !s.skipped)
     // A busy box on purpose: processes that each spin a core from here to the last measurement.
     burners = startCpuBurners(burnerCount)
-    if (steal) stealers = await startCoreStealers(Object.assign({ cores: require('os').availableParallelism() }, steal))
+    if (steal) stealers = await startCoreStealers(steal)
     for (let pass = 0; pass < passes; pass++) {
       const round = {}
       for (const scenario of rotated(measured, pass)) {
@@ -673,7 +674,7 @@ function print (list, run) {
   out.push('')
   out.push(`The recipe: express-session (resave false, saveUninitialized false) with connect-redis ${connectRedisVersion()}'s RedisStore on a plain ioredis client, in 2 workers forked by node:cluster that each listen. Ours: session() with its defaults in clusterize's 2 workers. ${loadGenerator() === 'wrk' ? (spreadSessions() ? 'wrk -t1 (--spread-sessions: each request carries the next of the logged-in sessions in turn, so every session is read and written by both workers) runs beside the servers' : `wrk -t${run.connections} (one thread per connection, each connection with its own session throughout) runs beside the servers`) : 'autocannon (each connection with its own session) runs in the bench process'} on the same cores. Total run time ${run.seconds.toFixed(1)} s.` +
     (run.burners ? ` --busy ${run.burners}: ${run.burners} process${run.burners > 1 ? 'es' : ''} spinning a core each ran beside the measurements throughout.` : '') +
-    (run.steal ? ` --steal ${run.steal.onMs}/${run.steal.offMs}: on each core a real-time process took the core ${run.steal.onMs} ms in every ${run.steal.onMs + run.steal.offMs} from the first saturated round to the last measurement, as a hypervisor's steal takes an instance's vCPUs (every row's figures are for that box).` : '') +
+    (run.steal ? ` --steal ${stealLabel(run.steal)}: on ${run.steal.cores.length === require('os').availableParallelism() ? 'each core' : `core ${run.steal.cores.join(', ')} only`} a real-time process took the core ${run.steal.onMs} ms in every ${run.steal.onMs + run.steal.offMs} from the first saturated round to the last measurement, as a hypervisor's steal takes an instance's vCPUs (every row's figures are for that box).` : '') +
     (run.other === null ? '' : ` Other work (not this script, its servers${run.burners ? ', its burners' : ''}${run.steal ? ', its core stealers' : ''} or the local Redis) used ${run.other.toFixed(2)} of ${require('os').availableParallelism()} cores: ${busy ? 'busy box' : 'quiet box'}.`) +
     ceilingNote(rows, anchor) + boxSpeedNote(run.speed))
   process.stdout.write(out.join('\n') + '\n\n')
@@ -787,6 +788,12 @@ function printBusyShare (list) {
       : autogroup === false
         ? 'The kernel\'s autogroup scheduling is off: every thread competes with the burners on the same terms.'
         : 'The kernel\'s autogroup setting could not be read.'))
+}
+
+/** --steal as given: '3/3', or '3/3@1' when it takes from some cores only. */
+function stealLabel (steal) {
+  const all = steal.cores.length === require('os').availableParallelism()
+  return `${steal.onMs}/${steal.offMs}${all ? '' : '@' + steal.cores.join(',')}`
 }
 
 /** --busy <n>: processes spinning a core each beside every measurement (0: none). */

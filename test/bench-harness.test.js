@@ -370,23 +370,27 @@ test('--steal: <on>/<off> is parsed or refused by name, and a stealer is a real-
   const { stealArg, startCoreStealers } = require('../bench/lib/busy')
   const { statFields } = require('../bench/lib/proc')
   const fs = require('fs')
-  assert.deepStrictEqual(stealArg(['--quick', '--steal', '3/2.5']), { onMs: 3, offMs: 2.5 })
-  assert.strictEqual(stealArg(['--quick']), null)
-  for (const bad of [['--steal'], ['--steal', '3'], ['--steal', '0/3'], ['--steal', 'a/b']]) {
-    assert.throws(() => stealArg(bad), /--steal takes <on>\/<off> in milliseconds/)
+  assert.deepStrictEqual(stealArg(['--quick', '--steal', '3/2.5'], 2), { onMs: 3, offMs: 2.5, cores: [0, 1] })
+  assert.deepStrictEqual(stealArg(['--steal', '3/3@1'], 2), { onMs: 3, offMs: 3, cores: [1] })
+  assert.deepStrictEqual(stealArg(['--steal', '3/3@2,0'], 4), { onMs: 3, offMs: 3, cores: [2, 0] })
+  assert.strictEqual(stealArg(['--quick'], 2), null)
+  for (const bad of [['--steal'], ['--steal', '3'], ['--steal', '0/3'], ['--steal', 'a/b'], ['--steal', '3/3@2'], ['--steal', '3/3@1,1'], ['--steal', '3/3@']]) {
+    assert.throws(() => stealArg(bad, 2), /--steal takes <on>\/<off> in milliseconds, both above 0, and optionally @ and the cores/)
   }
   if (process.getuid() !== 0) {
-    await assert.rejects(startCoreStealers({ onMs: 2, offMs: 2, cores: 1 }), /--steal: could not start core stealer 0 \(chrt -f needs root/)
+    await assert.rejects(startCoreStealers({ onMs: 2, offMs: 2, cores: [0] }), /--steal: could not start core stealer 0 \(chrt -f needs root/)
     return
   }
-  const stealers = await startCoreStealers({ onMs: 2, offMs: 2, cores: 1 })
+  // The last core, so a stealer pinned to the wrong one (core 0, or none) fails the check below.
+  const core = require('os').availableParallelism() - 1
+  const stealers = await startCoreStealers({ onMs: 2, offMs: 2, cores: [core] })
   const [pid] = stealers.pids
   try {
     // /proc/<pid>/stat fields 40 and 41 (rt_priority, policy); statFields starts at field 3.
     const fields = statFields(pid)
     assert.strictEqual(fields[38], 1, 'policy SCHED_FIFO')
     assert.strictEqual(fields[37], 50, 'real-time priority 50')
-    assert.match(fs.readFileSync(`/proc/${pid}/status`, 'utf8'), /^Cpus_allowed_list:\s+0$/m)
+    assert.match(fs.readFileSync(`/proc/${pid}/status`, 'utf8'), new RegExp(`^Cpus_allowed_list:\\s+${core}$`, 'm'))
   } finally {
     await stealers.stop()
   }

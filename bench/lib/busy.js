@@ -35,32 +35,36 @@ for (;;) {
 }`
 
 /**
- * --steal <on>/<off>: parsed, or null when the option is absent.
+ * --steal <on>/<off>[@<core>,<core>...]: parsed, or null when the option is absent.
+ * Without @, every core of the machine.
  * @param {string[]} argv
- * @returns {{ onMs: number, offMs: number }|null}
+ * @param {number} cores the machine's cores
+ * @returns {{ onMs: number, offMs: number, cores: number[] }|null}
  */
-function stealArg (argv) {
+function stealArg (argv, cores) {
   const i = argv.indexOf('--steal')
   if (i === -1) return null
-  const match = /^(\d+(?:\.\d+)?)\/(\d+(?:\.\d+)?)$/.exec(argv[i + 1] || '')
+  const given = argv[i + 1]
+  const match = /^(\d+(?:\.\d+)?)\/(\d+(?:\.\d+)?)(?:@(\d+(?:,\d+)*))?$/.exec(given || '')
   const onMs = match ? Number(match[1]) : NaN
   const offMs = match ? Number(match[2]) : NaN
-  if (!(onMs > 0 && offMs > 0)) {
-    throw new Error(`--steal takes <on>/<off> in milliseconds, both above 0 (e.g. --steal 3/3: each core taken away 3 ms in every 6), got ${argv[i + 1] === undefined ? 'nothing' : JSON.stringify(argv[i + 1])}`)
+  const list = match && match[3] !== undefined ? match[3].split(',').map(Number) : Array.from({ length: cores }, (_, core) => core)
+  if (!(onMs > 0 && offMs > 0) || list.some((core) => core >= cores) || new Set(list).size !== list.length) {
+    throw new Error(`--steal takes <on>/<off> in milliseconds, both above 0, and optionally @ and the cores to take from (0 to ${cores - 1}, each once; all without @): e.g. --steal 3/3 takes every core 3 ms in every 6, --steal 3/3@1 only core 1. Got ${given === undefined ? 'nothing' : JSON.stringify(given)}`)
   }
-  return { onMs, offMs }
+  return { onMs, offMs, cores: list }
 }
 
 /**
- * One process per core, pinned to it (taskset) at real-time priority (chrt -f 50, so it preempts
- * every other process there, as a hypervisor's steal does), spinning onMs then sleeping offMs.
+ * One process per core given, pinned to it (taskset) at real-time priority (chrt -f 50, so it
+ * preempts every other process there, as a hypervisor's steal does), spinning onMs then sleeping offMs.
  * Needs root and util-linux's chrt and taskset; refuses with an error that says so.
- * @param {{ onMs: number, offMs: number, cores: number }} options
+ * @param {{ onMs: number, offMs: number, cores: number[] }} options
  * @returns {Promise<{ pids: number[], stop: () => Promise<void> }>}
  */
 async function startCoreStealers ({ onMs, offMs, cores }) {
   const stealers = []
-  for (let core = 0; core < cores; core++) {
+  for (const core of cores) {
     stealers.push(startProcess({
       node: 'chrt',
       args: ['-f', '50', 'taskset', '-c', String(core), process.execPath, '-e', STEALER, String(onMs), String(offMs)],
