@@ -674,7 +674,7 @@ function print (list, run) {
   out.push('')
   out.push(`The recipe: express-session (resave false, saveUninitialized false) with connect-redis ${connectRedisVersion()}'s RedisStore on a plain ioredis client, in 2 workers forked by node:cluster that each listen. Ours: session() with its defaults in clusterize's 2 workers. ${loadGenerator() === 'wrk' ? (spreadSessions() ? 'wrk -t1 (--spread-sessions: each request carries the next of the logged-in sessions in turn, so every session is read and written by both workers) runs beside the servers' : `wrk -t${run.connections} (one thread per connection, each connection with its own session throughout) runs beside the servers`) : 'autocannon (each connection with its own session) runs in the bench process'} on the same cores. Total run time ${run.seconds.toFixed(1)} s.` +
     (run.burners ? ` --busy ${run.burners}: ${run.burners} process${run.burners > 1 ? 'es' : ''} spinning a core each ran beside the measurements throughout.` : '') +
-    (run.steal ? ` --steal ${stealLabel(run.steal)}: on ${run.steal.cores.length === require('os').availableParallelism() ? 'each core' : `core ${run.steal.cores.join(', ')} only`} a real-time process took the core ${run.steal.onMs} ms in every ${run.steal.onMs + run.steal.offMs} from the first saturated round to the last measurement, as a hypervisor's steal takes an instance's vCPUs (every row's figures are for that box).` : '') +
+    (run.steal ? ` --steal ${run.steal.label}: on ${run.steal.label.includes('@') ? `core ${run.steal.cores.join(', ')} only` : 'each core'} a real-time process took the core ${run.steal.onMs} ms in every ${run.steal.onMs + run.steal.offMs} from the first saturated round to the last measurement, as a hypervisor's steal takes an instance's vCPUs (every row's figures are for that box).` : '') +
     (run.other === null ? '' : ` Other work (not this script, its servers${run.burners ? ', its burners' : ''}${run.steal ? ', its core stealers' : ''} or the local Redis) used ${run.other.toFixed(2)} of ${require('os').availableParallelism()} cores: ${busy ? 'busy box' : 'quiet box'}.`) +
     ceilingNote(rows, anchor) + boxSpeedNote(run.speed))
   process.stdout.write(out.join('\n') + '\n\n')
@@ -788,12 +788,6 @@ function printBusyShare (list) {
       : autogroup === false
         ? 'The kernel\'s autogroup scheduling is off: every thread competes with the burners on the same terms.'
         : 'The kernel\'s autogroup setting could not be read.'))
-}
-
-/** --steal as given: '3/3', or '3/3@1' when it takes from some cores only. */
-function stealLabel (steal) {
-  const all = steal.cores.length === require('os').availableParallelism()
-  return `${steal.onMs}/${steal.offMs}${all ? '' : '@' + steal.cores.join(',')}`
 }
 
 /** --busy <n>: processes spinning a core each beside every measurement (0: none). */

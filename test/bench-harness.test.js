@@ -370,9 +370,9 @@ test('--steal: <on>/<off> is parsed or refused by name, and a stealer is a real-
   const { stealArg, startCoreStealers } = require('../bench/lib/busy')
   const { statFields } = require('../bench/lib/proc')
   const fs = require('fs')
-  assert.deepStrictEqual(stealArg(['--quick', '--steal', '3/2.5'], 2), { onMs: 3, offMs: 2.5, cores: [0, 1] })
-  assert.deepStrictEqual(stealArg(['--steal', '3/3@1'], 2), { onMs: 3, offMs: 3, cores: [1] })
-  assert.deepStrictEqual(stealArg(['--steal', '3/3@2,0'], 4), { onMs: 3, offMs: 3, cores: [2, 0] })
+  assert.deepStrictEqual(stealArg(['--quick', '--steal', '3/2.5'], 2), { onMs: 3, offMs: 2.5, cores: [0, 1], label: '3/2.5' })
+  assert.deepStrictEqual(stealArg(['--steal', '3/3@1'], 2), { onMs: 3, offMs: 3, cores: [1], label: '3/3@1' })
+  assert.deepStrictEqual(stealArg(['--steal', '3/3@2,0'], 4), { onMs: 3, offMs: 3, cores: [2, 0], label: '3/3@2,0' })
   assert.strictEqual(stealArg(['--quick'], 2), null)
   for (const bad of [['--steal'], ['--steal', '3'], ['--steal', '0/3'], ['--steal', 'a/b'], ['--steal', '3/3@2'], ['--steal', '3/3@1,1'], ['--steal', '3/3@']]) {
     assert.throws(() => stealArg(bad, 2), /--steal takes <on>\/<off> in milliseconds, both above 0, and optionally @ and the cores/)

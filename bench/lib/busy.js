@@ -39,7 +39,7 @@ for (;;) {
  * Without @, every core of the machine.
  * @param {string[]} argv
  * @param {number} cores the machine's cores
- * @returns {{ onMs: number, offMs: number, cores: number[] }|null}
+ * @returns {{ onMs: number, offMs: number, cores: number[], label: string }|null} label: the option as given
  */
 function stealArg (argv, cores) {
   const i = argv.indexOf('--steal')
@@ -52,7 +52,7 @@ function stealArg (argv, cores) {
   if (!(onMs > 0 && offMs > 0) || list.some((core) => core >= cores) || new Set(list).size !== list.length) {
     throw new Error(`--steal takes <on>/<off> in milliseconds, both above 0, and optionally @ and the cores to take from (0 to ${cores - 1}, each once; all without @): e.g. --steal 3/3 takes every core 3 ms in every 6, --steal 3/3@1 only core 1. Got ${given === undefined ? 'nothing' : JSON.stringify(given)}`)
   }
-  return { onMs, offMs, cores: list }
+  return { onMs, offMs, cores: list, label: given }
 }
 
 /**
