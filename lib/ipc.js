@@ -53,6 +53,8 @@ class Channel {
   constructor (peer) {
     this.peer = peer
     this.queue = []
+    /** Callbacks of queued messages that asked to know when they are written (post's onWritten). */
+    this.writtenCallbacks = []
     /** Payload bytes queued here (not yet written), as reserved by callers. */
     this.pendingBytes = 0
     /** Payload bytes written but not yet taken by the OS (the peer reads slowly). */
@@ -85,9 +87,13 @@ class Channel {
   /**
    * Queue an envelope; it is written with everything else posted this tick.
    * @param {object} message an envelope
+   * @param {(err: Error|null) => void} [onWritten] called once the write that carries it has
+   *   completed (the OS holds it: it reaches the peer even if this process dies now), or with
+   *   the error that kept it from being written
    */
-  post (message) {
+  post (message, onWritten) {
     this.queue.push(message)
+    if (onWritten !== undefined) this.writtenCallbacks.push(onWritten)
     if (!this.scheduled) {
       this.scheduled = true
       setImmediate(this.flush)
@@ -186,7 +192,16 @@ class Channel {
     this.queue = []
     const bytes = this.pendingBytes
     this.pendingBytes = 0
-    this.write(queue.length === 1 ? queue[0] : envelope(BATCH, { items: queue }), undefined, undefined, bytes)
+    let callback
+    if (this.writtenCallbacks.length > 0) {
+      const callbacks = this.writtenCallbacks
+      this.writtenCallbacks = []
+      callback = function batchWritten (err) {
+        if (err) debug('async send error: %s', err.message)
+        for (const onWritten of callbacks) onWritten(err || null)
+      }
+    }
+    this.write(queue.length === 1 ? queue[0] : envelope(BATCH, { items: queue }), undefined, callback, bytes)
   }
 
   write (message, handle, callback, bytes) {

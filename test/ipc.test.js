@@ -91,6 +91,24 @@ test('writing to a closed channel returns false and calls back with an error, ne
   assert.doesNotThrow(() => channel.post(ipc.envelope('later')))
 })
 
+test('post(message, onWritten): told once the write carrying it completes, not when it is handed over; a closed channel tells the error', async () => {
+  const completions = []
+  const peer = { connected: true, writes: [], send (message, callback) { this.writes.push(message); completions.push(callback); return true } }
+  const channel = new ipc.Channel(peer)
+  const told = []
+  channel.post(ipc.envelope('a'), (err) => told.push(['a', err]))
+  channel.post(ipc.envelope('plain'))
+  channel.post(ipc.envelope('b'), (err) => told.push(['b', err]))
+  await new Promise((resolve) => setImmediate(resolve))
+  assert.strictEqual(peer.writes.length, 1, 'one batch')
+  assert.deepStrictEqual(told, [], 'handed to the peer, not yet written')
+  completions[0](null)
+  assert.deepStrictEqual(told, [['a', null], ['b', null]])
+  peer.connected = false
+  const failed = new Promise((resolve) => channel.post(ipc.envelope('late'), resolve))
+  assert.match((await failed).message, /IPC channel closed/)
+})
+
 test('protocol: every kind has one name, builders make envelopes, the router has no default forwarding', () => {
   assert.deepStrictEqual(new Set(Object.values(protocol.KIND)).size, Object.keys(protocol.KIND).length)
   const ready = protocol.ready({ port: 1 })

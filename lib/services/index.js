@@ -158,17 +158,19 @@ function serviceClient (name, options) {
      * Ask the service; resolves with its handler's answer.
      * @param {string} method
      * @param {*} [data] plain data (the IPC channel encodes it once)
-     * @param {{ timeoutMs?: number, bytes?: number, encode?: boolean }} [callOptions]
+     * @param {{ timeoutMs?: number, bytes?: number, encode?: boolean, onWritten?: Function }} [callOptions]
      *   `bytes`: the caller's estimate of data's size (backpressure counts it until the answer);
      *   `encode`: data holds the app's values: encode it with the bus codec (throws synchronously when
-     *   the bus would refuse it)
+     *   the bus would refuse it);
+     *   `onWritten(err)`: over IPC only, told once the call has been written to the OS (it reaches
+     *   the primary even if this process dies now); never for in-process calls or refused ones
      * @returns {Promise<*>}
      */
     request: function request (method, data, callOptions) {
       const what = `${name}.${method}`
       const timeoutMs = (callOptions && callOptions.timeoutMs) || defaultTimeoutMs
       const sent = prepare(what, data, callOptions)
-      if (state.remote !== null) return state.remote.request(name, method, sent.data, timeoutMs, sent.bytes, sent.encoded)
+      if (state.remote !== null) return state.remote.request(name, method, sent.data, timeoutMs, sent.bytes, sent.encoded, callOptions && callOptions.onWritten)
       const host = hostForInProcessCalls()
       if (host === null) return Promise.reject(notStarted(what))
       let result

@@ -54,9 +54,11 @@ function createRemote (options) {
      * @param {number} timeoutMs
      * @param {number} sizeBytes the caller's estimate of data's size, for backpressure
      * @param {boolean} [encoded] data is the bus codec's encoding (the host decodes it)
+     * @param {(err: Error|null) => void} [onWritten] told when the call has been written to the
+     *   OS (ipc.Channel#post); never, when the call is refused before it is sent
      * @returns {Promise<*>}
      */
-    request (name, method, data, timeoutMs, sizeBytes, encoded) {
+    request (name, method, data, timeoutMs, sizeBytes, encoded, onWritten) {
       const what = `${name}.${method}`
       if (!channel.connected) {
         return Promise.reject(new ClusterizeBusError(`service call ${what}: the IPC channel to the primary is closed`, 'ERR_CLUSTERIZE_BUS_CLOSED'))
@@ -72,7 +74,7 @@ function createRemote (options) {
       return pending.add({ bytes, what }, timeoutMs, function timedOut (call) {
         call.reject(new ClusterizeTimeoutError(`service call ${what}: the primary did not answer within ${timeoutMs} ms`))
       }, function send (id) {
-        channel.post(envelope.call(id, name, method, data, encoded))
+        channel.post(envelope.call(id, name, method, data, encoded), onWritten)
       })
     },
 
