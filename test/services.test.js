@@ -145,6 +145,21 @@ test('a worker that dies mid-request: its answer is dropped, the services forget
   assert.strictEqual((await other.run({ cmd: 'request', method: 'echo', data: 'alive' })).value.data, 'alive')
 })
 
+test('a worker reported gone while its channel is still open: the services forget it once the channel closes', async () => {
+  const worker = startWorker()
+  const child = worker.child
+  // As cluster.Worker: Node reports a worker's exit as soon as it is reaped, which can come before
+  // the last messages it wrote are read (a session save it already answered, say).
+  worker.record.worker = { isConnected: () => child.connected, once: child.once.bind(child), removeListener: child.removeListener.bind(child) }
+  assert.strictEqual((await worker.run({ cmd: 'request', method: 'echo', data: 'up' })).value.data, 'up')
+  worker.host.removeWorker(worker.record)
+  assert.deepStrictEqual(worker.seen.exits, [], 'not forgotten while its messages can still arrive')
+  const closed = new Promise((resolve) => child.once('disconnect', resolve))
+  child.kill('SIGKILL')
+  await closed
+  assert.deepStrictEqual(worker.seen.exits, [child.pid])
+})
+
 test('the primary going away fails the calls still waiting at once (not at their timeout)', async () => {
   const worker = startWorker()
   worker.child.send({ cmd: 'request', tag: 'orphan', method: 'hang', timeoutMs: 600000 })

@@ -131,6 +131,18 @@ function createServiceHost (definitions, context) {
     })
   }
 
+  function forget (record) {
+    const caller = { id: record.id, pid: record.pid, generation: record.generation }
+    for (const [name, service] of services) {
+      if (typeof service.started.workerExit !== 'function') continue
+      try {
+        service.started.workerExit(caller)
+      } catch (err) {
+        log.error(`service ${name}: forgetting worker ${record.id} failed: ${err && err.message}`, { err })
+      }
+    }
+  }
+
   function reply (record, message) {
     // A worker that exited meanwhile gets nothing: its call died with it.
     if (!records.has(record)) return
@@ -150,19 +162,14 @@ function createServiceHost (definitions, context) {
       byPid.set(record.pid, record)
     },
 
-    /** A worker process exited: drop its replies, let every service forget it. */
+    /**
+     * A worker process exited: drop its replies, and let every service forget it once the
+     * last messages it wrote before it died have been read.
+     */
     removeWorker (record) {
       if (!records.delete(record)) return
       if (byPid.get(record.pid) === record) byPid.delete(record.pid)
-      const caller = { id: record.id, pid: record.pid, generation: record.generation }
-      for (const [name, service] of services) {
-        if (typeof service.started.workerExit !== 'function') continue
-        try {
-          service.started.workerExit(caller)
-        } catch (err) {
-          log.error(`service ${name}: forgetting worker ${record.id} failed: ${err && err.message}`, { err })
-        }
-      }
+      afterLastMessages(record, function forgetWorker () { forget(record) })
     },
 
     /**
@@ -174,6 +181,7 @@ function createServiceHost (definitions, context) {
       return service === undefined ? undefined : service.started.api
     },
 
+
     /** Shutdown: close every service (Redis connections, timers). */
     close () {
       const closing = []
@@ -182,6 +190,34 @@ function createServiceHost (definitions, context) {
       }
       return Promise.all(closing).then(() => undefined)
     }
+  }
+}
+
+/** A worker's channel closes once its last messages are read; it should follow its exit at once. */
+const LAST_MESSAGES_WAIT_MS = 1000
+
+/**
+ * Run `fn` once the worker's IPC channel has closed. Node reports a worker's exit
+ * as soon as it is reaped, which can be before the messages it wrote just before
+ * it died are read (a session save it answered under a lease, ./session/leases.js);
+ * they are read before the channel closes. A channel that stays open (its end
+ * inherited by a process the worker started) is given up on after a second.
+ * @param {{ worker?: { isConnected?: Function, once?: Function, removeListener?: Function } }} record
+ * @param {() => void} fn
+ */
+function afterLastMessages (record, fn) {
+  const worker = record.worker
+  if (!worker || typeof worker.isConnected !== 'function' || !worker.isConnected()) return fn()
+  let done = false
+  const timer = setTimeout(run, LAST_MESSAGES_WAIT_MS)
+  timer.unref()
+  worker.once('disconnect', run)
+  function run () {
+    if (done) return
+    done = true
+    clearTimeout(timer)
+    worker.removeListener('disconnect', run)
+    fn()
   }
 }
 
