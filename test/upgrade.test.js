@@ -13,6 +13,7 @@ const { test, after } = require('node:test')
 const assert = require('node:assert')
 const { spawn, execFile, execFileSync } = require('child_process')
 const fs = require('fs')
+const http = require('http')
 const os = require('os')
 const path = require('path')
 const { freePort, waitForPort, tcpMigrateReq } = require('./helpers/net')
@@ -99,8 +100,8 @@ function newConnectionLoad (port) {
   return { results, stop () { stopped = true; return done } }
 }
 
-function get (port, urlPath, headers) {
-  return request(port, urlPath, { headers }).then((res) => {
+function get (port, urlPath, headers, agent) {
+  return request(port, urlPath, { headers, agent }).then((res) => {
     if (res.json && res.json.pid) pids.add(res.json.pid)
     return res
   })
@@ -230,6 +231,56 @@ test('a session in the cluster store is still logged in after the upgrade', asyn
   const stranger = await get(port, '/me')
   assert.strictEqual(stranger.status, 401, 'and a client without the cookie is not')
   await run(['stop', '--pid-file', pidFile])
+})
+
+test('every save answered during an upgrade is seen by the next request, on either primary (read leases on, kept-alive and new connections)', async () => {
+  const port = await freePort()
+  const { pidFile } = startPrimary('sessions', port, ['--workers', '2', '--sessions', 'cluster'])
+  const before = await primaryInfo(pidFile)
+  const login = await request(port, '/login?user=ada', { method: 'POST' })
+  assert.strictEqual(login.status, 200)
+  const headers = { cookie: login.headers['set-cookie'][0].split(';')[0] }
+  // One request after another: mostly on a kept-alive connection (whose worker holds the session's
+  // lease and answers its saves once written), every fourth on a new one (another worker, then the new primary).
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
+  const counted = { answered: 0, failures: [], primaries: new Set() }
+  let stopped = false
+  const counting = (async () => {
+    let visits = 0
+    for (let i = 0; !stopped; i++) {
+      try {
+        const res = await get(port, '/count', headers, i % 4 === 3 ? false : agent)
+        if (res.status !== 200) {
+          counted.failures.push(`request ${i}: HTTP ${res.status}`)
+          continue
+        }
+        counted.answered++
+        counted.primaries.add(res.json.primary)
+        if (res.json.visits !== visits + 1) counted.failures.push(`request ${i} (primary ${res.json.primary}): visits ${res.json.visits}, after ${visits}`)
+        visits = res.json.visits
+      } catch (err) {
+        counted.failures.push(`request ${i}: ${err.code || err.message}`)
+      }
+    }
+  })()
+  try {
+    await eventually(() => counted.answered >= 30, { timeoutMs: 30000, what: '30 counted requests' })
+    const upgrade = await run(['upgrade', '--pid-file', pidFile])
+    assert.strictEqual(upgrade.code, 0, upgrade.stdout + upgrade.stderr)
+    const after = await primaryInfo(pidFile, before.pid)
+    await eventually(() => !isAlive(before.pid), { timeoutMs: 30000, what: 'the old primary to exit' })
+    const answeredThen = counted.answered
+    await eventually(() => counted.answered >= answeredThen + 30, { timeoutMs: 30000, what: '30 more counted requests' })
+    stopped = true
+    await counting
+    assert.deepStrictEqual(counted.failures, [])
+    assert.ok(counted.primaries.has(before.pid) && counted.primaries.has(after.pid), `served by both primaries: ${[...counted.primaries]}`)
+  } finally {
+    stopped = true
+    await counting
+    agent.destroy()
+    await run(['stop', '--pid-file', pidFile])
+  }
 })
 
 /** The node binary of `pkg` (node@24...) through npx: CI installs Node 24 (.ci/run); a missing one fails the test. */

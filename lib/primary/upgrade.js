@@ -131,6 +131,8 @@ function createUpgrader (deps) {
     const ready = await waitFor(child, 'ready', config.upgrade.timeoutMs)
     if (!ready.ok) return abandon(child, failed(ready.reason))
     const backend = deps.sessions()
+    // Saves the workers answered under a read lease are applied before the snapshot, and none is answered early after it.
+    if (backend && backend.leases) await backend.leases.suspend()
     if (backend) {
       const entries = backend.snapshot()
       for (let i = 0; i < entries.length; i += SESSION_BATCH) child.send({ [TAG]: 'sessions', entries: entries.slice(i, i + SESSION_BATCH) })
@@ -144,6 +146,7 @@ function createUpgrader (deps) {
     const serving = await waitFor(child, 'serving', config.upgrade.timeoutMs)
     if (!serving.ok) {
       if (backend) backend.onWrite = null
+      if (backend && backend.leases) backend.leases.resume()
       if (recovery) recovery.cancel()
       return abandon(child, failed(serving.reason))
     }

@@ -5,18 +5,22 @@
  * SessionBackend (./cluster-backend.js).
  *
  * A lease lets one worker answer reads of one session from the copy it last
- * read or wrote, for `leaseMs`, without asking the primary: a kept-alive
- * connection's requests then cost one IPC round trip (the save) instead of
- * two. Reads stay linearizable:
+ * read or wrote, for `leaseMs`, without asking the primary, and answer its
+ * saves of it once they are written to the primary's pipe, without waiting
+ * for the reply: a kept-alive connection's requests then wait for no IPC
+ * round trip at all. Reads and writes stay linearizable:
  * - one worker holds a session's lease at a time, and every write goes
- *   through the primary;
- * - before a write of another worker (or a destroy, touch or clear) is
- *   applied, the holder is told to drop its copy (a push) and the write
- *   waits for its answer, for the holder's exit, or for the lease to run out,
- *   whichever comes first (a hung holder delays the write by at most
- *   `leaseMs`; its own clock has expired the copy by then);
+ *   through the primary, in the order the holder sent them;
+ * - before another worker's read or write of the session is answered (or a
+ *   destroy, touch, clear or all()), the holder is told to drop its copy (a
+ *   push), and the other worker's request waits for its answer, for its exit
+ *   (once its last messages are read), or for the lease to run out,
+ *   whichever comes first. The answer travels behind the holder's saves, so
+ *   they are applied first; the holder's own requests go ahead meanwhile;
  * - a worker counts its lease from before it asked, so it always ends first
- *   in the worker.
+ *   in the worker: a hung holder delays others by at most `leaseMs`, and a
+ *   save it answered was in the primary's pipe before then (a lease that ran
+ *   out is let go only after the pipes are read once more).
  * A lease is granted only to the worker that made the session's previous
  * access too, and a session whose lease had to be revoked gets none for a
  * while (1 s, doubling with each revocation up to a minute, back to 1 s after
@@ -87,17 +91,20 @@ class SessionLeases {
   }
 
   /**
-   * Before `pid` writes `key`: null when it may be applied now, else a Promise
-   * that settles once another worker's lease on it is gone (ask again then).
+   * Before `pid` reads or writes `key`: null when it may go ahead now, else a
+   * Promise that settles once another worker's lease on it is gone (ask again
+   * then). The holder goes ahead even while its lease is being revoked: what
+   * it sends is ordered before its answer to the revocation.
    * @param {string} key
    * @param {number} pid
    * @returns {Promise<void>|null}
    */
-  beforeWrite (key, pid) {
+  beforeAccess (key, pid) {
     const record = this.records.get(key)
     if (record === undefined) return null
+    if (record.holder === pid) return null
     if (record.revoking !== null) return record.revoking
-    if (record.holder === 0 || record.holder === pid) return null
+    if (record.holder === 0) return null
     if (!(record.until > this.now())) {
       record.holder = 0
       return null
@@ -115,7 +122,7 @@ class SessionLeases {
     if (record !== undefined && record.revoking === null) record.holder = 0
   }
 
-  /** `key` was destroyed (after beforeWrite): forget it. */
+  /** `key` was destroyed (after beforeAccess): forget it. */
   destroyed (key) {
     const record = this.records.get(key)
     if (record !== undefined && record.revoking === null) this.records.delete(key)
@@ -143,16 +150,54 @@ class SessionLeases {
    * @returns {Promise<void>|null}
    */
   beforeClear (pid) {
-    const now = this.now()
-    const revoking = []
-    for (const [key, record] of this.records) {
-      if (record.revoking !== null) revoking.push(record.revoking)
-      else if (record.holder !== 0 && record.holder !== pid && record.until > now) revoking.push(this.revoke(key, record))
-    }
+    const revoking = this.revokeOthers(pid)
     if (revoking.length === 0) return null
     this.clearing++
     const settled = () => { this.clearing-- }
     return Promise.all(revoking).then(settled, settled)
+  }
+
+  /**
+   * Before `pid` reads every session (all()): null when no other worker holds a
+   * lease, else a Promise that settles once they are all revoked, so that the
+   * saves their holders answered are applied.
+   * @param {number} pid
+   * @returns {Promise<void>|null}
+   */
+  beforeReadAll (pid) {
+    const revoking = this.revokeOthers(pid)
+    if (revoking.length === 0) return null
+    return Promise.all(revoking).then(noop, noop)
+  }
+
+  /**
+   * Revoke every lease and grant none until resume(): a primary upgrade hands the
+   * sessions over once this settles, so every save a holder answered is in the
+   * snapshot or forwarded with the writes after it, before the new primary serves.
+   * @returns {Promise<void>}
+   */
+  suspend () {
+    this.clearing++
+    return Promise.all(this.revokeOthers(0)).then(noop, noop)
+  }
+
+  /** Grant leases again (the upgrade that suspended them failed). */
+  resume () {
+    if (this.clearing > 0) this.clearing--
+  }
+
+  /** Revoke every live lease not held by `pid`: the revocations (and those already under way). */
+  revokeOthers (pid) {
+    const now = this.now()
+    const revoking = []
+    for (const [key, record] of this.records) {
+      if (record.revoking !== null) {
+        if (record.holder !== pid) revoking.push(record.revoking)
+      } else if (record.holder !== 0 && record.holder !== pid && record.until > now) {
+        revoking.push(this.revoke(key, record))
+      }
+    }
+    return revoking
   }
 
   /** The clear was applied: every record goes (a lease of the clearer was dropped in the clearer). */
@@ -239,7 +284,9 @@ class SessionLeases {
       }
       leases.expiredRevocations++
       debug('lease %d of worker %d: no answer to its revocation, it ran out', grant, holder)
-      waiting.settle()
+      // Timers run before the loop reads its pipes: a save the holder wrote before its lease
+      // ended (and may have answered) is read first, in this turn's poll phase.
+      setImmediate(function afterPipesRead () { waiting.settle() })
     }, Math.max(0, Math.ceil(until - this.now())))
     const revoking = record.revoking
     if (!this.push(holder, 'revoke', [key, grant])) waiting.settle()
@@ -277,15 +324,18 @@ class LeaseRecord {
 function answerWithLeases (backend, leases, msg, pid) {
   const op = msg && msg.op
   if (op === SESSION_OP.GET) {
+    const key = keyOf(prefixOf(msg), msg.sid)
+    // The holder may have answered saves the primary has not read yet: revoke first.
+    const wait = leases.beforeAccess(key, pid)
+    if (wait !== null) return wait.then(() => answerWithLeases(backend, leases, msg, pid))
     const json = backend.dispatch(msg)
     if (json === null || msg.lease !== 1) return json
-    const key = keyOf(prefixOf(msg), msg.sid)
     const grant = leases.grant(key, pid)
     return grant === 0 ? json : [json, backend.expiresOf(key), grant, leases.leaseMs]
   }
   if (op === SESSION_OP.SET || op === SESSION_OP.TOUCH || op === SESSION_OP.DESTROY) {
     const key = keyOf(prefixOf(msg), msg.sid)
-    const wait = leases.beforeWrite(key, pid)
+    const wait = leases.beforeAccess(key, pid)
     if (wait !== null) return wait.then(() => answerWithLeases(backend, leases, msg, pid))
     const answer = backend.dispatch(msg)
     if (op === SESSION_OP.TOUCH) leases.touched(key)
@@ -303,8 +353,14 @@ function answerWithLeases (backend, leases, msg, pid) {
     leases.cleared()
     return answer
   }
+  if (op === SESSION_OP.ALL) {
+    const wait = leases.beforeReadAll(pid)
+    if (wait !== null) return wait.then(() => backend.dispatch(msg))
+  }
   return backend.dispatch(msg)
 }
+
+function noop () {}
 
 function prefixOf (msg) {
   return typeof msg.prefix === 'string' ? msg.prefix : ''
