@@ -53,8 +53,8 @@ describe('read leases in the primary (SessionLeases)', () => {
     try {
       leases.grant('s', A)
       const grant = leases.grant('s', A)
-      assert.equal(leases.beforeWrite('s', A), null, 'the holder writes at once')
-      const wait = leases.beforeWrite('s', B)
+      assert.equal(leases.beforeAccess('s', A), null, 'the holder writes at once')
+      const wait = leases.beforeAccess('s', B)
       assert.ok(wait instanceof Promise)
       assert.deepEqual(pushed, [{ pid: A, method: 'revoke', data: ['s', grant] }])
       let settled = false
@@ -66,7 +66,7 @@ describe('read leases in the primary (SessionLeases)', () => {
       assert.equal(settled, false, 'only the holder answers for its lease')
       leases.acknowledged(A, [grant])
       await wait
-      assert.equal(leases.beforeWrite('s', B), null, 'revoked: the write goes ahead')
+      assert.equal(leases.beforeAccess('s', B), null, 'revoked: the write goes ahead')
       assert.equal(leases.grant('s', B), 0, 'a revoked session gets no lease for a while')
       assert.equal(leases.stats().revoked, 1)
     } finally {
@@ -79,9 +79,9 @@ describe('read leases in the primary (SessionLeases)', () => {
     try {
       leases.grant('s', A)
       leases.grant('s', A)
-      await leases.beforeWrite('s', B)
+      await leases.beforeAccess('s', B)
       assert.equal(leases.stats().expiredRevocations, 1)
-      assert.equal(leases.beforeWrite('s', B), null)
+      assert.equal(leases.beforeAccess('s', B), null)
     } finally {
       leases.close()
     }
@@ -92,10 +92,10 @@ describe('read leases in the primary (SessionLeases)', () => {
     try {
       leases.grant('s', A)
       leases.grant('s', A)
-      const wait = leases.beforeWrite('s', B)
+      const wait = leases.beforeAccess('s', B)
       leases.forget(A)
       await wait
-      assert.equal(leases.beforeWrite('s', B), null)
+      assert.equal(leases.beforeAccess('s', B), null)
     } finally {
       leases.close()
     }
@@ -103,8 +103,8 @@ describe('read leases in the primary (SessionLeases)', () => {
     try {
       gone.grant('t', A)
       gone.grant('t', A)
-      await gone.beforeWrite('t', B)
-      assert.equal(gone.beforeWrite('t', B), null)
+      await gone.beforeAccess('t', B)
+      assert.equal(gone.beforeAccess('t', B), null)
     } finally {
       gone.close()
     }
@@ -116,7 +116,7 @@ describe('read leases in the primary (SessionLeases)', () => {
       leases.grant('s', A)
       leases.grant('s', A)
       advance(1001)
-      assert.equal(leases.beforeWrite('s', B), null)
+      assert.equal(leases.beforeAccess('s', B), null)
       assert.deepEqual(pushed, [])
     } finally {
       leases.close()
@@ -157,23 +157,68 @@ describe('read leases in the primary (SessionLeases)', () => {
       const got = answerWithLeases(backend, leases, { op: 'get', sid: 'x', lease: 1 }, A)
       assert.ok(Array.isArray(got), 'second access from A: a lease')
       assert.deepEqual([got[0], got[1], got[3]], ['{"n":1}', expires, 1000])
-      assert.equal(answerWithLeases(backend, leases, { op: 'get', sid: 'x' }, B), '{"n":1}', 'a reader that takes no lease gets the JSON')
-      const saved = answerWithLeases(backend, leases, { op: 'set', sid: 'x', sess: '{"n":2}', expires, lease: 1 }, B)
-      assert.ok(saved instanceof Promise, 'B\'s save waits for A')
+      assert.equal(answerWithLeases(backend, leases, { op: 'get', sid: 'x' }, A), '{"n":1}', 'the holder reads at once, with or without a lease')
+      // A may have answered saves the primary has not read yet: B's read waits for A's answer to the revocation.
+      const read = answerWithLeases(backend, leases, { op: 'get', sid: 'x' }, B)
+      assert.ok(read instanceof Promise, 'B\'s read waits for A')
       assert.deepEqual(pushed, [['x', got[2]]])
+      // A's save, read before its answer to the revocation (it was sent first), is applied at once.
+      assert.equal(answerWithLeases(backend, leases, { op: 'set', sid: 'x', sess: '{"n":2}', expires, lease: 1 }, A), true, 'no new lease while it is revoked')
+      const saved = answerWithLeases(backend, leases, { op: 'set', sid: 'x', sess: '{"n":3}', expires, lease: 1 }, B)
+      assert.ok(saved instanceof Promise, 'B\'s save waits for A too')
       leases.acknowledged(A, [got[2]])
+      assert.equal(await read, '{"n":2}', 'B reads what A saved before it answered')
       assert.equal(await saved, true)
-      assert.equal(backend.get('x'), '{"n":2}')
+      assert.equal(backend.get('x'), '{"n":3}')
+      assert.deepEqual(pushed, [['x', got[2]]], 'one revocation for both')
+      // all() revokes every other worker's lease first.
+      answerWithLeases(backend, leases, { op: 'set', sid: 'z', sess: '{"z":1}', expires, lease: 1 }, A)
+      await new Promise((resolve) => setTimeout(resolve, 1100)) // past the 1 s quiet time of x's revocation
+      const z = answerWithLeases(backend, leases, { op: 'set', sid: 'z', sess: '{"z":2}', expires, lease: 1 }, A)
+      assert.ok(Array.isArray(z), 'A holds z')
+      assert.ok(Array.isArray(answerWithLeases(backend, leases, { op: 'all' }, A)), 'the holder lists at once')
+      const all = answerWithLeases(backend, leases, { op: 'all' }, B)
+      assert.ok(all instanceof Promise, 'all() of another worker waits for the holder')
+      assert.deepEqual(pushed[pushed.length - 1], ['z', z[0]])
+      leases.acknowledged(A, [z[0]])
+      assert.ok((await all).some(([sid, json]) => sid === 'z' && json === '{"z":2}'))
       answerWithLeases(backend, leases, { op: 'set', sid: 'y', sess: '{"cookie":{}}', expires, lease: 1 }, A)
       const y = answerWithLeases(backend, leases, { op: 'set', sid: 'y', sess: '{"cookie":{}}', expires, lease: 1 }, A)
       assert.ok(Array.isArray(y))
       answerWithLeases(backend, leases, { op: 'touch', sid: 'y', expires: expires + 1000, cookie: '{"a":1}' }, A)
-      assert.equal(leases.beforeWrite('y', B), null, 'the touch ended A\'s lease: nothing to revoke')
+      assert.equal(leases.beforeAccess('y', B), null, 'the touch ended A\'s lease: nothing to revoke')
       assert.equal(answerWithLeases(backend, leases, { op: 'set', sid: 'gone', sess: '{}', expires: Date.now() - 1, lease: 1 }, A), true, 'a save that deletes grants nothing')
     } finally {
       leases.close()
       backend.close()
     }
+  })
+})
+
+describe('saves under a lease in a worker (LeaseCache)', () => {
+  it('a save under a live lease updates the copy at once; no reply replaces it until the save is answered', async () => {
+    const cache = new LeaseCache()
+    const expires = Date.now() + 60000
+    assert.equal(cache.savingUnderLease('k', '{"n":1}', expires), 0, 'no lease: the save waits for the primary')
+    cache.keep('k', '{"n":1}', expires, 3, 60000, performance.now())
+    const until = cache.savingUnderLease('k', '{"n":2}', expires)
+    assert.ok(until > performance.now(), 'the lease\'s end by this clock')
+    assert.equal(cache.read('k'), '{"n":2}', 'this worker reads its own save')
+    cache.keep('k', '{"n":1}', expires, 4, 60000, performance.now())
+    assert.equal(cache.read('k'), '{"n":2}', 'a newer grant on an older read does not replace it while the save is out')
+    let settled = null
+    cache.settledBehind(5000).then((value) => { settled = value })
+    assert.equal(await cache.settledBehind(10), false, 'not settled while the save is out')
+    cache.savedUnderLease('k', true)
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.equal(settled, true, 'settled once the primary answered')
+    assert.equal(await cache.settledBehind(10), true)
+    cache.keep('k', '{"n":2}', expires, 5, 60000, performance.now())
+    assert.equal(cache.read('k'), '{"n":2}')
+    cache.savingUnderLease('k', '{"n":3}', expires)
+    cache.savedUnderLease('k', false)
+    assert.equal(cache.read('k'), undefined, 'a save the primary failed drops the copy: the next read asks the primary')
+    cache.prune()
   })
 })
 
@@ -289,22 +334,54 @@ function cookieFrom (res) {
   return cookie && cookie.split(';')[0]
 }
 
+/** Two kept-alive connections on different workers (round robin hands out new connections in turn). */
+async function twoConnections (cluster) {
+  const byPid = new Map()
+  for (let i = 0; i < 40 && byPid.size < 2; i++) {
+    const conn = connection()
+    const res = await cluster.get('/plain', { agent: conn.agent })
+    conn.pid = res.json.pid
+    if (!byPid.has(conn.pid)) byPid.set(conn.pid, conn)
+    else conn.agent.destroy()
+    // A worker restarting after a kill: ask again once it is back.
+    if (byPid.size < 2 && i >= 3) await sleep(250)
+  }
+  assert.equal(byPid.size, 2, 'two connections on two workers')
+  return [...byPid.values()]
+}
+
+function sleep (ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}
+
+/** The response, or an Error saying it did not come while the primary was stopped (a save waiting for its reply). */
+function answeredWithin (pending, ms) {
+  let timer
+  const late = new Promise((resolve) => { timer = setTimeout(resolve, ms, new Error(`no answer within ${ms} ms with the primary stopped: the save waited for the primary`)) })
+  return Promise.race([pending, late]).finally(() => clearTimeout(timer))
+}
+
+/** A logged-in session whose lease worker `a` holds (its second access on a grants it). */
+async function leasedSession (cluster, a) {
+  const login = await cluster.get('/login?user=saver', { method: 'POST', agent: a.agent })
+  assert.equal(login.status, 200)
+  const headers = { cookie: cookieFrom(login) }
+  let visits = 0
+  for (let i = 0; i < 3; i++) {
+    const res = await cluster.get('/count', { agent: a.agent, headers })
+    assert.equal(res.json.pid, a.pid)
+    assert.equal(res.json.visits, ++visits)
+  }
+  return { headers, visits }
+}
+
 describe('read leases in a 2-worker cluster', () => {
   let cluster
   const conns = []
   before(async () => {
     // Leases of 1.5 s: a write on the other worker comes well within one, even on a slow box.
     cluster = await startCluster(FIXTURE, { env: { CZ_TEST_OPTIONS: JSON.stringify({ clusterStore: { leaseMs: 1500 } }) } })
-    // Two kept-alive connections on different workers (round robin hands out new connections in turn).
-    const byPid = new Map()
-    for (let i = 0; i < 12 && byPid.size < 2; i++) {
-      const conn = connection()
-      conn.pid = (await cluster.get('/plain', { agent: conn.agent })).json.pid
-      if (!byPid.has(conn.pid)) byPid.set(conn.pid, conn)
-      else conn.agent.destroy()
-    }
-    assert.equal(byPid.size, 2, 'two connections on two workers')
-    conns.push(...byPid.values())
+    conns.push(...await twoConnections(cluster))
   })
   after(async () => {
     for (const conn of conns) conn.agent.destroy()
@@ -374,5 +451,95 @@ describe('read leases in a 2-worker cluster', () => {
     const { resolveConfig } = require('../lib/config')
     assert.throws(() => resolveConfig({ clusterStore: { leaseMs: -1 } }), /clusterStore\.leaseMs/)
     assert.equal(resolveConfig({ clusterStore: { leaseMs: 0 } }).clusterStore.leaseMs, 0)
+  })
+})
+
+describe('saves under a read lease: answered once written, never lost once answered', () => {
+  let cluster
+  let conns = []
+  before(async () => {
+    cluster = await startCluster(FIXTURE, { env: { CZ_TEST_OPTIONS: JSON.stringify({ clusterStore: { leaseMs: 1500 } }) } })
+  })
+  after(async () => {
+    for (const conn of conns) conn.agent.destroy()
+    if (cluster) {
+      cluster.signal('SIGCONT')
+      await cluster.stop()
+    }
+  })
+  async function freshConnections () {
+    for (const conn of conns) conn.agent.destroy()
+    conns = await twoConnections(cluster)
+    return conns
+  }
+
+  it('the holder answers a save while the primary is stopped; another worker\'s read waits until it is applied', async () => {
+    const [a, b] = await freshConnections()
+    const session = await leasedSession(cluster, a)
+    let read
+    cluster.signal('SIGSTOP')
+    try {
+      const saved = await answeredWithin(cluster.get('/count', { agent: a.agent, headers: session.headers }), 5000)
+      assert.ifError(saved instanceof Error ? saved : null)
+      assert.deepEqual([saved.status, saved.json.pid, saved.json.visits], [200, a.pid, ++session.visits], 'answered with the primary stopped: the save was written, not yet read')
+      read = cluster.get('/count', { agent: b.agent, headers: session.headers })
+      await sleep(100)
+    } finally {
+      cluster.signal('SIGCONT')
+    }
+    const res = await read
+    assert.deepEqual([res.json.pid, res.json.visits], [b.pid, ++session.visits], 'the other worker read the answered save')
+  })
+
+  it('a holder killed right after answering a save: the primary applies it before another worker reads', async () => {
+    const [a, b] = await freshConnections()
+    const session = await leasedSession(cluster, a)
+    let read
+    cluster.signal('SIGSTOP')
+    try {
+      const saved = await answeredWithin(cluster.get('/count', { agent: a.agent, headers: session.headers }), 5000)
+      assert.ifError(saved instanceof Error ? saved : null)
+      assert.equal(saved.json.visits, ++session.visits)
+      process.kill(a.pid, 'SIGKILL')
+      read = cluster.get('/count', { agent: b.agent, headers: session.headers })
+      await sleep(100)
+    } finally {
+      // The primary wakes to the exit, the dead worker's last bytes and the read at once.
+      cluster.signal('SIGCONT')
+    }
+    const res = await read
+    assert.deepEqual([res.json.pid, res.json.visits], [b.pid, ++session.visits], 'the dead worker\'s answered save was applied first')
+  })
+
+  it('a save the pipe cannot take in full is not answered, and a holder killed then loses only that unanswered save', async () => {
+    const [a, b] = await freshConnections()
+    const session = await leasedSession(cluster, a)
+    // More than the socket's send buffer (net.core.wmem_default) can hold, under maxSessionBytes (512 KiB).
+    const kb = 450
+    let saving
+    let answered = false
+    cluster.signal('SIGSTOP')
+    try {
+      saving = cluster.get(`/big?kb=${kb}`, { agent: a.agent, headers: session.headers }).then((res) => { answered = true; return res }, (err) => err)
+      await sleep(800)
+      assert.equal(answered, false, 'not answered while the OS holds only part of it')
+      process.kill(a.pid, 'SIGKILL')
+    } finally {
+      cluster.signal('SIGCONT')
+    }
+    const outcome = await saving
+    assert.ok(outcome instanceof Error, `the request failed with its worker, it was never answered (got ${outcome && outcome.status})`)
+    const res = await cluster.get('/count', { agent: b.agent, headers: session.headers })
+    assert.deepEqual([res.status, res.json.visits], [200, ++session.visits], 'the session kept its last answered save')
+  })
+
+  it('a holder that hangs right after answering a save delays another worker only until its lease runs out, and the save is there', async () => {
+    const [a, b] = await freshConnections()
+    const session = await leasedSession(cluster, a)
+    const saved = await cluster.get('/count-then-block?ms=3000', { agent: a.agent, headers: session.headers })
+    assert.equal(saved.json.visits, ++session.visits)
+    const res = await cluster.get('/count', { agent: b.agent, headers: session.headers })
+    assert.deepEqual([res.json.pid, res.json.visits], [b.pid, ++session.visits], 'the hung holder\'s answered save was applied')
+    await sleep(3000)
   })
 })

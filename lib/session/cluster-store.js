@@ -9,7 +9,9 @@
  * Sessions travel as JSON strings; expiry is computed here, from the cookie,
  * so the primary never parses a session. In a worker, reads of a session this
  * worker holds a lease on (./leases.js, ./lease-cache.js) are answered here,
- * from the JSON it last read or wrote, with no request.
+ * from the JSON it last read or wrote, with no request; a save of such a
+ * session is answered once the IPC write that carries it has completed (see
+ * saveUnderLease), not after the primary's reply.
  */
 
 const { Store } = require('express-session')
@@ -25,6 +27,7 @@ const { sessionTooLarge, SessionTooLargeError } = require('./too-large')
 const { callOnce, answer, CallbackOutcome } = require('./callback')
 const { inflatableOrNull, whyNotInflatable, Unreadable } = require('./inflatable')
 const { promised } = require('./promised')
+const { sessionLog } = require('./log')
 
 const DEFAULT_TIMEOUT_MS = 2000
 const DEFAULT_TTL_SECONDS = 86400
@@ -72,13 +75,14 @@ class ClusterStore extends Store {
   /**
    * @param {object} msg
    * @param {(err: Error|null, value?: *) => void} cb
+   * @param {(err: Error|null) => void} [onWritten] over IPC, told once the request is written to the OS
    */
-  call (msg, cb) {
+  call (msg, cb, onWritten) {
     if (this.prefix !== '') msg.prefix = this.prefix
     cb = callOnce(cb, msg.op, this.outcome)
     let pending
     try {
-      pending = this.transport(msg)
+      pending = this.transport(msg, onWritten)
     } catch (err) {
       pending = Promise.reject(err)
     }
@@ -231,6 +235,10 @@ class ClusterStore extends Store {
     const leases = this.leases()
     if (leases === null) return this.call(msg, doneWith(cb, this.outcome))
     const key = keyOf(this.prefix, msg.sid)
+    if (takesLease && fitsPrimaryBound(msg.sess)) {
+      const until = leases.savingUnderLease(key, msg.sess, msg.expires)
+      if (until !== 0) return this.saveUnderLease(msg, key, until, leases, cb)
+    }
     leases.writing(key)
     if (takesLease) msg.lease = 1
     const askedAt = performance.now()
@@ -240,6 +248,50 @@ class ClusterStore extends Store {
       // [grant, leaseMs] when the primary granted a lease on what was just written.
       if (takesLease && !err && Array.isArray(reply)) leases.keep(key, msg.sess, msg.expires, reply[0], reply[1], askedAt)
       done(cb, err, outcome)
+    })
+  }
+
+  /**
+   * A save of a session this worker holds the lease on (its copy already holds the save:
+   * LeaseCache#savingUnderLease). It is answered as soon as the IPC write carrying it has
+   * completed, if the lease is still live then by this process's clock, without waiting for
+   * the primary's reply:
+   * - the OS holds the write, so the primary reads it even if this worker dies or hangs now;
+   * - the primary reads one worker's messages in order, and revokes this lease before any
+   *   other worker reads or writes the session; this worker's answer to the revocation
+   *   travels behind the save, so the primary has applied the save before anyone else sees
+   *   the session;
+   * - the lease ends here before it ends in the primary, so a write completed before then is
+   *   in the primary's pipe before a revocation left unanswered runs out.
+   * A write completed after the lease ended, or one that failed, waits for the primary's
+   * reply as every other write does. A refusal the primary sends after the save was
+   * answered (possible only when clusterStore.maxTotalBytes was lowered at runtime by a
+   * store's deprecated maxTotalBytes option) is logged, and the copy dropped.
+   * @param {object} msg the SET request
+   * @param {string} key
+   * @param {number} until the lease's end by performance.now()
+   * @param {import('./lease-cache').LeaseCache} leases
+   * @param {Function} cb
+   */
+  saveUnderLease (msg, key, until, leases, cb) {
+    msg.lease = 1
+    const askedAt = performance.now()
+    const answerOnce = callOnce(cb, SESSION_OP.SET, this.outcome)
+    let answered = false
+    this.call(msg, function onSavedUnderLease (err, reply) {
+      leases.savedUnderLease(key, !err)
+      // [grant, leaseMs]: the primary extended the lease over what was just saved.
+      if (!err && Array.isArray(reply)) leases.keep(key, msg.sess, msg.expires, reply[0], reply[1], askedAt)
+      if (!answered) {
+        answered = true
+        return answerOnce(err || null)
+      }
+      if (err) refusedAfterAnswer(msg.sid, err)
+    }, function onWritten (err) {
+      if (answered || err !== null || !(performance.now() < until)) return
+      answered = true
+      debug('save of a leased session answered once written')
+      answerOnce(null)
     })
   }
 
@@ -256,6 +308,29 @@ class ClusterStore extends Store {
     }
     return Date.now() + this.ttlMs
   }
+}
+
+/**
+ * Whether the primary's bound (clusterize() option clusterStore.maxTotalBytes) can take
+ * this session: a save answered before the primary's reply must be one it cannot refuse.
+ * @param {string} json
+ * @returns {boolean}
+ */
+function fitsPrimaryBound (json) {
+  const config = runtimeConfig().clusterStore
+  const bound = config && config.maxTotalBytes
+  if (!(bound > 0)) return false
+  return json.length * 3 <= bound || Buffer.byteLength(json) <= bound
+}
+
+/** The primary failed a save this worker had already answered (see saveUnderLease). */
+function refusedAfterAnswer (sid, err) {
+  if (err instanceof SessionTooLargeError) {
+    sessionLog().error(`cluster session store: a save of a leased session was answered, then refused by the primary (${err.message}); the primary keeps the session's previous data. Keep clusterStore.maxTotalBytes, not a store's deprecated maxTotalBytes, as the bound.`)
+    return
+  }
+  // Timed out or the channel closed: the save was written to the OS, the primary reads it when it can.
+  debug('save of leased session answered before the primary failed it: %s', err && err.message)
 }
 
 /** The session in `json` (null when there is none), as every read answers it. */
@@ -290,9 +365,9 @@ function done (cb, err, outcome) {
  * in this process). Requests of one loop turn share one IPC write.
  */
 function serviceTransport (client) {
-  return function toSessionService (msg) {
+  return function toSessionService (msg, onWritten) {
     // Sized for backpressure without encoding it: the session string is nearly all of it.
-    return client.request(msg.op, msg, { bytes: typeof msg.sess === 'string' ? msg.sess.length : 0 })
+    return client.request(msg.op, msg, { bytes: typeof msg.sess === 'string' ? msg.sess.length : 0, onWritten })
   }
 }
 

@@ -33,6 +33,10 @@ class LeaseCache {
      */
     this.writes = new Map()
     this.clears = 0
+    /** Saves answered under a lease (savingUnderLease) that the primary has not answered yet. */
+    this.behind = 0
+    /** @type {Array<Function>} settledBehind() callers, woken when `behind` is back to 0 */
+    this.behindWaiters = []
     this.hits = 0
     this.timer = null
   }
@@ -78,6 +82,71 @@ class LeaseCache {
   writing (key) {
     this.entries.delete(key)
     this.writes.set(key, (this.writes.get(key) || 0) + 1)
+  }
+
+  /**
+   * This worker saves `key` while it holds a live lease on it: its copy becomes `json` at
+   * once, so its own reads see the save, and no reply replaces that copy until the primary
+   * has answered the save (savedUnderLease). The save may be answered before the primary
+   * has applied it (./cluster-store.js says when); the primary revokes this lease before
+   * any other worker reads or writes the session, and the answer to that revocation
+   * travels behind the save on the same pipe.
+   * @param {string} key
+   * @param {string} json
+   * @param {number} expires ms since the epoch
+   * @returns {number} when the lease ends by this process's clock (performance.now()), 0 when
+   *   no live lease is held (the save must wait for the primary)
+   */
+  savingUnderLease (key, json, expires) {
+    const entry = this.entries.get(key)
+    if (entry === undefined) return 0
+    if (!(entry.until > performance.now() && entry.expires > Date.now())) {
+      this.entries.delete(key)
+      return 0
+    }
+    entry.json = json
+    entry.expires = expires
+    this.writes.set(key, (this.writes.get(key) || 0) + 1)
+    this.behind++
+    return entry.until
+  }
+
+  /**
+   * The primary answered (or the call failed) a save made with savingUnderLease().
+   * @param {string} key
+   * @param {boolean} applied false: the primary did not store it, so this copy is not what it holds
+   */
+  savedUnderLease (key, applied) {
+    this.written(key)
+    if (!applied) this.entries.delete(key)
+    this.behind--
+    if (this.behind === 0 && this.behindWaiters.length > 0) {
+      const waiters = this.behindWaiters
+      this.behindWaiters = []
+      for (const wake of waiters) wake(true)
+    }
+  }
+
+  /**
+   * Resolves true once every save answered under a lease has been answered by the primary
+   * too, false when `timeoutMs` passes first. A draining worker waits for it before it
+   * exits, so the primary (and, during an upgrade, the next one) has applied them all.
+   * @param {number} timeoutMs
+   * @returns {Promise<boolean>}
+   */
+  settledBehind (timeoutMs) {
+    if (this.behind === 0) return Promise.resolve(true)
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.behindWaiters = this.behindWaiters.filter((waiter) => waiter !== wake)
+        resolve(false)
+      }, timeoutMs)
+      function wake (settled) {
+        clearTimeout(timer)
+        resolve(settled)
+      }
+      this.behindWaiters.push(wake)
+    })
   }
 
   /** The primary answered (or the call failed) a write of `key` made after writing(key). */
@@ -165,4 +234,14 @@ function answerRevocations (leases, client) {
   })
 }
 
-module.exports = { LeaseCache, sharedLeaseCache }
+/**
+ * Wait (at most `timeoutMs`) until this process's saves answered under a lease are
+ * answered by the primary too; at once when this process never took a lease.
+ * @param {number} timeoutMs
+ * @returns {Promise<boolean>} false when the time ran out first
+ */
+function savesUnderLeaseSettled (timeoutMs) {
+  return shared === null ? Promise.resolve(true) : shared.settledBehind(timeoutMs)
+}
+
+module.exports = { LeaseCache, sharedLeaseCache, savesUnderLeaseSettled }

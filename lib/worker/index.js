@@ -13,6 +13,7 @@ const debug = require('debug')('clusterize:worker')
 const ipc = require('../ipc')
 const protocol = require('../protocol')
 const { prepareServer, drainServer } = require('./serve')
+const { savesUnderLeaseSettled } = require('../session/lease-cache')
 const pitfalls = require('./pitfalls')
 const { prepareAppState } = require('./app-state')
 const { createHealthSampler } = require('./heartbeat')
@@ -25,6 +26,9 @@ const { sessionStatus } = require('../session/status')
 const { setSessionLogger } = require('../session/log')
 const { createLogger } = require('../logger')
 const { startWorkerMetrics, reportBounded } = require('../state/metrics/worker')
+
+/** How long a draining worker waits for the primary to confirm session saves it answered early. */
+const SAVES_SETTLE_MS = 2000
 
 /**
  * Start the worker side. Called by clusterize() when cluster.isWorker.
@@ -195,6 +199,9 @@ function startWorker (createApp, config) {
     if (balanced) balanced.stop()
     const listening = listenMode !== 'handoff' && listenMode !== 'balanced' && !spare
     const timedOut = await drainServer({ server: handle.server, tracker, listening, log }, timeoutMs, reason)
+    // Session saves answered under a lease before the primary applied them: let it apply them
+    // (and, during an upgrade, pass them on) before this worker says it is done.
+    if (!(await savesUnderLeaseSettled(SAVES_SETTLE_MS))) log.warn('exiting with session saves the primary has not confirmed yet (they were written to its pipe)', { pid: process.pid })
     clearInterval(heartbeatTimer)
     if (sampler) sampler.stop()
     // Counts made since the last report would leave with this process.
