@@ -222,6 +222,36 @@ describe('saves under a lease in a worker (LeaseCache)', () => {
   })
 })
 
+describe('a bound lowered at runtime (a store\'s deprecated maxTotalBytes)', () => {
+  it('ends every lease first, so no save a holder answered is refused by the new bound', async () => {
+    const backend = new SessionBackend({ sweepIntervalMs: 0 })
+    const pushed = []
+    const leases = new SessionLeases({ leaseMs: 1000, push (pid, method, data) { pushed.push(data); return true } })
+    try {
+      const expires = Date.now() + 60000
+      const big = JSON.stringify({ big: 'x'.repeat(2000) })
+      answerWithLeases(backend, leases, { op: 'set', sid: 'x', sess: '{}', expires, lease: 1 }, A)
+      const held = answerWithLeases(backend, leases, { op: 'set', sid: 'x', sess: '{}', expires, lease: 1 }, A)
+      assert.ok(Array.isArray(held), 'A holds x')
+      assert.equal(answerWithLeases(backend, leases, { op: 'configure', maxTotalBytes: backend.maxTotalBytes * 2 }, B), true, 'a higher bound changes nothing for the holders')
+      const configured = answerWithLeases(backend, leases, { op: 'configure', maxTotalBytes: 1000 }, B)
+      assert.ok(configured instanceof Promise, 'a lower bound waits for the holders')
+      assert.deepEqual(pushed, [['x', held[0]]])
+      // A answered this save under its lease before it read the revocation: it is applied with the old bound.
+      assert.equal(answerWithLeases(backend, leases, { op: 'set', sid: 'x', sess: big, expires, lease: 1 }, A), true)
+      leases.acknowledged(A, [held[0]])
+      assert.equal(await configured, true)
+      assert.equal(backend.maxTotalBytes, 1000)
+      assert.equal(backend.get('x'), big, 'the answered save was kept')
+      answerWithLeases(backend, leases, { op: 'get', sid: 'x', lease: 1 }, A)
+      assert.ok(!Array.isArray(answerWithLeases(backend, leases, { op: 'get', sid: 'x', lease: 1 }, A)), 'no lease after it')
+    } finally {
+      leases.close()
+      backend.close()
+    }
+  })
+})
+
 describe('read leases in the session service', () => {
   const { sessionService } = require('../lib/session/cluster-service')
   const { resolveConfig } = require('../lib/config')

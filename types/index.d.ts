@@ -1035,7 +1035,8 @@ export interface ClusterizeSessionOptions extends Omit<SessionOptions, 'store' |
    * Cluster store: most bytes of session JSON the primary holds in total; the sessions closest to
    * expiry are evicted first, like maxSessions. Default 134217728 (128 MiB).
    * @deprecated as the primary's bound: set clusterize({ clusterStore: { maxTotalBytes } }); given here,
-   * it is still sent to the primary, and checked in the worker before a session is sent.
+   * it is still sent to the primary (a value lower than the primary's ends its read leases), and
+   * checked in the worker before a session is sent.
    */
   maxTotalBytes?: number
   /** Cluster store: a session bigger than this as JSON is not stored and the request gets 413. Default 524288 (512 KiB). */

@@ -264,9 +264,10 @@ class ClusterStore extends Store {
    * - the lease ends here before it ends in the primary, so a write completed before then is
    *   in the primary's pipe before a revocation left unanswered runs out.
    * A write completed after the lease ended, or one that failed, waits for the primary's
-   * reply as every other write does. A refusal the primary sends after the save was
-   * answered (possible only when clusterStore.maxTotalBytes was lowered at runtime by a
-   * store's deprecated maxTotalBytes option) is logged, and the copy dropped.
+   * reply as every other write does. The primary cannot refuse such a save: its size was
+   * checked against clusterStore.maxTotalBytes, and a store's deprecated maxTotalBytes option
+   * lowers that bound only after every lease is revoked (./leases.js). Should a refusal come
+   * anyway, it is logged as an error and the copy dropped.
    * @param {object} msg the SET request
    * @param {string} key
    * @param {number} until the lease's end by performance.now()
@@ -326,7 +327,7 @@ function fitsPrimaryBound (json) {
 /** The primary failed a save this worker had already answered (see saveUnderLease). */
 function refusedAfterAnswer (sid, err) {
   if (err instanceof SessionTooLargeError) {
-    sessionLog().error(`cluster session store: a save of a leased session was answered, then refused by the primary (${err.message}); the primary keeps the session's previous data. Keep clusterStore.maxTotalBytes, not a store's deprecated maxTotalBytes, as the bound.`)
+    sessionLog().error(`cluster session store: a save of a leased session was answered, then refused by the primary (${err.message}); the primary keeps the session's previous data. Please report this: it should not happen.`)
     return
   }
   // Timed out or the channel closed: the save was written to the OS, the primary reads it when it can.

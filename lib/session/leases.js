@@ -357,6 +357,12 @@ function answerWithLeases (backend, leases, msg, pid) {
     const wait = leases.beforeReadAll(pid)
     if (wait !== null) return wait.then(() => backend.dispatch(msg))
   }
+  if (op === SESSION_OP.CONFIGURE && msg.maxTotalBytes < backend.maxTotalBytes) {
+    // A store's deprecated maxTotalBytes lowers the bound a holder checked its saves against before
+    // it answered them: no more leases, and the bound changes once the saves already answered are applied.
+    debug('clusterStore.maxTotalBytes lowered at runtime to %d: read leases end', msg.maxTotalBytes)
+    return leases.suspend().then(() => backend.dispatch(msg))
+  }
   return backend.dispatch(msg)
 }
 
