@@ -503,7 +503,11 @@ describe('saves under a read lease: answered once written, never lost once answe
     return conns
   }
 
-  it('the holder answers a save while the primary is stopped; another worker\'s read waits until it is applied', async () => {
+  /**
+   * Save on worker a with the primary stopped (so an answer means the save was written, not
+   * read), kill a first when asked, then read on worker b: taken once the primary runs again.
+   */
+  async function saveWithPrimaryStopped (killHolder) {
     const [a, b] = await freshConnections()
     const session = await leasedSession(cluster, a)
     let read
@@ -512,33 +516,25 @@ describe('saves under a read lease: answered once written, never lost once answe
       const saved = await answeredWithin(cluster.get('/count', { agent: a.agent, headers: session.headers }), 5000)
       assert.ifError(saved instanceof Error ? saved : null)
       assert.deepEqual([saved.status, saved.json.pid, saved.json.visits], [200, a.pid, ++session.visits], 'answered with the primary stopped: the save was written, not yet read')
+      if (killHolder) process.kill(a.pid, 'SIGKILL')
       read = cluster.get('/count', { agent: b.agent, headers: session.headers })
       await sleep(100)
     } finally {
+      // The primary wakes to the save, the read (and the holder's exit) at once.
       cluster.signal('SIGCONT')
     }
     const res = await read
-    assert.deepEqual([res.json.pid, res.json.visits], [b.pid, ++session.visits], 'the other worker read the answered save')
+    return { got: [res.json.pid, res.json.visits], expected: [b.pid, ++session.visits] }
+  }
+
+  it('the holder answers a save while the primary is stopped; another worker\'s read waits until it is applied', async () => {
+    const { got, expected } = await saveWithPrimaryStopped(false)
+    assert.deepEqual(got, expected, 'the other worker read the answered save')
   })
 
   it('a holder killed right after answering a save: the primary applies it before another worker reads', async () => {
-    const [a, b] = await freshConnections()
-    const session = await leasedSession(cluster, a)
-    let read
-    cluster.signal('SIGSTOP')
-    try {
-      const saved = await answeredWithin(cluster.get('/count', { agent: a.agent, headers: session.headers }), 5000)
-      assert.ifError(saved instanceof Error ? saved : null)
-      assert.equal(saved.json.visits, ++session.visits)
-      process.kill(a.pid, 'SIGKILL')
-      read = cluster.get('/count', { agent: b.agent, headers: session.headers })
-      await sleep(100)
-    } finally {
-      // The primary wakes to the exit, the dead worker's last bytes and the read at once.
-      cluster.signal('SIGCONT')
-    }
-    const res = await read
-    assert.deepEqual([res.json.pid, res.json.visits], [b.pid, ++session.visits], 'the dead worker\'s answered save was applied first')
+    const { got, expected } = await saveWithPrimaryStopped(true)
+    assert.deepEqual(got, expected, 'the dead worker\'s answered save was applied first')
   })
 
   it('a save the pipe cannot take in full is not answered, and a holder killed then loses only that unanswered save', async () => {

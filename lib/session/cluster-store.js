@@ -287,7 +287,7 @@ class ClusterStore extends Store {
         answered = true
         return answerOnce(err || null)
       }
-      if (err) refusedAfterAnswer(msg.sid, err)
+      if (err) refusedAfterAnswer(err)
     }, function onWritten (err) {
       if (answered || err !== null || !(performance.now() < until)) return
       answered = true
@@ -325,7 +325,7 @@ function fitsPrimaryBound (json) {
 }
 
 /** The primary failed a save this worker had already answered (see saveUnderLease). */
-function refusedAfterAnswer (sid, err) {
+function refusedAfterAnswer (err) {
   if (err instanceof SessionTooLargeError) {
     sessionLog().error(`cluster session store: a save of a leased session was answered, then refused by the primary (${err.message}); the primary keeps the session's previous data. Please report this: it should not happen.`)
     return
