@@ -256,7 +256,7 @@ test('every save answered during an upgrade is seen by the next request, on eith
         }
         counted.answered++
         counted.primaries.add(res.json.primary)
-        if (res.json.visits !== visits + 1) counted.failures.push(`request ${i} (primary ${res.json.primary}): visits ${res.json.visits}, after ${visits}`)
+        if (res.json.visits !== visits + 1) counted.failures.push(`request ${i} (${res.json.primary === before.pid ? 'old' : 'new'} primary ${res.json.primary}, ${i % 4 === 3 ? 'new' : 'kept-alive'} connection): visits ${res.json.visits}, after ${visits}`)
         visits = res.json.visits
       } catch (err) {
         counted.failures.push(`request ${i}: ${err.code || err.message}`)

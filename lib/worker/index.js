@@ -27,8 +27,13 @@ const { setSessionLogger } = require('../session/log')
 const { createLogger } = require('../logger')
 const { startWorkerMetrics, reportBounded } = require('../state/metrics/worker')
 
-/** How long a draining worker waits for the primary to confirm session saves it answered early. */
-const SAVES_SETTLE_MS = 2000
+/**
+ * How long a draining worker waits for the primary to confirm session saves it answered early:
+ * what is left of its drain deadline, at most 2 s, and at least 0.5 s, so that with the metrics'
+ * last report (1 s at most) it stays inside the primary's 2 s backstop after the deadline.
+ */
+const SAVES_SETTLE_MAX_MS = 2000
+const SAVES_SETTLE_MIN_MS = 500
 
 /**
  * Start the worker side. Called by clusterize() when cluster.isWorker.
@@ -197,11 +202,13 @@ function startWorker (createApp, config) {
     shuttingDown = true
     debug('worker %d draining (%s, %d ms)', id, reason, timeoutMs)
     if (balanced) balanced.stop()
+    const deadline = Date.now() + timeoutMs
     const listening = listenMode !== 'handoff' && listenMode !== 'balanced' && !spare
     const timedOut = await drainServer({ server: handle.server, tracker, listening, log }, timeoutMs, reason)
     // Session saves answered under a lease before the primary applied them: let it apply them
     // (and, during an upgrade, pass them on) before this worker says it is done.
-    if (!(await savesUnderLeaseSettled(SAVES_SETTLE_MS))) log.warn('exiting with session saves the primary has not confirmed yet (they were written to its pipe)', { pid: process.pid })
+    const settleMs = Math.min(SAVES_SETTLE_MAX_MS, Math.max(SAVES_SETTLE_MIN_MS, deadline - Date.now()))
+    if (!(await savesUnderLeaseSettled(settleMs))) log.warn('exiting with session saves the primary has not confirmed yet (they were written to its pipe)', { pid: process.pid })
     clearInterval(heartbeatTimer)
     if (sampler) sampler.stop()
     // Counts made since the last report would leave with this process.
