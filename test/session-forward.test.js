@@ -1,60 +1,76 @@
 'use strict'
 
 /**
- * Session writes during a primary upgrade (lib/primary/session-forward.js):
- * the old primary answers a write only once the new one confirms it, and
- * the new one applies a forwarded write as any other worker's, revoking a
- * new worker's read lease first. The upgrade itself, with real primaries,
- * is in test/upgrade.test.js.
+ * The cluster store during a primary upgrade (lib/primary/session-forward.js):
+ * from the handover on, the old primary passes every session request of its
+ * draining workers to the new primary and answers with the new primary's
+ * answer, so both generations of workers read and write one store; the new
+ * primary answers them as any worker's, revoking a new worker's read lease
+ * first. The upgrade itself, with real primaries, is in test/upgrade.test.js.
  */
 
 const { test } = require('node:test')
 const assert = require('node:assert/strict')
 const { EventEmitter } = require('events')
-const { forwardSessionWrites, applyForwardedWrite } = require('../lib/primary/session-forward')
+const { passSessionRequests, answerPassedRequest } = require('../lib/primary/session-forward')
 const { SessionBackend } = require('../lib/session/cluster-backend')
 const { SessionLeases, answerWithLeases } = require('../lib/session/leases')
 
 const TAG = '$czUpgrade'
 
-/** A stand-in for the new primary's ChildProcess: records what is sent, answers as told. */
-function newPrimary () {
+/** The new primary's ChildProcess, as the old primary sees it: answers with a real backend of its own. */
+function newPrimary (store) {
   const child = new EventEmitter()
   child.connected = true
   child.sent = []
-  child.send = (message, callback) => { child.sent.push(message); process.nextTick(callback, null) }
+  child.send = (message, callback) => {
+    child.sent.push(message)
+    process.nextTick(callback, null)
+    if (store && message[TAG] === 'op') answerPassedRequest(store, message.msg, (answer) => setImmediate(() => child.emit('message', Object.assign({ [TAG]: 'answer', n: message.n }, answer))))
+  }
   return child
 }
 
-test('the old primary answers a session write once the new primary confirms it, or once the new one is gone', async () => {
-  const backend = new SessionBackend({ sweepIntervalMs: 0 })
-  const child = newPrimary()
-  const forwarding = forwardSessionWrites(child, backend, TAG)
+test('the old primary answers every session request with the new primary\'s store, in both directions, until stop()', async () => {
+  const oldStore = new SessionBackend({ sweepIntervalMs: 0 })
+  const newStore = new SessionBackend({ sweepIntervalMs: 0, maxTotalBytes: 100 })
+  const child = newPrimary(newStore)
+  const passing = passSessionRequests(child, oldStore, TAG)
   try {
     const expires = Date.now() + 60000
-    let answered = false
-    const saved = backend.dispatch({ op: 'set', sid: 'a', sess: '{"n":1}', expires })
-    saved.then(() => { answered = true })
-    assert.equal(backend.get('a'), '{"n":1}', 'applied here at once')
-    assert.deepEqual(child.sent.map((m) => [m[TAG], m.n, m.msg.sid]), [['write', 1, 'a']])
-    await new Promise((resolve) => setImmediate(resolve))
-    assert.equal(answered, false, 'not answered before the new primary has it')
-    child.emit('message', { [TAG]: 'written', n: 1 })
-    assert.equal(await saved, true)
-    assert.equal(backend.dispatch({ op: 'get', sid: 'a' }), '{"n":1}', 'reads are not forwarded')
-    const destroyed = backend.dispatch({ op: 'destroy', sid: 'a' })
-    child.emit('disconnect')
-    assert.equal(await destroyed, true, 'a new primary that went away is not waited for')
-    forwarding.stop()
-    assert.equal(backend.onWrite, null)
-    assert.equal(backend.dispatch({ op: 'set', sid: 'b', sess: '{}', expires }), true, 'after stop(): answered at once')
+    assert.equal(await oldStore.dispatch({ op: 'set', sid: 'a', sess: '{"n":1}', expires }), true)
+    assert.equal(newStore.get('a'), '{"n":1}', 'an old worker\'s save is in the new store when it is answered')
+    newStore.set('a', '{"n":2}', expires, '')
+    assert.equal(await oldStore.dispatch({ op: 'get', sid: 'a' }), '{"n":2}', 'and an old worker reads what a new worker saved')
+    await assert.rejects(oldStore.dispatch({ op: 'set', sid: 'b', sess: JSON.stringify({ x: 'x'.repeat(200) }), expires }), (err) => err.status === 413, 'a refusal keeps its status')
+    assert.equal(await oldStore.dispatch({ op: 'length' }), 1)
+    passing.stop()
+    assert.equal(oldStore.forward, null)
+    assert.equal(oldStore.dispatch({ op: 'get', sid: 'a' }), null, 'after stop(): its own store again')
   } finally {
-    forwarding.stop()
-    backend.close()
+    passing.stop()
+    oldStore.close()
+    newStore.close()
   }
 })
 
-test('the new primary revokes a new worker\'s lease before it applies a forwarded write, then confirms it', async () => {
+test('requests passed to a new primary that goes away, or does not answer, fail instead of hanging', async () => {
+  const oldStore = new SessionBackend({ sweepIntervalMs: 0 })
+  const child = newPrimary(null)
+  const passing = passSessionRequests(child, oldStore, TAG)
+  try {
+    const pending = oldStore.dispatch({ op: 'get', sid: 'a' })
+    child.emit('disconnect')
+    await assert.rejects(pending, /went away/)
+    child.connected = false
+    await assert.rejects(oldStore.dispatch({ op: 'get', sid: 'a' }), /gone/)
+  } finally {
+    passing.stop()
+    oldStore.close()
+  }
+})
+
+test('the new primary revokes a new worker\'s lease before it answers a passed request', async () => {
   const backend = new SessionBackend({ sweepIntervalMs: 0 })
   const pushed = []
   const leases = new SessionLeases({ leaseMs: 5000, push (pid, method, data) { pushed.push([pid, data]); return true } })
@@ -65,17 +81,14 @@ test('the new primary revokes a new worker\'s lease before it applies a forwarde
     answerWithLeases(backend, leases, { op: 'set', sid: 's', sess: '{"n":1}', expires, lease: 1 }, NEW_WORKER)
     const held = answerWithLeases(backend, leases, { op: 'get', sid: 's', lease: 1 }, NEW_WORKER)
     assert.ok(Array.isArray(held), 'the new worker holds s')
-    let confirmed = 0
-    applyForwardedWrite(backend, { op: 'set', sid: 's', sess: '{"n":2}', expires, lease: 1 }, () => { confirmed++ })
+    const answers = []
+    answerPassedRequest(backend, { op: 'set', sid: 's', sess: '{"n":2}', expires, lease: 1 }, (answer) => answers.push(answer))
     assert.deepEqual(pushed, [[NEW_WORKER, ['s', held[2]]]], 'the holder is told first')
     assert.equal(backend.get('s'), '{"n":1}', 'not applied while the holder may still read its copy')
-    assert.equal(confirmed, 0)
     leases.acknowledged(NEW_WORKER, [held[2]])
     await new Promise((resolve) => setImmediate(resolve))
     assert.equal(backend.get('s'), '{"n":2}')
-    assert.equal(confirmed, 1)
-    applyForwardedWrite(backend, { op: 'set', sid: 'big', sess: 'x'.repeat(10), expires: 'not a number' }, () => { confirmed++ })
-    assert.equal(confirmed, 2, 'a write that is not applied is confirmed all the same (the old primary must not wait on it)')
+    assert.deepEqual(answers, [{ ok: true, value: true }], 'no lease for the old primary\'s worker')
   } finally {
     leases.close()
     backend.close()

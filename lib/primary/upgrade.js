@@ -17,9 +17,9 @@
  *   old -> new  recovery  socket.io recovery state, in batches (lib/realtime/recovery-handover.js)
  *   old -> new  go        start accepting
  *   new -> old  serving   it accepts, owns the pid file and the control socket
- *   old -> new  write     a session write the old workers made while draining (numbered `n`)
- *   new -> old  written   write `n` is applied here too: the old primary answers it only now
- *                         (lib/primary/session-forward.js)
+ *   old -> new  op        a session request of the old workers (numbered `n`): from the
+ *                         handover on, the new primary's store answers both generations
+ *   new -> old  answer    the answer to request `n` (lib/primary/session-forward.js)
  *   old <-> new sio       socket.io recovery relayed until the old one exits: its workers'
  *                         broadcasts, persists and restores up, the numbered packets down
  *   new -> old  failed    why it could not start
@@ -34,7 +34,7 @@ const { spawn } = require('child_process')
 const debug = require('debug')('clusterize:upgrade')
 const { readInherited, UPGRADE_ENV } = require('./inherit')
 const recoveryHandover = require('../realtime/recovery-handover')
-const { forwardSessionWrites, applyForwardedWrite } = require('./session-forward')
+const { passSessionRequests, answerPassedRequest } = require('./session-forward')
 
 const TAG = '$czUpgrade'
 const SESSION_BATCH = 1000
@@ -134,14 +134,14 @@ function createUpgrader (deps) {
     const ready = await waitFor(child, 'ready', config.upgrade.timeoutMs)
     if (!ready.ok) return abandon(child, failed(ready.reason))
     const backend = deps.sessions()
-    let forwarding = null
+    let passing = null
     // Saves the workers answered under a read lease are applied before the snapshot, and none is answered early after it.
     if (backend && backend.leases) await backend.leases.suspend()
     if (backend) {
       const entries = backend.snapshot()
       for (let i = 0; i < entries.length; i += SESSION_BATCH) child.send({ [TAG]: 'sessions', entries: entries.slice(i, i + SESSION_BATCH) })
       // Old workers keep serving their in-flight and keep-alive requests while they drain.
-      forwarding = forwardSessionWrites(child, backend, TAG)
+      passing = passSessionRequests(child, backend, TAG)
       debug('handed %d sessions to %d', entries.length, child.pid)
     }
     // A new primary of a clusterize without the handover (a downgrade) would drop what is relayed to it.
@@ -149,7 +149,7 @@ function createUpgrader (deps) {
     child.send({ [TAG]: 'go' })
     const serving = await waitFor(child, 'serving', config.upgrade.timeoutMs)
     if (!serving.ok) {
-      if (forwarding) forwarding.stop()
+      if (passing) passing.stop()
       if (backend && backend.leases) backend.leases.resume()
       if (recovery) recovery.cancel()
       return abandon(child, failed(serving.reason))
@@ -272,7 +272,9 @@ function awaitGo (deps) {
     function onMessage (message) {
       if (!message || typeof message !== 'object') return
       if (message[TAG] === 'sessions' && backend && Array.isArray(message.entries)) taken += backend.restore(message.entries)
-      else if (message[TAG] === 'write' && backend) applyForwardedWrite(backend, message.msg, () => { if (typeof message.n === 'number') send({ [TAG]: 'written', n: message.n }) })
+      else if (message[TAG] === 'op' && backend && typeof message.n === 'number') answerPassedRequest(backend, message.msg, (answer) => send(Object.assign({ [TAG]: 'answer', n: message.n }, answer)))
+      // From an old primary of an earlier version, which applies writes itself and forwards them.
+      else if (message[TAG] === 'write' && backend) answerPassedRequest(backend, message.msg, noAnswer)
       else if (message[TAG] === 'recovery' && recovery) recovery.onRecovery(message.x)
       else if (message[TAG] === 'sio' && recovery) recovery.onRelay(message.x)
       else if (message[TAG] === 'go') {
@@ -318,6 +320,8 @@ function reportFailure (reason, then) {
   if (typeof process.send !== 'function' || !process.connected) return then && then()
   process.send({ [TAG]: 'failed', reason }, () => then && then())
 }
+
+function noAnswer () {}
 
 function send (message) {
   if (typeof process.send === 'function' && process.connected) process.send(message, unsent)

@@ -46,8 +46,8 @@ class SessionBackend {
     this.heap = new ExpiryHeap()
     this.evicted = 0
     this.timer = null
-    /** Told of every write a worker asks for (a primary upgrade forwards them to the new primary). */
-    this.onWrite = null
+    /** During a primary upgrade: answers every request instead, from the new primary (lib/primary/session-forward.js). */
+    this.forward = null
     /** The workers' read leases on these sessions (./leases.js), when the primary grants them; told of evictions. */
     this.leases = null
     const every = options.sweepIntervalMs === undefined ? DEFAULT_SWEEP_INTERVAL_MS : options.sweepIntervalMs
