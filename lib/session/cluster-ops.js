@@ -19,9 +19,6 @@ const SESSION_OP = Object.freeze({
   CONFIGURE: 'configure'
 })
 
-/** The operations that change what is stored (a primary upgrade forwards them to the new primary). */
-const WRITES = new Set([SESSION_OP.SET, SESSION_OP.TOUCH, SESSION_OP.DESTROY, SESSION_OP.CLEAR])
-
 /**
  * The map key of a session: the bare id in the default namespace (so keys
  * are what they always were), else prefix, NUL, id. A session id is a cookie
@@ -60,4 +57,4 @@ function dispatchSessionOp (backend, msg) {
   }
 }
 
-module.exports = { SESSION_OP, WRITES, keyOf, sidOf, dispatchSessionOp }
+module.exports = { SESSION_OP, keyOf, sidOf, dispatchSessionOp }

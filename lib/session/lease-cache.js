@@ -47,12 +47,20 @@ class LeaseCache {
    * @returns {string|undefined}
    */
   read (key) {
+    const entry = this.liveEntry(key)
+    if (entry === undefined) return undefined
+    this.hits++
+    return entry.json
+  }
+
+  /**
+   * The entry of `key` while its lease and its session are live; an expired one is dropped.
+   * @param {string} key
+   */
+  liveEntry (key) {
     const entry = this.entries.get(key)
     if (entry === undefined) return undefined
-    if (entry.until > performance.now() && entry.expires > Date.now()) {
-      this.hits++
-      return entry.json
-    }
+    if (entry.until > performance.now() && entry.expires > Date.now()) return entry
     this.entries.delete(key)
     return undefined
   }
@@ -98,12 +106,8 @@ class LeaseCache {
    *   no live lease is held (the save must wait for the primary)
    */
   savingUnderLease (key, json, expires) {
-    const entry = this.entries.get(key)
+    const entry = this.liveEntry(key)
     if (entry === undefined) return 0
-    if (!(entry.until > performance.now() && entry.expires > Date.now())) {
-      this.entries.delete(key)
-      return 0
-    }
     entry.json = json
     entry.expires = expires
     this.writes.set(key, (this.writes.get(key) || 0) + 1)
