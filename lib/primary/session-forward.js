@@ -12,6 +12,8 @@
 
 const debug = require('debug')('clusterize:upgrade')
 const { answerWithLeases } = require('../session/leases')
+const { createPendingCalls } = require('../services/pending-calls')
+const { errorToWire, errorFromWire } = require('../bus/errors')
 
 /** A new primary that does not answer a passed request within this long fails it (503 to the app). */
 const PASS_TIMEOUT_MS = 2000
@@ -24,43 +26,28 @@ const PASS_TIMEOUT_MS = 2000
  * @returns {{ stop: () => void }}
  */
 function passSessionRequests (child, backend, tag) {
-  let seq = 0
-  /** @type {Map<number, { resolve: Function, reject: Function, timer: NodeJS.Timeout }>} */
-  const waiting = new Map()
+  const pending = createPendingCalls()
   function onMessage (message) {
     if (!message || message[tag] !== 'answer' || typeof message.n !== 'number') return
-    const entry = take(message.n)
-    if (entry === undefined) return
-    if (message.ok === true) entry.resolve(message.value)
-    else entry.reject(errorFromNewPrimary(message.error))
-  }
-  function take (n) {
-    const entry = waiting.get(n)
-    if (entry !== undefined) {
-      waiting.delete(n)
-      clearTimeout(entry.timer)
-    }
-    return entry
+    const call = pending.take(message.n)
+    if (call === undefined) return
+    if (message.ok === true) call.resolve(message.value)
+    else call.reject(errorFromWire(message.error, 'the new primary refused this session request'))
   }
   function failAll () {
-    for (const n of [...waiting.keys()]) take(n).reject(new Error('the new primary went away before it answered this session request'))
+    pending.failAll((call) => call.reject(new Error('the new primary went away before it answered this session request')))
   }
   child.on('message', onMessage)
   child.once('disconnect', failAll)
   backend.forward = function passToNewPrimary (msg) {
     if (!child.connected) return Promise.reject(new Error('the new primary is gone: session request not answered'))
-    const n = ++seq
-    return new Promise(function answered (resolve, reject) {
-      const timer = setTimeout(function unanswered () {
-        debug('session request %d: the new primary did not answer within %d ms', n, PASS_TIMEOUT_MS)
-        const entry = take(n)
-        if (entry !== undefined) entry.reject(new Error(`the new primary did not answer this session request within ${PASS_TIMEOUT_MS} ms`))
-      }, PASS_TIMEOUT_MS)
-      waiting.set(n, { resolve, reject, timer })
+    return pending.add({}, PASS_TIMEOUT_MS, function unanswered (call) {
+      debug('a session request: the new primary did not answer within %d ms', PASS_TIMEOUT_MS)
+      call.reject(new Error(`the new primary did not answer this session request within ${PASS_TIMEOUT_MS} ms`))
+    }, function send (n) {
       child.send({ [tag]: 'op', n, msg }, function sent (err) {
-        if (!err) return
-        const entry = take(n)
-        if (entry !== undefined) entry.reject(err)
+        const call = err ? pending.take(n) : undefined
+        if (call !== undefined) call.reject(err)
       })
     })
   }
@@ -72,13 +59,6 @@ function passSessionRequests (child, backend, tag) {
       failAll()
     }
   }
-}
-
-/** A refusal of the new primary's store, rebuilt with its status (413 stays a 413). */
-function errorFromNewPrimary (error) {
-  const err = new Error(error && typeof error.message === 'string' ? error.message : 'the new primary refused this session request')
-  if (error && typeof error.status === 'number') err.status = error.status
-  return err
 }
 
 /**
@@ -107,7 +87,7 @@ function answerPassedRequest (backend, msg, reply) {
 
 function refusal (err) {
   debug('passed session request refused: %s', err && err.message)
-  return { ok: false, error: { message: String(err && err.message), status: err && typeof err.status === 'number' ? err.status : undefined } }
+  return { ok: false, error: errorToWire(err) }
 }
 
 module.exports = { passSessionRequests, answerPassedRequest, PASS_TIMEOUT_MS }
