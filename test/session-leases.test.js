@@ -34,6 +34,14 @@ function recordingLeases (options) {
   return { leases, pushed, advance (ms) { clock += ms } }
 }
 
+/** A backend with 1 s leases on the real clock, and the revocations pushed to holders ([key, grant] each). */
+function backendWithLeases () {
+  const backend = new SessionBackend({ sweepIntervalMs: 0 })
+  const pushed = []
+  const leases = new SessionLeases({ leaseMs: 1000, push (pid, method, data) { pushed.push(data); return true } })
+  return { backend, leases, pushed }
+}
+
 describe('read leases in the primary (SessionLeases)', () => {
   it('grants a lease on a session\'s second access from the same worker, and none to another while it is held', () => {
     const { leases } = recordingLeases()
@@ -148,9 +156,7 @@ describe('read leases in the primary (SessionLeases)', () => {
   })
 
   it('answerWithLeases: grants travel with reads and saves, a write from elsewhere revokes, a touch ends the lease', async () => {
-    const backend = new SessionBackend({ sweepIntervalMs: 0 })
-    const pushed = []
-    const leases = new SessionLeases({ leaseMs: 1000, push (pid, method, data) { pushed.push(data); return true } })
+    const { backend, leases, pushed } = backendWithLeases()
     try {
       const expires = Date.now() + 60000
       assert.equal(answerWithLeases(backend, leases, { op: 'set', sid: 'x', sess: '{"n":1}', expires, lease: 1 }, A), true, 'first access: no lease')
@@ -224,9 +230,7 @@ describe('saves under a lease in a worker (LeaseCache)', () => {
 
 describe('a bound lowered at runtime (a store\'s deprecated maxTotalBytes)', () => {
   it('ends every lease first, so no save a holder answered is refused by the new bound', async () => {
-    const backend = new SessionBackend({ sweepIntervalMs: 0 })
-    const pushed = []
-    const leases = new SessionLeases({ leaseMs: 1000, push (pid, method, data) { pushed.push(data); return true } })
+    const { backend, leases, pushed } = backendWithLeases()
     try {
       const expires = Date.now() + 60000
       const big = JSON.stringify({ big: 'x'.repeat(2000) })

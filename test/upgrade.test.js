@@ -212,13 +212,18 @@ test('a new primary that cannot start is killed and the old one keeps serving, w
   assert.ok(!isAlive(next.pid))
 })
 
-test('a session in the cluster store is still logged in after the upgrade', async () => {
+/** A 2-worker primary with the cluster store, and ada logged in on it: her session's cookie. */
+async function sessionsPrimaryWithLogin () {
   const port = await freePort()
   const { pidFile } = startPrimary('sessions', port, ['--workers', '2', '--sessions', 'cluster'])
   const before = await primaryInfo(pidFile)
   const login = await request(port, '/login?user=ada', { method: 'POST' })
   assert.strictEqual(login.status, 200)
-  const cookie = login.headers['set-cookie'][0].split(';')[0]
+  return { port, pidFile, before, cookie: login.headers['set-cookie'][0].split(';')[0] }
+}
+
+test('a session in the cluster store is still logged in after the upgrade', async () => {
+  const { port, pidFile, before, cookie } = await sessionsPrimaryWithLogin()
   const me = await get(port, '/me', { cookie })
   assert.deepStrictEqual([me.status, me.json.user, me.json.primary], [200, 'ada', before.pid])
 
@@ -234,12 +239,8 @@ test('a session in the cluster store is still logged in after the upgrade', asyn
 })
 
 test('every save answered during an upgrade is seen by the next request, on either primary (read leases on, kept-alive and new connections)', async () => {
-  const port = await freePort()
-  const { pidFile } = startPrimary('sessions', port, ['--workers', '2', '--sessions', 'cluster'])
-  const before = await primaryInfo(pidFile)
-  const login = await request(port, '/login?user=ada', { method: 'POST' })
-  assert.strictEqual(login.status, 200)
-  const headers = { cookie: login.headers['set-cookie'][0].split(';')[0] }
+  const { port, pidFile, before, cookie } = await sessionsPrimaryWithLogin()
+  const headers = { cookie }
   // One request after another: mostly on a kept-alive connection (whose worker holds the session's
   // lease and answers its saves once written), every fourth on a new one (another worker, then the new primary).
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
