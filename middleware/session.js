@@ -14,7 +14,7 @@ const expressSession = require('express-session')
 const debug = require('debug')('clusterize:session')
 const { resolveSessionOptions } = require('../lib/session/options')
 const { createStore } = require('../lib/session/create-store')
-const { isUnavailable, toUnavailable, sendUnavailable, SessionStoreUnavailableError } = require('../lib/session/unavailable')
+const { isUnavailable, toUnavailable, sendUnavailable, PUBLIC_MESSAGE, SessionStoreUnavailableError } = require('../lib/session/unavailable')
 const { registerStatus, sessionStatus } = require('../lib/session/status')
 const { holdResponse, sendStoreFailure } = require('../lib/session/hold-response')
 const { sessionLog } = require('../lib/session/log')
@@ -35,6 +35,8 @@ function session (options) {
   const unregister = registerStatus(made.kind, made.availability)
   const gate = made.gate
   const retryAfter = opts.retryAfter
+  const production = opts.production
+  let lastLoggedReason = null
 
   function clusterizeSession (req, res, next) {
     if (req.session) return next()
@@ -42,9 +44,11 @@ function session (options) {
     gate(function gateAnswered (err) {
       if (err) {
         debug('%s %s: %s', req.method, req.url, err.message)
-        sendUnavailable(res, err, retryAfter)
+        if (production) logUnavailableOnce(err)
+        sendUnavailable(res, err, retryAfter, production)
         return
       }
+      lastLoggedReason = null
       runSession(req, res, next)
     })
   }
@@ -60,7 +64,8 @@ function session (options) {
       // Before express-session passes on, an error can only come from store.get.
       if (err && (isUnavailable(err) || !passedOn)) {
         const unavailable = toUnavailable(err, made.kind)
-        if (!sendUnavailable(res, unavailable, retryAfter)) {
+        if (production) logUnavailableOnce(unavailable)
+        if (!sendUnavailable(res, unavailable, retryAfter, production)) {
           debug('session not saved, response already sent: %s', unavailable.message)
         }
         return
@@ -83,7 +88,17 @@ function session (options) {
     // No session on a response that stored none: express-session sets its cookie when the head is written.
     req.session = null
     sessionLog().warn(`session not stored for ${req.method} ${path}: ${err.message}; the request got ${status}`, { store: made.kind })
-    sendStoreFailure(res, err, retryAfter, end)
+    sendStoreFailure(res, err, retryAfter, end, production)
+  }
+
+  /**
+   * In production the 503 body names no host: the reason goes to the log instead, once per
+   * distinct reason in a row, so an outage is one line, not one per request.
+   */
+  function logUnavailableOnce (err) {
+    if (err.message === lastLoggedReason) return
+    lastLoggedReason = err.message
+    sessionLog().warn(`${err.message}; clients get 503 "${PUBLIC_MESSAGE}"`, { store: made.kind })
   }
 
   clusterizeSession.store = made.store

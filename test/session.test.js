@@ -236,6 +236,28 @@ describe('store down: 503, never a silent empty session', () => {
     assert.ok(status.lastError)
   })
 
+  it('in production the 503 body says the store is unavailable and nothing about where it lives; the log keeps the reason', async () => {
+    const redis = await privateRedis() // a free port, nothing started on it
+    const lines = []
+    const { setSessionLogger } = require('../lib/session/log')
+    setSessionLogger({ warn: (msg) => lines.push(msg), error: (msg) => lines.push(msg), info () {}, debug () {} })
+    try {
+      const mw = withEnv({ NODE_ENV: 'production' }, () => make({ store: 'redis', redis: redis.url, secret: SECRET, timeoutMs: 300 }))
+      const app = createSessionApp(mw)
+      for (let i = 0; i < 3; i++) {
+        const res = await request(app).get('/count').expect(503)
+        assert.deepEqual(res.body, { error: 'session store unavailable' })
+        assert.doesNotMatch(res.text, new RegExp(String(redis.port)))
+        assert.equal(res.headers['retry-after'], '1')
+      }
+      const about = lines.filter((line) => /session store unavailable: redis/.test(line))
+      assert.equal(about.length, 1, 'one log line for the outage, not one per request: ' + JSON.stringify(lines))
+      assert.match(about[0], new RegExp(String(redis.port)), 'the log keeps where the store lives')
+    } finally {
+      setSessionLogger(null)
+    }
+  })
+
   it("a store that emits 'disconnect' gets 503 (express-session alone would give req.session undefined), and works again on 'connect'", async () => {
     const store = new expressSession.MemoryStore()
     const app = createSessionApp(make({ store, secret: SECRET }))

@@ -29,6 +29,7 @@
  */
 
 const debug = require('debug')('clusterize:session')
+const { failureBody } = require('./unavailable')
 
 /**
  * @param {import('http').IncomingMessage} req
@@ -116,11 +117,12 @@ function holdResponse (req, res, onFailure, storeOutcome) {
  * @param {Error & { status?: number }} err
  * @param {number} retryAfterSeconds
  * @param {Function} end the response's own end (below every proxy)
+ * @param {boolean} [production] hide the reason of a 503 (failureBody)
  */
-function sendStoreFailure (res, err, retryAfterSeconds, end) {
+function sendStoreFailure (res, err, retryAfterSeconds, end, production) {
   for (const name of res.getHeaderNames()) res.removeHeader(name)
   const status = err.status === 413 ? 413 : 503
-  const body = JSON.stringify({ error: err.message })
+  const body = failureBody(err, production)
   res.statusCode = status
   if (status === 503) res.setHeader('Retry-After', String(retryAfterSeconds || 1))
   res.setHeader('Cache-Control', 'no-store')

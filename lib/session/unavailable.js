@@ -41,17 +41,34 @@ function isUnavailable (err) {
   return err instanceof SessionStoreUnavailableError || (err !== null && typeof err === 'object' && err.code === CODE)
 }
 
+/** What an anonymous client is told in production: nothing about where the store lives. */
+const PUBLIC_MESSAGE = 'session store unavailable'
+
+/**
+ * The JSON body of a store failure. In production a 503 says only that the
+ * store is unavailable (the reason names hosts and ports: it stays in the
+ * log); elsewhere it carries the reason, for the developer at the browser.
+ * @param {Error & { status?: number }} err
+ * @param {boolean} [production]
+ * @returns {string}
+ */
+function failureBody (err, production) {
+  const hideDetail = production && err.status !== 413
+  return JSON.stringify({ error: hideDetail ? PUBLIC_MESSAGE : err.message })
+}
+
 /**
  * Answer 503 `{ error }` with Retry-After. Never throws; does nothing once
  * headers are out (the response is already committed).
  * @param {import('http').ServerResponse} res
  * @param {Error} err
  * @param {number} [retryAfterSeconds=1]
+ * @param {boolean} [production] say only "session store unavailable" (failureBody)
  * @returns {boolean} whether a 503 was sent
  */
-function sendUnavailable (res, err, retryAfterSeconds) {
+function sendUnavailable (res, err, retryAfterSeconds, production) {
   if (res.headersSent) return false
-  const body = JSON.stringify({ error: err.message })
+  const body = failureBody(err, production)
   res.statusCode = 503
   res.setHeader('Retry-After', String(retryAfterSeconds || 1))
   res.setHeader('Cache-Control', 'no-store')
@@ -61,4 +78,4 @@ function sendUnavailable (res, err, retryAfterSeconds) {
   return true
 }
 
-module.exports = { SessionStoreUnavailableError, toUnavailable, isUnavailable, sendUnavailable, CODE }
+module.exports = { SessionStoreUnavailableError, toUnavailable, isUnavailable, sendUnavailable, failureBody, PUBLIC_MESSAGE, CODE }
