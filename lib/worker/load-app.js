@@ -45,11 +45,26 @@ function requireApp (file) {
     return require(file)
   } catch (err) {
     if (err instanceof SyntaxError || (err && DETERMINISTIC_LOAD_ERRORS.has(err.code))) {
-      err.message = `cannot load ${file}: ${err.message.split('\n')[0]}`
+      err.message = `cannot load ${file}: ${err.message.split('\n')[0]}${err instanceof SyntaxError ? whereInSource(err) : ''}`
       throw invalidApp(err)
     }
     throw err
   }
+}
+
+/**
+ * Where a SyntaxError is, as Node prints it above the error: V8 puts
+ * `file:line`, the source line and a caret at the top of the stack of a
+ * module that failed to compile (the app's file or any file it requires).
+ * @param {SyntaxError} err
+ * @returns {string} ` at file:line` and the two source lines, or '' when the stack has no location
+ */
+function whereInSource (err) {
+  const lines = String(err.stack || '').split('\n')
+  if (!/:\d+$/.test(lines[0]) || /^\s*at /.test(lines[0])) return ''
+  const source = []
+  for (let i = 1; i < 3 && i < lines.length && lines[i] !== '' && !/^\w*Error:/.test(lines[i]); i++) source.push('    ' + lines[i])
+  return ` at ${lines[0]}` + (source.length > 0 ? '\n' + source.join('\n') : '')
 }
 
 function invalidApp (err) {
