@@ -156,7 +156,8 @@ module.exports = {
   bus,
   service,
   createRouter,
-  ready: (address) => envelope(KIND.READY, { address }),
+  /** session: the worker's session() status at ready (so the banner can say 'none' at once), undefined when unknown. */
+  ready: (address, session) => envelope(KIND.READY, { address, session }),
   heartbeat: (figures, session) => envelope(KIND.HEARTBEAT, { figures, session }),
   bootError: (err) => envelope(KIND.BOOT_ERROR, {
     message: String(err && err.message),

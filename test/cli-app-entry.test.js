@@ -17,6 +17,7 @@ const { freePort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
 const { isAlive } = require('../lib/process-alive')
 const { runCli, startCli, httpGet: get } = require('./helpers/cli')
+const { formatBanner } = require('../lib/cli/banner')
 
 const tracked = new Set()
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'clusterize-entry-'))
@@ -59,6 +60,8 @@ describe('entry-point idioms run unchanged', () => {
           return pids.size === 2
         }, { timeoutMs: 30000, intervalMs: 20, what: () => 'answers from both workers\n' + cli.output })
         assert.doesNotMatch(cli.output, /the app listened on its own/)
+        // The workers said at ready that they made no session() middleware: no 'not reported yet'.
+        assert.match(cli.output, /sessions +none \(the app uses no session\(\) middleware\)/, cli.output)
         assert.doesNotMatch(cli.output, /calls app\.listen\(\)|listen\(\) itself/i)
       } finally {
         cli.child.kill('SIGTERM')
@@ -86,5 +89,22 @@ describe('an app that cannot compile', () => {
     assert.notStrictEqual(result.code, 0)
     const output = result.stdout + result.stderr
     assert.match(output, /cannot load .*uses-helper\.js: .* at .*helper\.js:3/, output)
+  })
+})
+
+describe('the banner', () => {
+  const worker = { id: 0, pid: 101, generation: 1, state: 'ready', uptimeMs: 10, restarts: 0 }
+
+  test('the probes line names /dashboard where it is served, and not where it is off', () => {
+    const stats = { pid: 100, port: 3000, scheduling: 'rr', workers: [worker] }
+    assert.match(formatBanner(stats, { probesPort: 9090 }), /probes +http:\/\/127\.0\.0\.1:9090 \(\/live \/ready \/stats \/metrics \/dashboard\)/)
+    assert.match(formatBanner(stats, { probesPort: 9090, dashboard: false }), /\(\/live \/ready \/stats \/metrics\)/)
+  })
+
+  test("a worker that reported no session() at ready is 'none', one that reported nothing yet is 'not reported yet'", () => {
+    const none = formatBanner({ pid: 100, port: 3000, scheduling: 'rr', workers: [Object.assign({ session: null }, worker)] })
+    assert.match(none, /sessions +none \(the app uses no session\(\) middleware\)/)
+    const unknown = formatBanner({ pid: 100, port: 3000, scheduling: 'rr', workers: [worker] })
+    assert.match(unknown, /sessions +not reported yet/)
   })
 })

@@ -20,6 +20,7 @@ const ANSI = { bold: '\x1b[1m', dim: '\x1b[2m', green: '\x1b[32m', yellow: '\x1b
  * @param {string} [extras.host] the listen host (default: all interfaces)
  * @param {number} [extras.probesPort] where /live, /ready, /stats are served
  * @param {string} [extras.probesHost]
+ * @param {boolean} [extras.dashboard] whether the probes server serves /dashboard (default true)
  * @param {string|object} [extras.redis] the bus.redis option, when stats has no bus status
  * @param {string} [extras.pidFile]
  * @param {number} [extras.startupMs] time from start to ready
@@ -41,7 +42,7 @@ function formatBanner (stats, extras) {
     ['sessions', describeSessions(workers)],
     ['bus bridge', describeBridge(stats.bus, extras.redis)]
   ]
-  if (extras.probesPort) rows.push(['probes', `http://${hostForUrl(extras.probesHost || '127.0.0.1')}:${extras.probesPort} (/live /ready /stats /metrics)`])
+  if (extras.probesPort) rows.push(['probes', `http://${hostForUrl(extras.probesHost || '127.0.0.1')}:${extras.probesPort} (/live /ready /stats /metrics${extras.dashboard === false ? '' : ' /dashboard'})`])
   if (extras.pidFile) rows.push(['pid file', extras.pidFile])
   const width = Math.max(...rows.map((row) => row[0].length)) + 2
   const lines = [paint('bold', title)]
@@ -107,7 +108,8 @@ function formatSingletonsTable (singletons) {
 }
 
 function describeSessions (workers) {
-  const reported = workers.filter((w) => w.heartbeat || w.session)
+  // A worker reports its session() status with ready (null: it made none) and with every heartbeat.
+  const reported = workers.filter((w) => w.heartbeat || w.session !== undefined)
   if (reported.length === 0) return workers.length ? 'not reported yet' : 'none'
   const stores = new Map()
   for (const w of reported) {

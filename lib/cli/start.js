@@ -96,6 +96,7 @@ async function start (parsed, io) {
       host: config.host,
       probesPort: info.probesPort,
       probesHost: config.probes && config.probes.host,
+      dashboard: Boolean(config.probes && config.probes.dashboard),
       redis: config.bus.redis,
       pidFile: shortPath(file),
       startupMs: Date.now() - startedAt,

@@ -172,7 +172,7 @@ function startPrimary (createApp, config) {
     }
     state.readySettled = true
     if (config.banner && config.logger === undefined) {
-      log.info(require('../cli/banner').formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, redis: config.bus.redis }).trimEnd())
+      log.info(require('../cli/banner').formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, dashboard: Boolean(config.probes && config.probes.dashboard), redis: config.bus.redis }).trimEnd())
     }
     const info = { port: state.port, probesPort: state.probesPort, workers: supervisor.readyRecords().map((record) => record.publicView()) }
     if (replacing) {

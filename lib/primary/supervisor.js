@@ -134,6 +134,7 @@ class Supervisor extends EventEmitter {
   /** The worker listens: it may get traffic. */
   onReady (record, message) {
     if (!record.markReady(message.address)) return
+    if (message.session !== undefined && record.session === undefined) record.session = message.session
     this.everReady = true
     this.log.info(record.spare ? 'warm spare ready' : `worker ${record.id} ready`, { pid: record.pid, generation: record.generation })
     this.emit('worker:ready', record.publicView())

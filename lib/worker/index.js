@@ -140,7 +140,7 @@ function startWorker (createApp, config) {
     if (spare) await warmUpHttp()
     const address = listenMode === 'handoff' || spare ? { port, handoff: listenMode === 'handoff' } : await listen()
     sampler = createHealthSampler(tracker, { intervalMs: config.health.heartbeatMs, onFdExhausted: (err) => log.warn(fdExhaustedMessage(err), { pid: process.pid }) })
-    channel.postNow(protocol.ready(address))
+    channel.postNow(protocol.ready(address, sessionStatus()))
     sendHeartbeat()
     heartbeatTimer = setInterval(sendHeartbeat, config.health.heartbeatMs)
     heartbeatTimer.unref()
