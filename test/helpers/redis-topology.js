@@ -29,33 +29,29 @@ process.on('exit', function killLeftovers () {
   }
 })
 
-/** @returns {Promise<boolean>} whether port is free on 127.0.0.1 */
-function portFree (port) {
-  return new Promise((resolve) => {
-    const server = net.createServer()
-    server.once('error', () => resolve(false))
-    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)))
-  })
-}
-
 /**
- * `count` consecutive free ports below 30000 (a cluster node also needs
- * port + 10000 for its bus, so the OS's ephemeral range will not do).
+ * `count` distinct loopback ports the OS picked (port 0), all held open until
+ * every one is chosen so none repeats; no fixed range that could collide with
+ * other services on a contributor's machine. A cluster node's bus port is set
+ * with `--cluster-port`, so it needs no `port + 10000`.
+ * @param {number} count
+ * @returns {Promise<number[]>}
  */
-async function freePortRun (count, withBusPorts) {
-  for (let attempt = 0; attempt < 200; attempt++) {
-    const base = 20000 + Math.floor(Math.random() * (9990 - count))
-    const ports = Array.from({ length: count }, (_, i) => base + i)
-    let free = true
-    for (const port of ports) {
-      if (!(await portFree(port)) || (withBusPorts && !(await portFree(port + 10000)))) {
-        free = false
-        break
-      }
+async function freePorts (count) {
+  const servers = []
+  try {
+    for (let i = 0; i < count; i++) {
+      const server = net.createServer()
+      await new Promise((resolve, reject) => {
+        server.once('error', reject)
+        server.listen(0, '127.0.0.1', resolve)
+      })
+      servers.push(server)
     }
-    if (free) return ports
+    return servers.map((server) => server.address().port)
+  } finally {
+    await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))))
   }
-  throw new Error(`no run of ${count} free loopback ports found`)
 }
 
 function tempDir (label) {
@@ -118,7 +114,10 @@ const EPHEMERAL = ['--save', '', '--appendonly', 'no', '--bind', '127.0.0.1']
  */
 async function startRedisCluster ({ masters = 3, replicasPerMaster = 1, nodeTimeoutMs = 1000, password } = {}) {
   const dir = tempDir('cluster')
-  const ports = await freePortRun(masters * (1 + replicasPerMaster), true)
+  const nodes = masters * (1 + replicasPerMaster)
+  const allPorts = await freePorts(nodes * 2)
+  const ports = allPorts.slice(0, nodes)
+  const busPortOf = new Map(ports.map((port, i) => [port, allPorts[nodes + i]]))
   const servers = new Map()
   const auth = password ? ['--requirepass', password, '--masterauth', password] : []
   const handle = {
@@ -196,7 +195,7 @@ async function startRedisCluster ({ masters = 3, replicasPerMaster = 1, nodeTime
   try {
     for (const port of ports) {
       servers.set(port, await startServer(port, ['--port', String(port), ...EPHEMERAL, ...auth,
-        '--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`,
+        '--cluster-enabled', 'yes', '--cluster-port', String(busPortOf.get(port)), '--cluster-config-file', `nodes-${port}.conf`,
         '--cluster-node-timeout', String(nodeTimeoutMs), '--cluster-replica-validity-factor', '0',
         '--dir', dir], dir))
     }
@@ -223,7 +222,7 @@ async function startRedisCluster ({ masters = 3, replicasPerMaster = 1, nodeTime
  */
 async function startSentinel ({ replicas = 2, sentinels = 3, name = 'czprimary', downAfterMs = 1000 } = {}) {
   const dir = tempDir('sentinel')
-  const ports = await freePortRun(1 + replicas + sentinels, false)
+  const ports = await freePorts(1 + replicas + sentinels)
   const dataPorts = ports.slice(0, 1 + replicas)
   const quorum = Math.floor(sentinels / 2) + 1
   const sentinelPorts = ports.slice(1 + replicas)
