@@ -182,6 +182,58 @@ test('the page in headless Chromium: a row per worker, charts drawn, a reload an
   await cluster.stop()
 })
 
+test('a page opened after a reload, a kill -9 and a stalled primary shows them: the last 5 minutes are kept in the primary, a gap is drawn as a gap', async (t) => {
+  assert.ok(fs.existsSync(CHROMIUM), `Chromium is needed at ${CHROMIUM} (apt-get install chromium; .ci/run installs it)`)
+  const { chromium } = require('playwright-core')
+  const cluster = await startCluster(fixture, { env: env({ workers: 2, health: { heartbeatMs: 250, heartbeatTimeoutMs: 20000 }, reload: { bakeMs: 200 }, probes: { port: 0 } }) })
+  for (let i = 0; i < 20; i++) await cluster.get('/')
+  // Everything below happens with no page open.
+  cluster.signal('SIGUSR2')
+  await eventually(async () => (await cluster.stats()).generation === 2 && (await cluster.stats()).workers.every((w) => w.state === 'ready'), { timeoutMs: 30000, what: 'the reload to commit' })
+  const victim = (await cluster.stats()).workers.find((w) => w.id === 1)
+  process.kill(victim.pid, 'SIGKILL')
+  await eventually(async () => (await cluster.stats()).workers.filter((w) => w.state === 'ready').length === 2, { timeoutMs: 30000, what: 'worker 1 back' })
+  // The primary stopped for 2 s (8 sampling intervals): the charts must show a hole there.
+  process.kill(cluster.pid, 'SIGSTOP')
+  try {
+    await new Promise((resolve) => setTimeout(resolve, 2000))
+  } finally {
+    process.kill(cluster.pid, 'SIGCONT')
+  }
+  await eventually(async () => (await cluster.stats()).workers.every((w) => w.heartbeat), { what: 'heartbeats after the stop' })
+  await new Promise((resolve) => setTimeout(resolve, 1000))
+
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run']
+  })
+  t.after(() => browser.close())
+  const page = await browser.newPage({ viewport: { width: 1100, height: 800 } })
+  const errors = []
+  page.on('pageerror', (err) => errors.push(err.message))
+  await page.goto(`http://127.0.0.1:${cluster.probesPort}/dashboard`)
+  await page.waitForSelector('#timeline li[data-type="reload-done"]', { timeout: 15000 })
+  await page.waitForSelector('#timeline li[data-type="worker-exit"]', { timeout: 15000 })
+  const seen = await page.evaluate(() => ({
+    badge: document.getElementById('generation').textContent,
+    rssPoints: Number(document.getElementById('chart-rss').dataset.points),
+    // Lines per series: a series with a hole in its samples is drawn in more than one piece.
+    piecesPerSeries: Array.from(document.querySelectorAll('#chart-rss polyline')).reduce((count, line) => {
+      const name = line.querySelector('title').textContent
+      count[name] = (count[name] || 0) + 1
+      return count
+    }, {}),
+    xLabels: Array.from(document.querySelectorAll('#chart-rss .x-axis text'), (el) => el.textContent)
+  }))
+  assert.match(seen.badge, /generation 2 \u00b7 1 reload$/, 'one reload is "1 reload"')
+  assert.ok(seen.rssPoints >= 10, `the charts hold what was sampled before the page opened (${seen.rssPoints} points)`)
+  assert.ok(Object.values(seen.piecesPerSeries).some((pieces) => pieces >= 2), `the 2 s stop is a gap, not a diagonal: ${JSON.stringify(seen.piecesPerSeries)}`)
+  const units = new Set(seen.xLabels.filter((label) => label !== 'now').map((label) => label.split(' ')[1]))
+  assert.ok(units.size <= 1, `one unit on the time axis: ${seen.xLabels}`)
+  assert.deepStrictEqual(errors, [])
+  await cluster.stop()
+})
+
 /**
  * Requests at a modest pace, for the docs' screenshots only, until stop();
  * `spanned(ms)` resolves once the page's charts cover that much time.
@@ -272,8 +324,11 @@ function assertCharts (view, workers, where) {
     const expected = figure.id === 'chart-rps' ? workers.concat('total') : workers
     assert.deepStrictEqual(figure.legend.map((l) => l.series), expected, `${where}: ${figure.id} has a legend entry per line`)
     assert.ok(figure.legend.every((l) => l.visible && l.text.startsWith(l.series)), `${where}: ${figure.id}'s legend is visible and named`)
-    assert.deepStrictEqual(figure.lines.map((l) => l.series).sort(), expected.slice().sort(), `${where}: ${figure.id} draws the lines its legend names`)
-    assert.strictEqual(new Set(figure.lines.map((l) => l.stroke)).size, figure.lines.length, `${where}: ${figure.id}'s lines have distinct colours`)
+    // A series with a gap in its samples (a worker restarting) is drawn in several pieces.
+    assert.deepStrictEqual([...new Set(figure.lines.map((l) => l.series))].sort(), expected.slice().sort(), `${where}: ${figure.id} draws the lines its legend names`)
+    const strokeOf = new Map(figure.lines.map((l) => [l.series, l.stroke]))
+    assert.ok(figure.lines.every((l) => l.stroke === strokeOf.get(l.series)), `${where}: ${figure.id}: the pieces of one line share its colour`)
+    assert.strictEqual(new Set(strokeOf.values()).size, strokeOf.size, `${where}: ${figure.id}'s lines have distinct colours`)
   }
 }
 

@@ -26,7 +26,10 @@ const { createStreams } = require('./streams')
 const { createPeerRate } = require('./peer-rate')
 
 const MAX_EVENTS = 200
-const MAX_SNAPSHOTS = 300
+/** What the charts show: samples are kept this long whether or not a page is open. */
+const HISTORY_MS = 5 * 60 * 1000
+/** A bound on samples whatever the interval (5 minutes at the shortest interval, 500 ms). */
+const MAX_SNAPSHOTS = 600
 const KEEPALIVE_MS = 15000
 /** Events in the hello; the rest come from /dashboard/history. */
 const HELLO_EVENTS = 10
@@ -118,10 +121,12 @@ function createDashboard (options) {
     }
   }
 
+  // Sampled from the start, page or no page: a page opened after an incident (a reload, a
+  // kill -9) shows the last 5 minutes, not only what happened while it was open.
   function tick () {
     const snap = snapshot()
     snapshots.push(snap)
-    if (snapshots.length > MAX_SNAPSHOTS) snapshots.shift()
+    while (snapshots.length > MAX_SNAPSHOTS || (snapshots.length > 0 && snapshots[0].t < snap.t - HISTORY_MS)) snapshots.shift()
     historyJson = null
     broadcast('snapshot', snap)
   }
@@ -129,22 +134,23 @@ function createDashboard (options) {
   function broadcast (name, data) {
     if (clients.size === 0) return
     clients.broadcast(`event: ${name}\ndata: ${JSON.stringify(data)}\n\n`)
-    if (clients.size === 0) stopTicking()
+    if (clients.size === 0) stopKeepAlive()
   }
 
-  function startTicking () {
-    if (timer) return
+  function startSampling () {
     tick()
     timer = setInterval(tick, intervalMs)
     timer.unref()
+  }
+
+  function startKeepAlive () {
+    if (keepAlive) return
     keepAlive = setInterval(() => clients.broadcast(': keep-alive\n\n'), KEEPALIVE_MS)
     keepAlive.unref()
   }
 
-  function stopTicking () {
-    clearInterval(timer)
+  function stopKeepAlive () {
     clearInterval(keepAlive)
-    timer = null
     keepAlive = null
   }
 
@@ -160,11 +166,11 @@ function createDashboard (options) {
     const latest = snapshots.length ? snapshots[snapshots.length - 1] : null
     clients.write(res, `event: hello\ndata: ${JSON.stringify({ controls: Boolean(probes.controlToken), intervalMs, events: events.slice(-HELLO_EVENTS), snapshot: latest })}\n\n`)
     debug('page connected (%d open)', clients.size)
-    startTicking()
+    startKeepAlive()
     res.on('close', function onPageClosed () {
       clients.remove(res)
       debug('page closed (%d open)', clients.size)
-      if (clients.size === 0) stopTicking()
+      if (clients.size === 0) stopKeepAlive()
     })
   }
 
@@ -218,6 +224,7 @@ function createDashboard (options) {
     return sameToken(given, probes.token)
   }
 
+  startSampling()
   return {
     /**
      * Answer a probes request if it is the dashboard's.
@@ -246,7 +253,8 @@ function createDashboard (options) {
      */
     get streams () { return { open: clients.size, evicted: clients.evicted, refused: clients.refused, historyRefused } },
     close () {
-      stopTicking()
+      clearInterval(timer)
+      stopKeepAlive()
       for (const [name, listener] of Object.entries(listeners)) handle.removeListener(name, listener)
       clients.endAll()
     }
