@@ -72,7 +72,7 @@ describe('entry-point idioms run unchanged', () => {
   }
 })
 
-describe('an app that cannot compile', () => {
+describe('an app that cannot start', () => {
   test('a syntax error is reported with its file, line and source line, and the start fails', async () => {
     fs.writeFileSync(path.join(tmp, 'broken.js'), "const express = require('express')\nconst app = express(\nmodule.exports = app\n")
     const result = await runCli(['broken.js', '--workers', '1', '--port', String(await freePort()), '--pid-file', path.join(tmp, 'broken.pid')], { cwd: tmp })
@@ -80,6 +80,14 @@ describe('an app that cannot compile', () => {
     const output = result.stdout + result.stderr
     assert.match(output, /missing \) after argument list at .*broken\.js:3/, output)
     assert.match(output, /\n +module\.exports = app\n +\^+/, output)
+  })
+
+  test('a factory that throws with two workers: the start fails with exit 1, and the last line says code=1', async () => {
+    fs.writeFileSync(path.join(tmp, 'factory-throws.js'), "module.exports = async () => { throw new Error('factory boom') }\n")
+    const result = await runCli(['factory-throws.js', '--workers', '2', '--port', String(await freePort()), '--pid-file', path.join(tmp, 'factory-throws.pid')], { cwd: tmp })
+    assert.strictEqual(result.code, 1, result.stdout + result.stderr)
+    const lines = (result.stdout + result.stderr).trim().split('\n').filter((line) => line.startsWith('[clusterize]'))
+    assert.match(lines[lines.length - 1], /shutdown complete code=1$/, lines.join('\n'))
   })
 
   test('a syntax error in a file the app requires names that file', async () => {

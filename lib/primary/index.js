@@ -167,6 +167,8 @@ function startPrimary (createApp, config) {
         await listenAll()
       }
     } catch (err) {
+      // Whoever shuts down after this (the CLI, the app, the breaker) ends a start that failed: code 1.
+      state.startFailed = true
       if (replacing) upgrades.reportFailure(err.message)
       throw err
     }
@@ -294,7 +296,7 @@ function startPrimary (createApp, config) {
       if (parts.probes) await parts.probes.close()
       await closeServices()
       await busRuntime.close()
-      const code = forced || exitCode === 1 ? 1 : 0
+      const code = forced || exitCode === 1 || state.startFailed ? 1 : 0
       log.info(forced ? 'shutdown forced: some workers were killed at the deadline' : 'shutdown complete', { code })
       return { code, forced }
     })()
