@@ -61,7 +61,8 @@ function findPrimary (flags, env) {
       ? `pid ${info.pid} now belongs to another program`
       : `process ${info.pid} is not running any more (killed, or crashed without cleaning up)`
     pidFile.removePidFile(file, info.pid)
-    throw new CliRuntimeError(`stale pid file ${file}: ${why}; the file has been removed`)
+    const socketRemoved = removeDeadPrimarySocket(file + '.sock')
+    throw new CliRuntimeError(`stale pid file ${file}: ${why}; the file has been removed${socketRemoved ? ', and its control socket too' : ''}`)
   }
   return { file, info }
 }
@@ -94,6 +95,24 @@ async function confirmPrimary (info, env) {
 function notConfirmed (info, why) {
   return new CliRuntimeError(`not signalling pid ${info.pid}: it is not confirmed to be the clusterize primary (${why}). ` +
     'If it is, check its logs; if the pid file is stale, remove it')
+}
+
+/**
+ * The control socket a dead primary left (kill -9 runs no exit handler).
+ * Removed only when it is a socket and ours (this user's or root's): the
+ * primary that listened on it is gone, and a primary that took over by
+ * `clusterize upgrade` would have rewritten the pid file first. Anything
+ * else at that path is left alone.
+ * @returns {boolean} whether it was removed
+ */
+function removeDeadPrimarySocket (socketPath) {
+  if (!ownSocket(socketPath)) return false
+  try {
+    fs.unlinkSync(socketPath)
+    return true
+  } catch {
+    return false
+  }
 }
 
 /** A unix socket owned by this user or root: another user cannot stand in for the primary. */
