@@ -23,6 +23,7 @@ const StartupBackoff = require('./backoff')
 const { PoolThread } = require('./thread')
 const { QueueFullError, TaskAbortedError, TaskTimeoutError, ThreadStartupError, PoolClosedError } = require('./errors')
 const { Task, removeItem } = require('./records')
+const { captureTraceContext } = require('./trace-context')
 
 const now = performance.now.bind(performance)
 
@@ -116,6 +117,8 @@ class Pool {
       t.onAbort = () => this._abort(t)
       signal.addEventListener('abort', t.onAbort, { once: true })
     }
+    // Taken here, in the caller's async context: a queued task is dispatched later, from another.
+    t.traceContext = captureTraceContext()
     this._pending.add()
     t.enqueuedAt = now()
     if (idle.length > 0) {

@@ -23,6 +23,8 @@ class Task {
     this.thread = null
     this.done = false
     this.onAbort = null
+    /** The caller's OpenTelemetry context as W3C headers, or undefined (./trace-context.js). */
+    this.traceContext = undefined
   }
 
   /**

@@ -13,6 +13,7 @@ const { pathToFileURL } = require('node:url')
 const fs = require('node:fs')
 const os = require('node:os')
 const { TASK, RESULT, STATUS, READY } = require('./messages')
+const { runInTraceContext } = require('./trace-context')
 
 const kTransfer = Symbol.for('clusterize.offload.transfer')
 const NOT_DEFINED_RE = /^([\p{L}\p{Nl}$_][\p{L}\p{Nl}\p{Mn}\p{Mc}\p{Nd}\p{Pc}$\u200c\u200d]*) is not defined$/u
@@ -134,6 +135,13 @@ function getEntry (msg) {
   return entry
 }
 
+/** The task, inside the caller's trace context when it sent one. */
+function callTask (fn, msg) {
+  const trace = msg[TASK.TRACE]
+  if (trace === undefined || trace === null) return fn.apply(undefined, msg[TASK.ARGS])
+  return runInTraceContext(trace, () => fn.apply(undefined, msg[TASK.ARGS]))
+}
+
 function runTask (msg) {
   if (msg[TASK.FLUSH] === true) cache.clear()
   let entry
@@ -146,10 +154,10 @@ function runTask (msg) {
       return settleAsync(pending.then((loaded) => {
         cache.set(msg[TASK.ENTRY], loaded)
         entry = loaded
-        return loaded.fn.apply(undefined, msg[TASK.ARGS])
+        return callTask(loaded.fn, msg)
       }), { get source () { return entry && entry.source } })
     }
-    result = entry.fn.apply(undefined, msg[TASK.ARGS])
+    result = callTask(entry.fn, msg)
   } catch (err) {
     return replyError(err, entry)
   }

@@ -51,7 +51,7 @@ class PoolThread extends EventEmitter {
     this.error = null
     this._known = new Set()
     // one message array reused for every task: no allocation per dispatch
-    this._msg = [0, undefined, undefined, false]
+    this._msg = [0, undefined, undefined, false, undefined]
     this._timer = null
     this._timerAt = 0
     this._exited = false
@@ -85,6 +85,7 @@ class PoolThread extends EventEmitter {
     let isNew = false
     msg[TASK.ENTRY] = entry.id
     msg[TASK.ARGS] = t.args
+    msg[TASK.TRACE] = t.traceContext
     if (known.has(entry.id)) {
       msg[TASK.DEF] = undefined
     } else {
@@ -100,10 +101,10 @@ class PoolThread extends EventEmitter {
       this.worker.postMessage(msg, t.transfer)
     } catch (err) {
       if (isNew) known.delete(entry.id)
-      msg[TASK.ARGS] = msg[TASK.DEF] = undefined
+      msg[TASK.ARGS] = msg[TASK.DEF] = msg[TASK.TRACE] = undefined
       throw err
     }
-    msg[TASK.ARGS] = msg[TASK.DEF] = undefined
+    msg[TASK.ARGS] = msg[TASK.DEF] = msg[TASK.TRACE] = undefined
     msg[TASK.FLUSH] = false
     const startedAt = now()
     t.startedAt = startedAt

@@ -20,6 +20,7 @@ const { waitAllReady } = require('./readiness')
 const { watchHealth } = require('./health')
 const { createReloader } = require('./reload')
 const { workerExecArgv } = require('./worker-flags')
+const { workerResourceAttributes, ATTRIBUTES } = require('./trace-resource')
 const { createMetrics } = require('./metrics')
 const { watchSessionStores } = require('./session-watch')
 const { buildStats } = require('./stats')
@@ -57,7 +58,7 @@ function startPrimary (createApp, config) {
   const state = { mode, listenMode, port: inherited.port !== null ? inherited.port : config.port, probesPort: undefined, shuttingDown: false, reloads: 0, readySettled: false }
   const parts = { dispatcher: null, balancer: null, probes: null, health: null, dashboard: null }
   // listenFd: with 'none', workers listen on the inherited socket through node:cluster.
-  const runtime = { listenMode, port: state.port, listenFd: listenMode === 'cluster' ? inherited.http : null, route: null, fork: (env) => cluster.fork(env) }
+  const runtime = { listenMode, port: state.port, listenFd: listenMode === 'cluster' ? inherited.http : null, route: null, fork: (env) => cluster.fork(withTraceResource(env)) }
   const supervisor = new Supervisor(config, log, runtime)
   // The app's own prom-client metrics come from the metrics service (lib/state/metrics), started below.
   const metrics = createMetrics(supervisor, () => busRuntime.status(), primaryStatus, () => services.get('metrics'))
@@ -311,6 +312,17 @@ function startPrimary (createApp, config) {
   function primaryStatus () {
     return { connections: parts.dispatcher ? parts.dispatcher.status() : null, dashboard: parts.dashboard ? parts.dashboard.streams : null }
   }
+}
+
+/**
+ * A worker's fork environment with its slot and generation in OTEL_RESOURCE_ATTRIBUTES
+ * (./trace-resource.js): an OpenTelemetry SDK in the worker puts them on every span.
+ * @param {Record<string, string>} env the CLUSTERIZE_* variables of one fork
+ * @returns {Record<string, string>}
+ */
+function withTraceResource (env) {
+  const slot = env.CLUSTERIZE_SPARE ? -1 : Number(env.CLUSTERIZE_WORKER_ID)
+  return Object.assign({}, env, { [ATTRIBUTES]: workerResourceAttributes(process.env[ATTRIBUTES], { slot, generation: Number(env.CLUSTERIZE_GENERATION) }) })
 }
 
 module.exports = { startPrimary }

@@ -1,0 +1,136 @@
+'use strict'
+
+/**
+ * OpenTelemetry under clusterize: an app traced by its own tracing.js
+ * (`--require`, here through NODE_OPTIONS, with the http and Express
+ * instrumentations and the SDK's in-memory exporter) produces the same spans
+ * on every worker as in a plain `node` process, routes included (on Node 22
+ * the worker builds req/res on Express's prototypes), with the worker's slot
+ * and generation as resource attributes; and a span started in an offloaded
+ * task is a child of the request's span.
+ */
+
+const { test, after } = require('node:test')
+const assert = require('node:assert')
+const { spawn } = require('child_process')
+const fs = require('fs')
+const os = require('os')
+const path = require('path')
+const { freePort, waitForPort } = require('./helpers/net')
+const { eventually } = require('./helpers/wait')
+const { isAlive } = require('../lib/process-alive')
+const { runCli, startCli, httpGet: get } = require('./helpers/cli')
+const { workerResourceAttributes } = require('../lib/primary/trace-resource')
+
+const TRACING = path.join(__dirname, 'fixtures', 'otel', 'tracing.js')
+const APP = path.join(__dirname, 'fixtures', 'otel', 'app.js')
+const ROOT = path.join(__dirname, '..')
+const tracked = new Set()
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'clusterize-otel-'))
+
+after(function cleanUp () {
+  for (const pid of tracked) {
+    if (isAlive(pid)) {
+      try { process.kill(pid, 'SIGKILL') } catch {}
+    }
+  }
+  fs.rmSync(tmp, { recursive: true, force: true })
+})
+
+const ENV = { NODE_OPTIONS: `--require ${TRACING}`, OTEL_RESOURCE_ATTRIBUTES: 'service.name=otel-test' }
+
+/** The spans of the trace whose server span served `urlPath`, as comparable rows. */
+function traceOf (spans, urlPath) {
+  const server = spans.find((s) => s.kind === 1 && s.attributes['url.path'] === urlPath)
+  assert.ok(server, `a server span for ${urlPath} in ${JSON.stringify(spans.map((s) => s.name))}`)
+  return {
+    server,
+    rows: spans.filter((s) => s.traceId === server.traceId)
+      .map((s) => `${s.name} kind=${s.kind} route=${s.attributes['http.route'] || '-'} child=${s.parentSpanId === server.spanId}`)
+      .sort()
+  }
+}
+
+/** GET /spans until every pid in `pids` answered; returns pid -> spans. */
+async function spansOf (port, pids) {
+  const byPid = new Map()
+  await eventually(async () => {
+    const res = await get(port, '/spans')
+    assert.strictEqual(res.status, 200, res.body)
+    byPid.set(res.json.pid, res.json.spans)
+    return [...pids].every((pid) => byPid.has(pid))
+  }, { timeoutMs: 30000, intervalMs: 10, what: 'spans from every worker' })
+  return byPid
+}
+
+test('the resource attributes a worker is forked with: slot and generation, the app\'s own keys kept and winning', () => {
+  assert.strictEqual(workerResourceAttributes(undefined, { slot: 1, generation: 3 }), 'clusterize.worker.slot=1,clusterize.worker.generation=3')
+  assert.strictEqual(workerResourceAttributes('service.name=api, deployment.environment=prod', { slot: 0, generation: 1 }),
+    'service.name=api,deployment.environment=prod,clusterize.worker.slot=0,clusterize.worker.generation=1')
+  assert.strictEqual(workerResourceAttributes('clusterize.worker.slot=9', { slot: 0, generation: 2 }), 'clusterize.worker.slot=9,clusterize.worker.generation=2')
+})
+
+test('spans from every worker match a plain node process, with slot and generation; offloaded work is a child of the request', async () => {
+  // The same app and tracing.js in one plain process: the reference.
+  const plainPort = await freePort()
+  const plain = spawn(process.execPath, ['-e', `require(${JSON.stringify(APP)}).listen(${plainPort}, '127.0.0.1')`], { cwd: ROOT, env: Object.assign({}, process.env, ENV), stdio: 'ignore' })
+  tracked.add(plain.pid)
+  await waitForPort(plainPort, { timeoutMs: 20000 })
+  assert.strictEqual((await get(plainPort, '/users/7')).status, 200)
+  const plainSpans = (await get(plainPort, '/spans')).json.spans
+  plain.kill('SIGKILL')
+  const reference = traceOf(plainSpans, '/users/7').rows
+  assert.ok(reference.some((row) => row.startsWith('GET /users/:id kind=1 route=/users/:id')), reference.join('\n'))
+
+  const port = await freePort()
+  const pidFile = path.join(tmp, 'otel.pid')
+  const cli = await startCli([APP, '--workers', '2', '--port', String(port), '--host', '127.0.0.1', '--pid-file', pidFile], { cwd: ROOT, pidFile, tracked, env: ENV })
+  try {
+    const status = await runCli(['status', '--pid-file', pidFile, '--json'], { cwd: ROOT })
+    const slotOf = new Map(JSON.parse(status.stdout).workers.map((w) => [w.pid, w.id]))
+    for (const pid of slotOf.keys()) tracked.add(pid)
+    assert.strictEqual(slotOf.size, 2)
+
+    // Each request on a new connection: until each worker has served /users/7 and /work.
+    const servedUsers = new Set()
+    const offloaded = new Map()
+    const workedOn = new Set()
+    await eventually(async () => {
+      const user = await get(port, '/users/7')
+      assert.strictEqual(user.status, 200, user.body)
+      servedUsers.add(user.json.pid)
+      return servedUsers.size === 2
+    }, { timeoutMs: 30000, intervalMs: 10, what: '/users/7 on both workers' })
+    await eventually(async () => {
+      const work = await get(port, '/work')
+      assert.strictEqual(work.status, 200, work.body)
+      offloaded.set(work.json.traceId, work.json.parentSpanId)
+      workedOn.add(work.json.pid)
+      return workedOn.size === 2
+    }, { timeoutMs: 30000, intervalMs: 10, what: '/work on both workers' })
+
+    const byPid = await spansOf(port, slotOf.keys())
+    for (const [pid, spans] of byPid) {
+      const { server, rows } = traceOf(spans, '/users/7')
+      assert.deepStrictEqual(rows, reference, `worker ${pid}: the same spans as a plain process`)
+      assert.strictEqual(server.resource['clusterize.worker.slot'], String(slotOf.get(pid)), `worker ${pid}: its slot (OTEL_RESOURCE_ATTRIBUTES values are strings)`)
+      assert.strictEqual(server.resource['clusterize.worker.generation'], '1')
+      assert.strictEqual(server.resource['service.name'], 'otel-test', 'the app\'s own resource attributes are kept')
+    }
+
+    // Each offloaded task's span has the request's trace and a parent inside it, on the worker that served it.
+    const all = [...byPid.values()].flat()
+    let checked = 0
+    for (const [traceId, parentSpanId] of offloaded) {
+      const inTrace = all.filter((s) => s.traceId === traceId)
+      if (inTrace.length === 0) continue // that request's spans were read before it ended
+      assert.ok(parentSpanId, `the task's span for trace ${traceId} has a parent`)
+      assert.ok(inTrace.some((s) => s.spanId === parentSpanId), `the task's parent ${parentSpanId} is a span of the request's trace: ${JSON.stringify(inTrace.map((s) => [s.name, s.spanId]))}`)
+      checked++
+    }
+    assert.ok(checked >= 2, `offloaded traces checked: ${checked}`)
+  } finally {
+    cli.child.kill('SIGTERM')
+    await cli.exited
+  }
+})
