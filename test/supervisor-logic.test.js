@@ -291,6 +291,28 @@ test('a fork whose spawn fails (no pid, no exit ever) is a failed start: its rec
   supervisor.stop()
 })
 
+test('a warm spare whose fork throws is retried after a pause, not in a tight loop, and never throws out of a timer', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout', 'Date'], now: 1000000 })
+  const { supervisor, children, log } = startSupervisor({ workers: 1, spare: 1, restart: { backoffInitialMs: 0, backoffMaxMs: 0 } })
+  const fork = supervisor.runtime.fork
+  let refuse = true
+  supervisor.runtime.fork = (env) => {
+    if (env.CLUSTERIZE_SPARE === '1' && refuse) throw Object.assign(new Error('spawn EAGAIN'), { code: 'EAGAIN' })
+    return fork(env)
+  }
+  supervisor.start()
+  assert.strictEqual(children.length, 1, 'the slot is forked; the spare is not')
+  assert.strictEqual(supervisor.failureCounts.fork, 1)
+  assert.ok(log.lines.includes('error could not fork a warm spare: spawn EAGAIN'))
+  t.mock.timers.tick(250)
+  assert.strictEqual(supervisor.failureCounts.fork, 2, 'retried once after the pause')
+  refuse = false
+  t.mock.timers.tick(250)
+  assert.strictEqual(children.length, 2)
+  assert.strictEqual(children[1].env.CLUSTERIZE_SPARE, '1')
+  supervisor.stop()
+})
+
 test('failures spread wider than restart.crashWindowMs never trip the breaker', async (t) => {
   t.mock.timers.enable({ apis: ['setTimeout', 'Date'], now: 1000000 })
   const { supervisor, children } = startSupervisor({ workers: 1, restart: { backoffInitialMs: 0, backoffMaxMs: 0, maxCrashes: 2, crashWindowMs: 1000 } })

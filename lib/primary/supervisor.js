@@ -122,9 +122,20 @@ class Supervisor extends EventEmitter {
     record.exited.then(() => clearTimeout(timer))
   }
 
-  /** Fork a warm spare: it loads the app and reports ready, but is in no slot until promoted. */
+  /**
+   * Fork a warm spare: it loads the app and reports ready, but is in no slot until promoted.
+   * @returns {WorkerRecord|null} null when the fork failed at once (logged and counted)
+   */
   spawnSpare () {
-    const record = this.spawn(-1, this.codeGeneration, true)
+    let record
+    try {
+      record = this.spawn(-1, this.codeGeneration, true)
+    } catch (err) {
+      if (this.stopped) return null
+      this.failureCounts.fork++
+      this.log.error(`could not fork a warm spare: ${err.message}`, { code: err.code })
+      return null
+    }
     this.watchBoot(record)
     return record
   }
