@@ -85,7 +85,8 @@ function homeRuntimeDir () {
 function runtimeDirNotice (env) {
   const shared = sharedRuntimeDir()
   const dir = runtimeDir(env)
-  if (dir === shared || !squatted(shared)) return null
+  // Only when the fallback stands in for the shared default (not when XDG_RUNTIME_DIR is used).
+  if (dir !== homeRuntimeDir() || !squatted(shared)) return null
   return `${shared} is not a directory only you can write to (${describeOwner(shared)}): the pid file and control socket are in ${dir} instead; remove ${shared} to go back to the default`
 }
 
