@@ -147,12 +147,12 @@ test('an app that never becomes ready at first start: a clear message at reload.
   fs.writeFileSync(hold, '')
   const cluster = await startCluster(fixture, {
     waitReady: false,
-    env: env({ workers: 1, reload: { readyTimeoutMs: 1500 }, restart: { backoffInitialMs: 10, maxCrashes: 100 } }, { CZ_BOOT_HOLD_FILE: hold })
+    env: env({ workers: 1, reload: { readyTimeoutMs: 4000 }, restart: { backoffInitialMs: 10, maxCrashes: 100 } }, { CZ_BOOT_HOLD_FILE: hold })
   })
-  await cluster.waitOutput(/worker 0 was not ready within 1500 ms \(reload\.readyTimeoutMs\): killing it/)
+  await cluster.waitOutput(/worker 0 was not ready within 4000 ms \(reload\.readyTimeoutMs\): killing it/)
   const exit = await cluster.waitEvent('worker:exit')
   assert.strictEqual(exit.data.reason, 'boot-failure')
-  assert.match(cluster.output, /worker 0 failed to boot: it was not ready within 1500 ms/)
+  assert.match(cluster.output, /worker 0 failed to boot: it was not ready within 4000 ms/)
   fs.rmSync(hold)
   const ready = await cluster.waitEvent('worker:ready')
   assert.notStrictEqual(ready.data.pid, exit.data.pid, 'a new worker, started after the failed one')
