@@ -39,7 +39,8 @@ const DEFAULTS = {
     backoffInitialMs: 100,
     backoffMaxMs: 10000,
     maxCrashes: 5,
-    crashWindowMs: 60000
+    crashWindowMs: 60000,
+    stableAfterMs: 5000
   },
   reload: {
     signal: 'SIGUSR2',
@@ -246,6 +247,7 @@ function resolveConfig (options, env) {
   checkInteger('restart.backoffMaxMs', restart.backoffMaxMs, restart.backoffInitialMs, MAX_TIMER_MS)
   checkInteger('restart.maxCrashes', restart.maxCrashes, 1)
   checkInteger('restart.crashWindowMs', restart.crashWindowMs, 1, MAX_TIMER_MS)
+  checkInteger('restart.stableAfterMs', restart.stableAfterMs, 0, MAX_TIMER_MS)
   config.restart = restart
 
   const reload = group('reload', options.reload, DEFAULTS.reload)

@@ -6,9 +6,9 @@
  * The envelope itself (`{ $cz: 1, kind, ...fields }`, batching) is lib/ipc.js.
  *
  *   worker -> primary: READY, HEARTBEAT, BOOT_ERROR, DRAINED, BUS, SERVICE, LISTEN_ASK, LOAD,
- *                      LISTENING (with a handle)
+ *                      LISTENING (with a handle), ALIVE
  *   primary -> worker: CONN (with a socket handle), DRAIN, PROMOTE, BUS, SERVICE,
- *                      LISTEN (with the listening handle), SHARE, SHARE_LISTENING
+ *                      LISTEN (with the listening handle), SHARE, SHARE_LISTENING, ALIVE_ASK
  */
 
 const { envelope, MARK } = require('./ipc')
@@ -43,7 +43,11 @@ const KIND = Object.freeze({
   /** 'none': send the listening socket node:cluster shared with you, for an upgrade. */
   SHARE_LISTENING: 'share-listening',
   /** The answer: the listening socket as the message's handle (none when there is none). */
-  LISTENING: 'listening'
+  LISTENING: 'listening',
+  /** Answer at once: proves the event loop ran after the question was asked (a reload's commit). `{ n }` */
+  ALIVE_ASK: 'alive-ask',
+  /** The answer to ALIVE_ASK. `{ n }` */
+  ALIVE: 'alive'
 })
 
 /**
@@ -169,6 +173,8 @@ module.exports = {
   promote: (slot) => envelope(KIND.PROMOTE, { slot }),
   shareListening: () => envelope(KIND.SHARE_LISTENING),
   listening: () => envelope(KIND.LISTENING),
+  aliveAsk: (n) => envelope(KIND.ALIVE_ASK, { n }),
+  alive: (n) => envelope(KIND.ALIVE, { n }),
   conn: () => CONN_MESSAGE,
   listenAsk: () => envelope(KIND.LISTEN_ASK),
   listen: () => envelope(KIND.LISTEN),

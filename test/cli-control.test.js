@@ -198,3 +198,24 @@ test('a client that shuts down its sending side after the command (socat, nc -N)
   const stop = await run(['stop', '--pid-file', pidFile])
   assert.strictEqual(stop.code, 0, stop.stderr)
 })
+
+test('a primary killed during `clusterize reload`: the CLI says it exited during the reload', async () => {
+  const pidFile = path.join(tmp, 'killed.pid')
+  const port = await freePort()
+  // A long bake: the reload is still running when the primary is killed.
+  primary = startPrimary(pidFile, port, ['--workers', '1', '--bake-ms', '60000'])
+  const info = await eventually(() => fs.existsSync(pidFile) && JSON.parse(fs.readFileSync(pidFile, 'utf8')), { timeoutMs: 30000, what: 'the pid file' })
+  const reloading = run(['reload', '--pid-file', pidFile])
+  // The canary is up beside the old worker: the reload is under way.
+  await eventually(async () => (await sendControl(info.controlSocket, { cmd: 'status' }, 5000)).result.workers.length === 2, { timeoutMs: 30000, what: 'the canary' })
+  const statusBefore = await sendControl(info.controlSocket, { cmd: 'status' }, 5000)
+  process.kill(primary.pid, 'SIGKILL')
+  const result = await reloading
+  assert.strictEqual(result.code, 1, result.stdout)
+  assert.match(result.stderr, new RegExp(`primary ${primary.pid} exited during the reload \\(stopped by a signal, killed, or crashed\\) before it could answer`))
+  assert.doesNotMatch(result.stderr, /not JSON/)
+  // Its workers drain and exit by themselves once their primary is gone.
+  for (const worker of statusBefore.result.workers) {
+    await eventually(() => !isAlive(worker.pid), { timeoutMs: 30000, what: `worker ${worker.pid} to exit` })
+  }
+})

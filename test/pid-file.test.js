@@ -4,14 +4,15 @@
  * The pid file as a root hazard: the CLI often runs as root, and what a pid
  * file says decides which process it signals. A planted symlink is never
  * followed; a pid file another user owns or may write, a signal clusterize
- * does not use, or a pid nothing confirms as the primary is refused, and the
+ * does not use, or a pid its control socket does not confirm as the primary (whatever answers
+ * on the recorded probes port) is refused, and the
  * process it names (a `sleep` started here) survives. The default pid file
  * lives in a private directory.
  */
 
 const { test, after } = require('node:test')
 const assert = require('node:assert')
-const { spawn } = require('child_process')
+const { spawn, spawnSync } = require('child_process')
 const fs = require('fs')
 const http = require('http')
 const net = require('net')
@@ -20,8 +21,8 @@ const path = require('path')
 const { freePort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
 const { isAlive } = require('../lib/process-alive')
-const { CLI_BIN: BIN, HELLO_APP: APP, runCli } = require('./helpers/cli')
-const { readPidFile, writePidFile } = require('../lib/cli/pid-file')
+const { CLI_BIN: BIN, HELLO_APP: APP, runCli, startCli } = require('./helpers/cli')
+const { readPidFile, writePidFile, processIdentity } = require('../lib/cli/pid-file')
 const { defaultPidFile, ensurePrivateDir } = require('../lib/cli/runtime-dir')
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-pidfile-'))
@@ -138,14 +139,29 @@ test('a well-owned pid file naming a process that is not a clusterize primary: n
   const probes = http.createServer((req, res) => res.end(JSON.stringify({ pid: 1, reloads: 0, generation: 1, workers: [] })))
   servers.push(probes)
   await new Promise((resolve) => probes.listen(0, '127.0.0.1', resolve))
+  // Whoever took the recorded probes port once the primary was gone may answer with its pid: no proof.
+  const impostor = http.createServer((req, res) => res.end(JSON.stringify({ pid: victim.pid, reloads: 0, generation: 1, workers: [] })))
+  servers.push(impostor)
+  await new Promise((resolve) => impostor.listen(0, '127.0.0.1', resolve))
+  const stale = path.join(tmp, 'stale.sock')
+  // A socket file nobody listens on, as a primary killed with SIGKILL leaves it.
+  spawnSync(process.execPath, ['-e', `require('net').createServer().listen(${JSON.stringify(stale)}, () => process.kill(process.pid, 'SIGKILL'))`])
+  assert.ok(fs.lstatSync(stale).isSocket())
   const viaSocket = plantPidFile('socket.pid', { pid: victim.pid, reloadSignal: 'SIGHUP', script: 'sleep', controlSocket: path.join(tmp, 'gone.sock'), probesPort: null })
   const viaLiar = plantPidFile('liar.pid', { pid: victim.pid, reloadSignal: 'SIGHUP', script: 'sleep', controlSocket: socketPath })
   const viaProbes = plantPidFile('probes.pid', { pid: victim.pid, reloadSignal: 'SIGHUP', script: 'sleep', probesPort: probes.address().port, probesHost: '127.0.0.1' })
+  const viaImpostor = plantPidFile('impostor.pid', { pid: victim.pid, reloadSignal: 'SIGHUP', script: 'sleep', controlSocket: stale, probesPort: impostor.address().port, probesHost: '127.0.0.1' })
+
+  // The victim's pid, but not the process that wrote the file: the pid was reused.
+  const identity = processIdentity(victim.pid)
+  const reused = plantPidFile('reused.pid', { pid: victim.pid, reloadSignal: 'SIGHUP', script: 'sleep', controlSocket: stale, startTime: String(Number(identity.startTime) - 1), bootId: identity.bootId })
 
   const cases = [
-    [bare, /neither its control socket nor its probes server answers/],
-    [viaSocket, /neither its control socket nor its probes server answers/],
-    [viaProbes, /its probes server answers for pid 1/]
+    [bare, /the pid file records no control socket, and the pid file records no process start time/],
+    [viaSocket, /its control socket .*gone\.sock is gone/],
+    [viaProbes, /the pid file records no control socket/],
+    [viaImpostor, /its control socket .*stale\.sock does not answer \(ECONNREFUSED\), and the pid file records no process start time/],
+    [reused, new RegExp(`pid ${victim.pid} started at another time than the primary that wrote the pid file \\(its pid was reused\\)`)]
   ]
   for (const [file, why] of cases) {
     for (const command of ['reload', 'stop']) {
@@ -153,6 +169,7 @@ test('a well-owned pid file naming a process that is not a clusterize primary: n
       assert.strictEqual(result.code, 1, `${command} ${file}: ${result.stdout}`)
       assert.match(result.stderr, new RegExp(`not signalling pid ${victim.pid}: it is not confirmed to be the clusterize primary`), command)
       assert.match(result.stderr, why, `${command} ${path.basename(file)}`)
+      assert.match(result.stderr, new RegExp(`signal it yourself after checking \`ps -p ${victim.pid} -o args\``), command)
       assertAlive(victim, `${command} ${path.basename(file)}`)
     }
   }
@@ -214,4 +231,30 @@ test('without a usable XDG_RUNTIME_DIR the default is a 0700 directory of this u
   fs.chmodSync(wide, 0o1777)
   writePidFile(path.join(wide, 'app.pid'), { pid: 1 })
   assert.strictEqual(readPidFile(path.join(wide, 'app.pid')).pid, 1, 'a sticky shared directory (like /tmp) is fine')
+})
+
+test('a <tmp>/clusterize-<uid> another user created first is no denial of service: the start uses ~/.clusterize/run and says so; status and stop find it there', { skip: !isRoot && 'chown to another user needs root' }, async () => {
+  const tmpdir = fs.mkdtempSync(path.join(tmp, 'shared-tmp-'))
+  fs.chmodSync(tmpdir, 0o1777)
+  const home = fs.mkdtempSync(path.join(tmp, 'home-'))
+  fs.chmodSync(home, 0o700)
+  const squatted = path.join(tmpdir, `clusterize-${process.getuid()}`)
+  fs.mkdirSync(squatted, { mode: 0o700 })
+  fs.chownSync(squatted, NOBODY, NOBODY)
+  const cwd = fs.mkdtempSync(path.join(tmp, 'project-'))
+  const env = { TMPDIR: tmpdir, HOME: home, XDG_RUNTIME_DIR: '' }
+  const pidFile = path.join(home, '.clusterize', 'run', path.basename(defaultPidFile({}, cwd)))
+  const tracked = new Set()
+  const port = await freePort()
+  const primary = await startCli([APP, '--workers', '1', '--port', String(port), '--host', '127.0.0.1'], { cwd, env, pidFile, tracked })
+  children.push(primary.child)
+  assert.ok(primary.output.includes(`${squatted} is not a directory only you can write to (it belongs to uid ${NOBODY}): the pid file and control socket are in ${path.dirname(pidFile)} instead`), primary.output)
+  assert.strictEqual(fs.statSync(path.dirname(pidFile)).mode & 0o777, 0o700)
+  assert.deepStrictEqual(fs.readdirSync(squatted), [], 'nothing was written into the squatted directory')
+  const status = await run(['status', '--json'], { cwd, env })
+  assert.strictEqual(status.code, 0, status.stderr)
+  assert.strictEqual(JSON.parse(status.stdout).pid, primary.child.pid)
+  const stop = await run(['stop'], { cwd, env })
+  assert.strictEqual(stop.code, 0, stop.stderr)
+  assert.ok(!fs.existsSync(pidFile))
 })

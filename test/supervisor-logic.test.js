@@ -85,7 +85,7 @@ function loggedDelay (log, slot) {
   return lines.length === 0 ? null : Number(/in (\d+) ms/.exec(lines[lines.length - 1])[1])
 }
 
-test('a crashed worker is replaced in its slot at once, then after a growing backoff; a worker that stayed up 30 s starts the count again', async (t) => {
+test('a crashed worker is replaced in its slot at once, then after a growing backoff; a worker that stayed up restart.stableAfterMs starts the count again', async (t) => {
   t.mock.timers.enable({ apis: ['setTimeout', 'Date'], now: 1000000 })
   const { supervisor, children, log } = startSupervisor({ workers: 1, restart: { backoffInitialMs: 1000, backoffMaxMs: 1500, maxCrashes: 100 } })
   supervisor.start()
@@ -118,7 +118,7 @@ test('a crashed worker is replaced in its slot at once, then after a growing bac
   assert.strictEqual(children.length, 4)
 
   children[3].ready()
-  t.mock.timers.tick(30001)
+  t.mock.timers.tick(5000) // restart.stableAfterMs, by default
   log.lines.length = 0
   children[3].exit(1, null)
   await settle()
@@ -128,20 +128,20 @@ test('a crashed worker is replaced in its slot at once, then after a growing bac
   supervisor.stop()
 })
 
-test('the breaker trips once per generation; its trip stops respawns only while that generation is the code on disk', async (t) => {
+test('the breaker trips once per generation; while the code on disk is tripped failed slots are retried at the capped backoff, and a retry that stays up closes it', async (t) => {
   t.mock.timers.enable({ apis: ['setTimeout', 'Date'], now: 1000000 })
-  const { supervisor, children, log } = startSupervisor({ workers: 3, restart: { backoffInitialMs: 0, backoffMaxMs: 0, maxCrashes: 3, crashWindowMs: 10000 } })
+  const { supervisor, children, log } = startSupervisor({ workers: 3, restart: { backoffInitialMs: 0, backoffMaxMs: 1000, maxCrashes: 3, crashWindowMs: 10000, stableAfterMs: 5000 } })
   const loops = []
   supervisor.on('crashloop', (info) => loops.push(info))
   supervisor.start()
   for (const child of children) child.ready()
 
-  // New code on disk (as a reload's canary does): generation 1's failures no longer stop anything.
+  // New code on disk (as a reload's canary does): generation 1's failures no longer hold anything back.
   const canary = supervisor.spawn(0, 2)
   children[3].ready()
   supervisor.promote(canary)
   for (const old of children.slice(0, 3)) {
-    old.exit(1, null)
+    old.exit(1, null) // soon after ready: failed starts, counted by the breaker
     await settle()
     t.mock.timers.tick(0)
   }
@@ -152,28 +152,164 @@ test('the breaker trips once per generation; its trip stops respawns only while 
   assert.strictEqual(supervisor.crashLooping, false, 'generation 1 is not the code on disk any more')
   assert.deepStrictEqual(supervisor.slots.map((record) => record.generation), [2, 2, 2], 'the slots are respawned with the new code')
 
-  // The new code's own failures: its budget is a fresh one, and its trip stops respawns.
+  // The new code's own failures: its budget is a fresh one, and its trip opens the breaker.
   for (let i = 0; i < 3; i++) {
-    childOf(supervisor, children, 1).exit(1, null)
+    const child = childOf(supervisor, children, 1)
+    if (child.alive) child.ready()
+    child.exit(1, null)
     await settle()
-    t.mock.timers.tick(0)
+    t.mock.timers.tick(supervisor.crashLooping ? 0 : 1000)
   }
   assert.strictEqual(loops.length, 2)
   assert.strictEqual(loops[1].generation, 2)
   assert.strictEqual(supervisor.crashLooping, true)
-  assert.strictEqual(supervisor.slots[1], null)
+  assert.strictEqual(supervisor.gaveUp, false, 'workers were ready: the primary never gives up')
+  assert.ok(log.lines.some((line) => /^error crash loop: 3 failures of generation 2 within 10000 ms; the breaker is open: \d+ worker\(s\) keep serving, \/ready answers 503/.test(line)))
+  assert.strictEqual(supervisor.slots[1], null, 'the failed slot waits for the capped backoff')
+  const retryLine = log.lines.filter((line) => line.startsWith('warn crash loop: retrying worker 1 in ')).pop()
+  const retryMs = Number(/in (\d+) ms/.exec(retryLine)[1])
+  assert.ok(retryMs >= 500 && retryMs <= 1000, `50-100% of backoffMaxMs, got ${retryMs}`)
   const forked = children.length
-  childOf(supervisor, children, 0).exit(1, null)
-  childOf(supervisor, children, 2).exit(1, null)
-  await settle()
-  t.mock.timers.tick(60000)
-  assert.strictEqual(children.length, forked, 'nothing is forked once the code on disk crash-loops')
-  assert.strictEqual(loops.length, 2, 'the tripped breaker does not fire again')
-  assert.ok(supervisor.isEmpty())
-  assert.strictEqual(log.lines.filter((line) => /crash loop: 3 failures of generation 2 within 10000 ms/.test(line)).length, 1)
+  t.mock.timers.tick(retryMs)
+  assert.strictEqual(children.length, forked + 1, 'retried, not given up')
+  assert.strictEqual(supervisor.slots[1].generation, 2)
+
+  const retried = childOf(supervisor, children, 1)
+  retried.ready()
+  t.mock.timers.tick(4999)
+  retried.say(protocol.heartbeat({ rss: 1, eventLoopDelayP99Ms: 1 }))
+  assert.strictEqual(supervisor.crashLooping, true, 'not up restart.stableAfterMs yet')
+  t.mock.timers.tick(1)
+  retried.say(protocol.heartbeat({ rss: 1, eventLoopDelayP99Ms: 1 }))
+  assert.strictEqual(supervisor.crashLooping, false, 'a worker of that code stayed up: the breaker closes')
+  assert.ok(log.lines.some((line) => /^info crash loop over: worker 1 \(generation 2\) stayed up 5000 ms/.test(line)))
+  assert.strictEqual(loops.length, 2, 'the breaker fires once per trip')
 
   supervisor.spawn(0, 3)
   assert.strictEqual(supervisor.crashLooping, false, 'newer code gets its own budget')
+  supervisor.stop()
+})
+
+test('a worker that stayed up restart.stableAfterMs and crashes is a request-level fault: restarted at once, counted, never trips the breaker', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout', 'Date'], now: 1000000 })
+  const { supervisor, children, log } = startSupervisor({ workers: 1, health: { heartbeatMs: 100 }, restart: { backoffInitialMs: 1000, backoffMaxMs: 10000, maxCrashes: 2, crashWindowMs: 60000, stableAfterMs: 2000 } })
+  const loops = []
+  supervisor.on('crashloop', (info) => loops.push(info))
+  supervisor.start()
+  for (let i = 0; i < 6; i++) {
+    children[i].ready()
+    t.mock.timers.tick(2000)
+    children[i].exit(3, null)
+    await settle()
+    t.mock.timers.tick(0)
+    assert.strictEqual(children.length, i + 2, `crash ${i + 1} is restarted at once`)
+  }
+  assert.deepStrictEqual(loops, [])
+  assert.strictEqual(supervisor.crashLooping, false)
+  assert.deepStrictEqual(supervisor.failureCounts, { request: 6, start: 0, fork: 0 })
+  assert.strictEqual(loggedDelay(log, 0), null, 'no backoff delay was ever logged')
+
+  // A hang is judged by its last heartbeat: one that stopped beating 500 ms after ready failed to stay up.
+  const hung = supervisor.slots[0]
+  children[6].ready()
+  t.mock.timers.tick(500)
+  children[6].say(protocol.heartbeat({ rss: 1, eventLoopDelayP99Ms: 1 }))
+  t.mock.timers.tick(10000)
+  await supervisor.kill(hung, 'hang', 'sent no heartbeat')
+  assert.deepStrictEqual(supervisor.failureCounts, { request: 6, start: 1, fork: 0 })
+  supervisor.stop()
+})
+
+test('a worker that never reports ready is killed at reload.readyTimeoutMs and handled as a failed start', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout', 'Date'], now: 1000000 })
+  const { supervisor, children, log } = startSupervisor({ workers: 1, reload: { readyTimeoutMs: 3000 }, restart: { backoffInitialMs: 0, backoffMaxMs: 0 } })
+  const exits = []
+  supervisor.on('worker:exit', (event) => exits.push(event))
+  supervisor.start()
+  t.mock.timers.tick(2999)
+  assert.deepStrictEqual(children[0].process.signals, [])
+  t.mock.timers.tick(1)
+  assert.deepStrictEqual(children[0].process.signals, ['SIGKILL'])
+  await settle()
+  assert.strictEqual(exits[0].reason, 'boot-failure')
+  assert.ok(log.lines.includes('error worker 0 was not ready within 3000 ms (reload.readyTimeoutMs): killing it'), log.lines.join('\n'))
+  assert.ok(log.lines.some((line) => /^error worker 0 failed to boot: it was not ready within 3000 ms/.test(line)))
+  assert.deepStrictEqual(supervisor.failureCounts, { request: 0, start: 1, fork: 0 })
+  t.mock.timers.tick(0)
+  assert.strictEqual(children.length, 2, 'retried')
+  children[1].ready()
+  t.mock.timers.tick(60000)
+  assert.deepStrictEqual(children[1].process.signals, [], 'a worker that became ready is not watched any more')
+  supervisor.stop()
+})
+
+test('a fork whose spawn fails (no pid, no exit ever) is a failed start: its record exits, the slot is retried with backoff, and counted', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout', 'Date'], now: 1000000 })
+  const { supervisor, children, log } = startSupervisor({ workers: 2, restart: { backoffInitialMs: 1000, backoffMaxMs: 1000 } })
+  supervisor.start()
+  children[0].ready()
+  children[1].ready()
+  const failing = { next: true }
+  const fork = supervisor.runtime.fork
+  supervisor.runtime.fork = (env) => {
+    const child = fork(env)
+    if (failing.next) {
+      child.process.pid = undefined
+      process.nextTick(() => child.emit('error', Object.assign(new Error('spawn node EMFILE'), { code: 'EMFILE' })))
+    }
+    return child
+  }
+  t.mock.timers.tick(5000) // restart.stableAfterMs: the crash below is a request-level fault
+  children[1].exit(null, 'SIGKILL')
+  await settle()
+  t.mock.timers.tick(0)
+  await settle()
+  const phantom = supervisor.slots[1]
+  assert.strictEqual(phantom, null, 'no record without a process is left in the slot')
+  assert.deepStrictEqual(supervisor.failureCounts, { request: 1, start: 0, fork: 1 })
+  assert.deepStrictEqual(Array.from(supervisor.forkFailing), [1])
+  assert.ok(log.lines.some((line) => /^error could not fork worker 1: spawn node EMFILE \(the primary is out of file descriptors/.test(line)), log.lines.join('\n'))
+  assert.ok(supervisor.liveRecords().every((record) => record.pid !== undefined))
+  failing.next = false
+  t.mock.timers.tick(1000)
+  assert.ok(supervisor.slots[1], 'retried after the backoff')
+  childOf(supervisor, children, 1).ready()
+  assert.deepStrictEqual(Array.from(supervisor.forkFailing), [], 'a ready worker fills the slot again')
+
+  // A fork that throws at once is retried the same way.
+  supervisor.runtime.fork = () => { throw Object.assign(new Error('spawn EPERM'), { code: 'EPERM' }) }
+  t.mock.timers.tick(5000)
+  childOf(supervisor, children, 0).exit(null, 'SIGKILL')
+  await settle()
+  t.mock.timers.tick(0)
+  assert.strictEqual(supervisor.slots[0], null)
+  assert.strictEqual(supervisor.failureCounts.fork, 2)
+  assert.ok(log.lines.includes('error could not fork worker 0: spawn EPERM'))
+  supervisor.runtime.fork = fork
+  t.mock.timers.tick(1000)
+  assert.ok(supervisor.slots[0], 'retried after the backoff')
+  supervisor.stop()
+})
+
+test('a warm spare whose fork throws is retried after a pause, not in a tight loop, and never throws out of a timer', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout', 'Date'], now: 1000000 })
+  const { supervisor, children, log } = startSupervisor({ workers: 1, spare: 1, restart: { backoffInitialMs: 0, backoffMaxMs: 0 } })
+  const fork = supervisor.runtime.fork
+  let refuse = true
+  supervisor.runtime.fork = (env) => {
+    if (env.CLUSTERIZE_SPARE === '1' && refuse) throw Object.assign(new Error('spawn EAGAIN'), { code: 'EAGAIN' })
+    return fork(env)
+  }
+  supervisor.start()
+  assert.strictEqual(children.length, 1, 'the slot is forked; the spare is not')
+  assert.strictEqual(supervisor.failureCounts.fork, 1)
+  assert.ok(log.lines.includes('error could not fork a warm spare: spawn EAGAIN'))
+  t.mock.timers.tick(250)
+  assert.strictEqual(supervisor.failureCounts.fork, 2, 'retried once after the pause')
+  refuse = false
+  t.mock.timers.tick(250)
+  assert.strictEqual(children.length, 2)
+  assert.strictEqual(children[1].env.CLUSTERIZE_SPARE, '1')
   supervisor.stop()
 })
 

@@ -78,10 +78,16 @@ export interface RestartOptions {
   backoffInitialMs?: number
   /** Restart delay cap. Default 10000. */
   backoffMaxMs?: number
-  /** Failures within crashWindowMs that trip the crash-loop breaker. Default 5. */
+  /** Failed starts (boot failures, not ready in time, failures sooner than stableAfterMs after ready) within crashWindowMs that open the crash-loop breaker. Default 5. */
   maxCrashes?: number
   /** Default 60000. */
   crashWindowMs?: number
+  /**
+   * A worker ready this long has shown its code stays up: if it then crashes or hangs, that is a
+   * request-level fault (restarted at once, never counted by the breaker), and a worker of the
+   * tripped code that stays up this long closes the breaker. Default 5000.
+   */
+  stableAfterMs?: number
 }
 
 /** The signals a reload may be bound to (others cannot be caught, or end a process that does not handle them). */
@@ -366,9 +372,14 @@ export interface ClusterStats {
   generation: number
   ready: boolean
   live: boolean
+  /** The crash-loop breaker is open: /ready answers 503 and empty slots are retried at restart.backoffMaxMs. */
   crashLooping: boolean
   shuttingDown: boolean
   reloads: number
+  /** Worker failures since the start, by kind (absent in single-process mode). */
+  failures?: WorkerFailureCounts
+  /** Slots with no worker because their last fork failed (absent in single-process mode). */
+  cannotFork?: number[]
   workers: WorkerStats[]
   bus?: unknown
   /** What the cluster session store in the primary holds (null in single-process mode before any use). */
@@ -379,6 +390,15 @@ export interface ClusterStats {
   connections?: PrimaryConnectionStats
   /** The dashboard's event streams (when `probes.dashboard` is on). */
   dashboard?: DashboardStreamStats
+}
+
+export interface WorkerFailureCounts {
+  /** Crashes and hangs of workers that had been up restart.stableAfterMs: restarted at once, never counted by the breaker. */
+  request: number
+  /** Boot failures, workers not ready within reload.readyTimeoutMs, and earlier crashes or hangs: what the breaker counts. */
+  start: number
+  /** Processes that could not be spawned (EMFILE, EAGAIN...). */
+  fork: number
 }
 
 export interface PrimaryConnectionStats {

@@ -54,6 +54,11 @@ const AREAS = [
     notes: 'A respawned worker costs a fork and an app load plus the slot\'s restart backoff; a warm spare (`spare: 1`) skips both, and most of what is left is its first (cold) request.'
   },
   {
+    script: 'query-of-death',
+    title: 'Reload',
+    notes: 'Anchors: raw node:cluster re-forking on exit, and PM2 cluster mode. Not a speed figure: whether a route that crashes its worker every few seconds takes the service down. clusterize restarts a worker that had stayed up restart.stableAfterMs at once and never counts it against its crash-loop breaker; the breaker is for code that cannot stay up, and even then the primary keeps serving with what it has.'
+  },
+  {
     script: 'sessions',
     title: 'Sessions',
     notes: 'Anchor: the recipe most users run (express-session + connect-redis + ioredis on raw node:cluster, 2 workers). Every process, Redis and the load generator share the two cores, so each microsecond a store adds per request comes off req/s; the fixed-rate CPU table shows the cost apart from how fast the box was during the run. Each connection keeps its session, so the cluster store answers most reads from the worker\'s read lease (one IPC round trip per request instead of two). The req/s table runs wrk (one thread per connection) where it is installed, with MemoryStore on raw node:cluster (no code of ours) as a second ceiling: its saturated p99 shows what waiting for a core adds on this box. A --quick run (3 rounds of 1 s) moves by 15% either way in req/s and by several times in saturated p99, so its goal column claims nothing; the runs of bench/README.md (7 rounds of 3 s) are the measurement: 1.32x-1.53x the recipe on this box, with a saturated p99 near the no-code ceiling\'s.'

@@ -188,8 +188,12 @@ function sendControl (socketPath, request, timeoutMs) {
     socket.setEncoding('utf8')
     socket.once('connect', () => socket.write(JSON.stringify(request) + '\n'))
     socket.on('data', (chunk) => { buffer += chunk })
+    let connected = false
+    socket.once('connect', () => { connected = true })
     socket.once('end', () => {
       clearTimeout(timer)
+      // Closed before a whole answer: the primary exited (or was killed) while answering.
+      if (buffer.trim() === '' || !buffer.endsWith('\n')) return reject(noAnswer())
       try {
         resolve(JSON.parse(buffer))
       } catch {
@@ -198,9 +202,14 @@ function sendControl (socketPath, request, timeoutMs) {
     })
     socket.once('error', (err) => {
       clearTimeout(timer)
-      reject(err)
+      reject(connected && (err.code === 'ECONNRESET' || err.code === 'EPIPE') ? noAnswer() : err)
     })
   })
+}
+
+/** The connection closed before the answer: see ERR_CLUSTERIZE_NO_ANSWER in lib/cli/control.js. */
+function noAnswer () {
+  return Object.assign(new Error('the control socket closed without an answer'), { code: 'ERR_CLUSTERIZE_NO_ANSWER' })
 }
 
 module.exports = { startControlServer, sendControl }

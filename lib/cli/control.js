@@ -12,7 +12,7 @@ const debug = require('debug')('clusterize:cli')
 const { formatWorkersTable, formatSingletonsTable } = require('./banner')
 const { LEGACY_PID_FILE } = require('./args')
 const pidFile = require('./pid-file')
-const { defaultPidFile } = require('./runtime-dir')
+const { defaultPidFile, fallbackPidFile } = require('./runtime-dir')
 const { sendControl } = require('./control-server')
 const { isAlive } = require('../process-alive')
 const { RELOAD_SIGNALS, UPGRADE_SIGNALS } = require('../signals')
@@ -20,6 +20,8 @@ const { CliRuntimeError } = require('./errors')
 
 const POLL_MS = 100
 const STATUS_TIMEOUT_MS = 5000
+/** After a control connection closed without an answer: how long to wait to see whether the primary exited. */
+const EXIT_CHECK_MS = 3000
 /** Connect errors that mean "no control socket here": fall back to signals and probes. */
 const UNREACHABLE = new Set(['ENOENT', 'ECONNREFUSED', 'ENOTSOCK'])
 
@@ -42,12 +44,16 @@ function pidFilePath (flags, env) {
  *   stale one (which is removed)
  */
 function findPrimary (flags, env) {
-  const file = pidFilePath(flags, env)
-  let info
-  try {
-    info = pidFile.readPidFile(file)
-  } catch (err) {
-    throw new CliRuntimeError(err.message)
+  let file = pidFilePath(flags, env)
+  let info = readTrusted(file)
+  // A primary started while the shared default directory was squatted keeps its file in the fallback.
+  const fallback = !info && !flags.pidFile ? fallbackPidFile(env || process.env, process.cwd()) : null
+  if (fallback) {
+    const found = readTrusted(fallback)
+    if (found) {
+      file = fallback
+      info = found
+    }
   }
   if (!info) {
     // 0.1 wrote ./clusterize.pid by default: point at it rather than guess.
@@ -67,34 +73,44 @@ function findPrimary (flags, env) {
   return { file, info }
 }
 
+/** readPidFile, with its refusals as the CLI's errors. */
+function readTrusted (file) {
+  try {
+    return pidFile.readPidFile(file)
+  } catch (err) {
+    throw new CliRuntimeError(err.message)
+  }
+}
+
 /**
- * Before a signal goes to the pid a file names, the process behind it must
- * say it is that primary: its control socket (a socket of this user or root)
- * or its probes server answers with the same pid. A pid file alone, however
- * well owned, may be stale with its pid now someone else's.
+ * Before a signal goes to the pid a file names, the process behind it must be
+ * shown to be that primary by what only the primary holds: its control socket
+ * (a socket of this user or root) answers with the same pid, or, on Linux,
+ * the process has the start time (and boot) the primary recorded in its pid
+ * file, which a process that got the pid later cannot have. A pid file alone,
+ * however well owned, may be stale with its pid now someone else's, and a
+ * probes port is anyone's once the primary is gone: neither is proof.
  * @param {object} info from readPidFile
- * @param {NodeJS.ProcessEnv} env
  * @returns {Promise<void>}
  * @throws {CliRuntimeError} when nothing confirms it
  */
-async function confirmPrimary (info, env) {
+async function confirmPrimary (info) {
+  let socketWhy = 'the pid file records no control socket'
+  if (info.controlSocket && !ownSocket(info.controlSocket)) socketWhy = `its control socket ${info.controlSocket} is gone`
   if (info.controlSocket && ownSocket(info.controlSocket)) {
-    const reply = await sendControl(info.controlSocket, { cmd: 'status' }, STATUS_TIMEOUT_MS).catch(() => null)
+    const reply = await sendControl(info.controlSocket, { cmd: 'status' }, STATUS_TIMEOUT_MS).catch((err) => err)
     if (reply && reply.ok && reply.result && reply.result.pid === info.pid) return
-    if (reply) throw notConfirmed(info, `its control socket answers for pid ${reply.result && reply.result.pid}`)
+    if (reply && !(reply instanceof Error)) throw notConfirmed(info, `its control socket answers for pid ${reply.result && reply.result.pid}`)
+    socketWhy = `its control socket ${info.controlSocket} does not answer (${reply.code || reply.message})`
   }
-  const target = probesTarget(info)
-  if (target) {
-    const stats = await fetchStats(target, env).catch(() => null)
-    if (stats && stats.pid === info.pid) return
-    if (stats) throw notConfirmed(info, `its probes server answers for pid ${stats.pid}`)
-  }
-  throw notConfirmed(info, 'neither its control socket nor its probes server answers')
+  const identity = pidFile.sameProcess(info)
+  if (identity.same) return
+  throw notConfirmed(info, `${socketWhy}, and ${identity.why}`)
 }
 
 function notConfirmed (info, why) {
   return new CliRuntimeError(`not signalling pid ${info.pid}: it is not confirmed to be the clusterize primary (${why}). ` +
-    'If it is, check its logs; if the pid file is stale, remove it')
+    `If it is, signal it yourself after checking \`ps -p ${info.pid} -o args\`; if the pid file is stale, remove it`)
 }
 
 /**
@@ -141,7 +157,7 @@ async function reload (flags, io) {
   const reply = await askControl(info, { cmd: 'reload' }, timeoutMs)
   if (reply) return reportReload(io, flags, info, reply.result)
   const reloadSignal = info.reloadSignal || 'SIGUSR2'
-  await confirmPrimary(info, io.env)
+  await confirmPrimary(info)
   const target = probesTarget(info)
   const before = target ? await fetchStats(target, io.env).catch(() => null) : null
   signal(info.pid, reloadSignal)
@@ -163,9 +179,12 @@ async function reload (flags, io) {
 async function reportReload (io, flags, info, result) {
   const stats = await sendControl(info.controlSocket, { cmd: 'status' }, 5000).then((r) => r.result, () => null)
   const table = stats ? '\n' + formatWorkersTable(stats.workers) : ''
+  const stopping = !result.ok && result.reason === 'shutting down'
   const text = result.ok
     ? `reload done: generation ${result.generation}, ${result.replaced} worker(s) replaced in ${result.durationMs} ms\n${table}`
-    : `reload ${result.rolledBack ? 'rolled back' : 'stopped'}: ${result.reason}; generation ${result.generation} keeps serving\n${table}`
+    : stopping
+      ? `reload stopped: primary ${info.pid} is shutting down (SIGTERM, \`clusterize stop\` or shutdown()), so nothing was replaced\n${table}`
+      : `reload ${result.rolledBack ? 'rolled back' : 'stopped'}: ${result.reason}; generation ${result.generation} keeps serving\n${table}`
   report(io, flags, Object.assign({ pid: info.pid }, result), text)
   return result.ok ? 0 : 1
 }
@@ -196,7 +215,7 @@ async function upgrade (flags, io) {
     return 0
   }
   if (request.node || request.args) throw new CliRuntimeError(`--node and start flags need the control socket, and primary ${info.pid} has none (${info.controlSocket || 'not recorded'})`)
-  await confirmPrimary(info, io.env)
+  await confirmPrimary(info)
   signal(info.pid, UPGRADE_SIGNALS[0])
   const next = await poll(() => {
     let now = null
@@ -214,7 +233,7 @@ async function upgrade (flags, io) {
  */
 async function stop (flags, io) {
   const { file, info } = findPrimary(flags, io.env)
-  await confirmPrimary(info, io.env)
+  await confirmPrimary(info)
   const started = Date.now()
   signal(info.pid, 'SIGTERM')
   const timeoutMs = (flags.timeout || 60) * 1000
@@ -287,11 +306,28 @@ async function askControl (info, request, timeoutMs) {
       debug('control socket %s unreachable (%s)', info.controlSocket, err.code)
       return null
     }
+    if (err.code === 'ERR_CLUSTERIZE_NO_ANSWER') throw await noAnswer(info, request.cmd)
     throw new CliRuntimeError(`primary ${info.pid}, control socket ${info.controlSocket}: ${err.message}; ` +
       'it may still be running: see `clusterize status` and the primary\'s logs')
   }
   if (!reply.ok) throw new CliRuntimeError(`primary ${info.pid} refused ${JSON.stringify(request)}: ${reply.error}`)
   return reply
+}
+
+/**
+ * The control connection closed before the answer. Say what happened: the primary exited
+ * during the command (SIGTERM, kill -9, a crash), or, if it still runs, that it did not answer.
+ * @returns {Promise<CliRuntimeError>}
+ */
+async function noAnswer (info, cmd) {
+  const exited = await poll(() => Promise.resolve(!isAlive(info.pid)), EXIT_CHECK_MS)
+  if (!exited) {
+    return new CliRuntimeError(`primary ${info.pid} closed the control connection without answering ${cmd}; it still runs: see \`clusterize status\` and its logs`)
+  }
+  const during = `primary ${info.pid} exited during the ${cmd} (stopped by a signal, killed, or crashed) before it could answer`
+  if (cmd === 'reload') return new CliRuntimeError(`${during}: its workers finish their requests and exit, so the app is down unless something restarts it; see its logs`)
+  if (cmd === 'upgrade') return new CliRuntimeError(`${during}: if the new primary had taken over it serves now (\`clusterize status\`); see the logs of both`)
+  return new CliRuntimeError(`${during}; see its logs`)
 }
 
 function probesTarget (info) {

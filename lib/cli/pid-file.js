@@ -2,7 +2,8 @@
 
 /**
  * The pid file: JSON `{ pid, controlSocket, reloadSignal, port, host,
- * probesPort, probesHost, app, script, workers, startedAt }`, written by the
+ * probesPort, probesHost, app, script, workers, startedAt, startTime, bootId }`
+ * (startTime and bootId: the process's own, on Linux, see sameProcess()), written by the
  * primary when it is ready and removed when it exits. `reload`, `stop` and
  * `status` find the primary through it.
  *
@@ -169,4 +170,38 @@ function isPrimaryAlive (info) {
   return cmdline.split('\0').some((arg) => path.basename(arg) === info.script)
 }
 
-module.exports = { readPidFile, writePidFile, removePidFile, isPrimaryAlive, checkPidFileDir }
+/**
+ * When a process started, on Linux: its start time in clock ticks since boot (/proc/<pid>/stat,
+ * field 22) and the boot's id. Together they name one process for good: a process that gets the
+ * pid later has another start time. null without procfs.
+ * @param {number} pid
+ * @returns {{ startTime: string, bootId: string }|null}
+ */
+function processIdentity (pid) {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
+    // The command name (field 2) is in parentheses and may itself hold spaces or parentheses.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    const bootId = fs.readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim()
+    return { startTime: fields[19], bootId }
+  } catch {
+    return null
+  }
+}
+
+/**
+ * Is the process behind info.pid the one that wrote the pid file (same start time, same boot)?
+ * @param {object} info from readPidFile
+ * @returns {{ same: boolean, why: string }} why: when not, what is missing or different
+ */
+function sameProcess (info) {
+  if (typeof info.startTime !== 'string' || typeof info.bootId !== 'string') return { same: false, why: 'the pid file records no process start time' }
+  const now = processIdentity(info.pid)
+  if (!now) return { same: false, why: `the start time of pid ${info.pid} cannot be read (no /proc)` }
+  if (now.startTime !== info.startTime || now.bootId !== info.bootId) {
+    return { same: false, why: `pid ${info.pid} started at another time than the primary that wrote the pid file (its pid was reused)` }
+  }
+  return { same: true, why: '' }
+}
+
+module.exports = { readPidFile, writePidFile, removePidFile, isPrimaryAlive, checkPidFileDir, processIdentity, sameProcess }

@@ -5,7 +5,9 @@
  * only this user can write to, so another local user can neither plant a
  * file there nor swap one. $XDG_RUNTIME_DIR/clusterize when the session has
  * one (systemd: /run/user/<uid>, 0700), otherwise <tmpdir>/clusterize-<uid>
- * created 0700. The file name is derived from the working directory, so
+ * created 0700. Any local user can create that name in a shared /tmp first:
+ * then ~/.clusterize/run (0700) is used instead, so a squatted directory is no
+ * denial of service. The file name is derived from the working directory, so
  * `clusterize reload` finds the primary started from the same directory.
  */
 
@@ -39,8 +41,76 @@ function runtimeDir (env) {
   const xdg = env.XDG_RUNTIME_DIR
   if (xdg && path.isAbsolute(xdg) && isPrivateDir(xdg)) return path.join(xdg, 'clusterize')
   if (xdg) debug('ignoring XDG_RUNTIME_DIR %s: not a directory only this user can write to', xdg)
+  const shared = sharedRuntimeDir()
+  if (!squatted(shared)) return shared
+  const fallback = homeRuntimeDir()
+  if (fallback) debug('%s is not ours: using %s', shared, fallback)
+  return fallback || shared
+}
+
+/** <tmpdir>/clusterize-<uid> */
+function sharedRuntimeDir () {
   const uid = typeof process.getuid === 'function' ? process.getuid() : os.userInfo().username
   return path.join(os.tmpdir(), `clusterize-${uid}`)
+}
+
+/** Something is at `dir` that is not a private directory of this user (another user made it first). */
+function squatted (dir) {
+  try {
+    fs.lstatSync(dir)
+  } catch {
+    return false
+  }
+  return !isPrivateDir(dir)
+}
+
+/** ~/.clusterize/run when the home directory is this user's and closed to others, else null. */
+function homeRuntimeDir () {
+  let home
+  try {
+    home = os.homedir()
+  } catch {
+    return null
+  }
+  if (!home || !path.isAbsolute(home) || !isPrivateDir(home)) return null
+  return path.join(home, '.clusterize', 'run')
+}
+
+/**
+ * When the shared default is squatted and another directory is used instead: a line that says
+ * so, for the start to print; null otherwise.
+ * @param {NodeJS.ProcessEnv} env
+ * @returns {string|null}
+ */
+function runtimeDirNotice (env) {
+  const shared = sharedRuntimeDir()
+  const dir = runtimeDir(env)
+  // Only when the fallback stands in for the shared default (not when XDG_RUNTIME_DIR is used).
+  if (dir !== homeRuntimeDir() || !squatted(shared)) return null
+  return `${shared} is not a directory only you can write to (${describeOwner(shared)}): the pid file and control socket are in ${dir} instead; remove ${shared} to go back to the default`
+}
+
+/**
+ * Where a primary started while <tmpdir>/clusterize-<uid> was squatted keeps its default pid
+ * file: `reload`/`stop` look there when the default has none (the squatter may have left since).
+ * @returns {string|null} null when that is the default itself, or there is no usable home
+ */
+function fallbackPidFile (env, cwd) {
+  const fallback = homeRuntimeDir()
+  const file = defaultPidFile(env, cwd)
+  if (!fallback || path.dirname(file) === fallback) return null
+  return path.join(fallback, path.basename(file))
+}
+
+function describeOwner (dir) {
+  try {
+    const stat = fs.lstatSync(dir)
+    if (stat.isSymbolicLink()) return 'a symlink'
+    if (typeof process.getuid === 'function' && stat.uid !== process.getuid()) return `it belongs to uid ${stat.uid}`
+    return `mode ${(stat.mode & 0o7777).toString(8)}`
+  } catch (err) {
+    return err.code
+  }
 }
 
 /**
@@ -57,8 +127,8 @@ function ensurePrivateDir (dir) {
     if (err.code !== 'EEXIST') throw err
   }
   if (!isPrivateDir(dir)) {
-    throw new Error(`${dir} is not a directory that only this user can write to (another user, a symlink or a wide mode); ` +
-      'remove it, or pass --pid-file in a directory you own')
+    throw new Error(`${dir} is not a directory that only this user can write to (${describeOwner(dir)}); ` +
+      `remove it (rm -r ${dir}), set XDG_RUNTIME_DIR to a directory only you can write to, or pass --pid-file in a directory you own`)
   }
 }
 
@@ -92,4 +162,4 @@ function unsafeDirReason (dir) {
   return null
 }
 
-module.exports = { defaultPidFile, runtimeDir, ensurePrivateDir, isPrivateDir, unsafeDirReason, WRITABLE_BY_OTHERS }
+module.exports = { defaultPidFile, runtimeDir, runtimeDirNotice, fallbackPidFile, ensurePrivateDir, isPrivateDir, unsafeDirReason, WRITABLE_BY_OTHERS }

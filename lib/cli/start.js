@@ -22,7 +22,7 @@ const { createJsonLogger } = require('./json-logger')
 const pidFile = require('./pid-file')
 const { writeMainPid, removeMainPid } = require('./main-pid-file')
 const { pidFilePath } = require('./control')
-const { ensurePrivateDir } = require('./runtime-dir')
+const { ensurePrivateDir, runtimeDirNotice } = require('./runtime-dir')
 const { startControlServer } = require('./control-server')
 const { readInherited } = require('../primary/inherit')
 const upgrades = require('../primary/upgrade')
@@ -59,6 +59,8 @@ async function start (parsed, io) {
   }
   checkAppFile(appPath, parsed.app)
   const file = pidFilePath(flags, io.env)
+  const notice = flags.pidFile ? null : runtimeDirNotice(io.env)
+  if (notice) io.stderr.write(`clusterize: ${notice}\n`)
   preparePidFileDir(file, !flags.pidFile)
   // A primary started by `clusterize upgrade` takes over the pid file of the one it replaces.
   const inherited = readInherited()
@@ -132,7 +134,9 @@ async function start (parsed, io) {
       app: appPath,
       script: path.basename(process.argv[1]),
       workers: config.workers,
-      startedAt: new Date(startedAt).toISOString()
+      startedAt: new Date(startedAt).toISOString(),
+      // Which process this is, for good (Linux): `stop` and the reload signal need it or the socket.
+      ...pidFile.processIdentity(process.pid)
     })
   }
 }

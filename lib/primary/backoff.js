@@ -16,6 +16,16 @@ function backoffDelay (failures, options, random) {
 }
 
 /**
+ * Restart delay while the crash-loop breaker is open: `backoffMaxMs`, with the same jitter.
+ * @param {{ backoffMaxMs: number }} options
+ * @param {() => number} [random]
+ * @returns {number} milliseconds
+ */
+function cappedDelay (options, random) {
+  return Math.round(options.backoffMaxMs * (0.5 + 0.5 * (random || Math.random)()))
+}
+
+/**
  * Counts failures in a sliding window; trips once `maxCrashes` failures
  * happen within `crashWindowMs`.
  */
@@ -42,4 +52,4 @@ class CrashWindow {
   }
 }
 
-module.exports = { backoffDelay, CrashWindow }
+module.exports = { backoffDelay, cappedDelay, CrashWindow }

@@ -6,7 +6,7 @@
  * within `restart.crashWindowMs` trip that generation's breaker, once.
  * Counting per generation keeps a broken deploy from using up the budget of
  * the code that serves, and gives every new generation a budget of its own.
- * What a trip stops (respawns of the code on disk) is the supervisor's call.
+ * What a trip changes (the capped backoff, /ready) is the supervisor's call.
  */
 
 const debug = require('debug')('clusterize:breaker')
@@ -39,6 +39,14 @@ class Breaker {
     window.tripped = true
     debug('generation %d tripped the breaker: %d failures within %d ms', generation, window.count, this.options.crashWindowMs)
     return { generation, crashes: window.count, windowMs: this.options.crashWindowMs, maxCrashes: this.options.maxCrashes }
+  }
+
+  /**
+   * The generation's code stays up again: a fresh budget, so a later crash loop trips it again.
+   * @param {number} generation
+   */
+  reset (generation) {
+    this.windows.delete(generation)
   }
 }
 

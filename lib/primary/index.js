@@ -58,7 +58,7 @@ function startPrimary (createApp, config) {
   const state = { mode, listenMode, port: inherited.port !== null ? inherited.port : config.port, probesPort: undefined, shuttingDown: false, reloads: 0, readySettled: false }
   const parts = { dispatcher: null, balancer: null, probes: null, health: null, dashboard: null }
   // listenFd: with 'none', workers listen on the inherited socket through node:cluster.
-  const runtime = { listenMode, port: state.port, listenFd: listenMode === 'cluster' ? inherited.http : null, route: null, fork: (env) => cluster.fork(withTraceResource(env)) }
+  const runtime = { listenMode, port: state.port, listenFd: listenMode === 'cluster' ? inherited.http : null, route: null, fork: forkWorker }
   const supervisor = new Supervisor(config, log, runtime)
   // The app's own prom-client metrics come from the metrics service (lib/state/metrics), started below.
   const metrics = createMetrics(supervisor, () => busRuntime.status(), primaryStatus, () => services.get('metrics'))
@@ -114,6 +114,7 @@ function startPrimary (createApp, config) {
       [protocol.KIND.HEARTBEAT]: (record, message) => supervisor.onHeartbeat(record, message),
       [protocol.KIND.BOOT_ERROR]: (record, message) => supervisor.onBootError(record, message),
       [protocol.KIND.DRAINED]: (record, message) => supervisor.onDrained(record, message),
+      [protocol.KIND.ALIVE]: (record, message) => supervisor.onAlive(record, message),
       [protocol.KIND.BUS]: (record, message) => busRuntime.onWorkerMessage(record, message),
       [protocol.KIND.SERVICE]: (record, message) => services.onWorkerMessage(record, message),
       [protocol.KIND.LISTEN_ASK]: (record) => { if (parts.balancer) parts.balancer.onListenAsk(record) },
@@ -141,7 +142,6 @@ function startPrimary (createApp, config) {
     // 'none' on an inherited socket: only the workers' listen says which port it is.
     if (runtime.listenFd !== null && inherited.port === null) supervisor.on('record:ready', learnPort)
     supervisor.on('crashloop', onCrashLoop)
-    supervisor.on('record:gone', exitIfNothingServes)
     supervisor.once('boot-fatal', onBootFatal)
   }
 
@@ -233,9 +233,28 @@ function startPrimary (createApp, config) {
     return { request }
   }
 
+  /**
+   * The breaker tripped. After a worker has been ready the primary goes on (the supervisor
+   * retries at the capped backoff, /ready answers 503); at the first start nothing ever
+   * served and nothing will: say so and exit 1.
+   */
   function onCrashLoop (info) {
     handle.emit('crashloop', info)
-    exitIfNothingServes()
+    if (!supervisor.gaveUp || state.shuttingDown) return
+    log.error(`no worker was ever ready and none will be started (crash loop at the first start); exiting with code 1. Last failure: ${supervisor.lastFailure}`)
+    shutDownAndExit()
+  }
+
+  /**
+   * cluster.fork(), and a fork whose spawn failed leaves cluster.workers: with EMFILE
+   * node:cluster never hears of it again (no 'exit', no 'disconnect'), so it would stay there.
+   */
+  function forkWorker (env) {
+    const worker = cluster.fork(withTraceResource(env))
+    worker.once('error', () => {
+      if (worker.process.pid === undefined && cluster.workers[worker.id] === worker) delete cluster.workers[worker.id]
+    })
+    return worker
   }
 
   /** The app cannot load (syntax error, missing module, wrong export): retrying would not help. */
@@ -244,24 +263,19 @@ function startPrimary (createApp, config) {
     shutDownAndExit()
   }
 
-  /** With no worker left and none coming, the service is down: say so and exit 1. */
-  function exitIfNothingServes () {
-    if (state.shuttingDown || !supervisor.isEmpty()) return
-    log.error(`no worker left and none will be started (crash loop); exiting with code 1. Last failure: ${supervisor.lastFailure}`)
-    shutDownAndExit()
-  }
-
   /** Drain what is left, then exit 1 (the log's last line says code=1 too). */
   function shutDownAndExit () {
     shutdown(1).then((result) => setImmediate(() => process.exit(result.code)))
   }
 
+  /** The primary is working: only a first start that gave up is not (it is exiting). */
   function isLive () {
-    return !supervisor.crashLooping
+    return !supervisor.gaveUp
   }
 
+  /** Some worker serves, the code on disk stays up (breaker closed), and no slot is left empty by a failed fork. */
   function isReady () {
-    return !state.shuttingDown && supervisor.readyRecords().length > 0
+    return !state.shuttingDown && !supervisor.crashLooping && supervisor.forkFailing.size === 0 && supervisor.readyRecords().length > 0
   }
 
   /**

@@ -50,6 +50,16 @@ function createMetrics (supervisor, busStatus, primaryStatus = () => ({ connecti
       }
     })
     fromTally('clusterize_worker_exits_total', 'Worker exits by reason (crash, boot-failure, hang, memory, reload, shutdown, ...)', 'reason', exitsByReason)
+    new client.Counter({
+      name: 'clusterize_worker_failures_total',
+      help: 'Worker failures by kind: request (a worker up restart.stableAfterMs crashed or hung: restarted at once, not counted by the crash-loop breaker), start (failed boot or early failure: counted by the breaker), fork (the process could not be spawned)',
+      labelNames: ['kind'],
+      registers: [registry],
+      collect () {
+        this.reset()
+        for (const [kind, value] of Object.entries(supervisor.failureCounts)) this.inc({ kind }, value)
+      }
+    })
     fromTally('clusterize_reloads_total', 'Reloads by outcome (ok, rolled_back, failed)', 'outcome', reloadsByOutcome)
     new client.Counter({
       name: 'clusterize_requests_total',
@@ -137,7 +147,7 @@ function createMetrics (supervisor, busStatus, primaryStatus = () => ({ connecti
     definePrimaryMetrics(client, registry, primaryStatus)
     new client.Gauge({
       name: 'clusterize_crash_looping',
-      help: '1 when the crash-loop breaker has tripped',
+      help: '1 while the crash-loop breaker is open (the code on disk keeps failing soon after it starts; failed workers are retried at restart.backoffMaxMs)',
       registers: [registry],
       collect () { this.set(supervisor.crashLooping ? 1 : 0) }
     })

@@ -9,8 +9,9 @@
 const { ClusterizeError, ClusterizeAppError } = require('../errors')
 
 /**
- * Resolve once `count` workers are ready; reject on a crash loop or an app
- * that cannot load (the primary's startup).
+ * Resolve once `count` workers are ready; reject on a crash loop before any
+ * worker was ready, or an app that cannot load (the primary's startup). A
+ * crash loop after one was ready is not the end: the supervisor keeps retrying.
  * @param {import('./supervisor').Supervisor} supervisor
  * @param {number} count
  * @returns {Promise<void>}
@@ -28,6 +29,7 @@ function waitAllReady (supervisor, count) {
       resolve()
     }
     function onLoop (info) {
+      if (!supervisor.gaveUp) return
       stopWaiting()
       reject(new ClusterizeError(`crash loop before all workers were ready: ${info.lastError}`, 'ERR_CLUSTERIZE_WORKER_CRASHLOOP'))
     }
@@ -110,6 +112,11 @@ function describeExit (record, event) {
  */
 function logExit (log, record, event) {
   const where = { pid: record.pid, generation: record.generation }
+  if (record.forkError) {
+    const failure = record.bootError
+    log.error(`could not fork worker ${record.id < 0 ? '(spare)' : record.id}: ${failure.replace(/^could not fork a worker process: /, '')}${forkHint(record.forkError)}`, { generation: record.generation })
+    return failure
+  }
   if (event.reason === 'boot-failure') {
     const failure = record.bootError || `exited with ${howExited(event)} before it was ready`
     log.error(`worker ${record.id} failed to boot: ${failure}`, where)
@@ -128,6 +135,13 @@ function logExit (log, record, event) {
   }
   log.info(`worker ${record.id} exited (${event.reason})`, { pid: record.pid, code: event.code, signal: event.signal || undefined })
   return null
+}
+
+/** What an operator can do about a failed fork. */
+function forkHint (code) {
+  if (code === 'EMFILE' || code === 'ENFILE') return ' (the primary is out of file descriptors: raise `ulimit -n`, LimitNOFILE=); retrying with backoff'
+  if (code === 'EAGAIN' || code === 'ENOMEM') return ' (out of processes or memory: check `ulimit -u`, TasksMax=, free memory); retrying with backoff'
+  return '; retrying with backoff'
 }
 
 /** 'SIGKILL' or 'code 1' */

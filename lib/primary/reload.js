@@ -99,7 +99,10 @@ function createReloader (config, supervisor, log) {
     }
   }
 
-  /** Wait `ms` unless the new generation fails first; then check every new worker's last beat. */
+  /**
+   * Wait `ms` unless the new generation fails first; then check every new worker's last beat,
+   * and that each answers a question asked now: its heartbeats cover the bake up to its end.
+   */
   async function serveFor (watch, ms) {
     if (ms > 0 && !watch.failure) {
       let timer
@@ -109,6 +112,7 @@ function createReloader (config, supervisor, log) {
     // Heartbeats that arrived while this timer fired are read in the I/O phase that follows.
     await new Promise((resolve) => setImmediate(resolve))
     watch.checkBeats()
+    if (!watch.failure && !supervisor.isStopped()) await watch.confirm()
     if (supervisor.isStopped()) watch.fail('shutting down')
   }
 

@@ -10,6 +10,12 @@
  * A canary that exits shortly after its bake, or hangs, is caught here; the
  * bake window alone only saw exits, and the hang detector's 10 s is longer
  * than the default bake.
+ *
+ * Silence is only judged after `reload.heartbeatTimeoutMs`, so a hang that
+ * starts in the last moments of a bake would still look healthy when it ends.
+ * confirm() closes that gap: at the end of each bake every new worker must
+ * answer a question asked then, a round trip its event loop has to make after
+ * the bake; a worker that does not answer within the timeout fails the rollout.
  */
 
 const debug = require('debug')('clusterize:reload')
@@ -20,7 +26,7 @@ const { isFailureReason } = require('./worker-record')
  * @param {import('./supervisor').Supervisor} supervisor emits 'record:exit' and 'record:heartbeat'
  * @param {number} generation the generation being rolled out
  * @param {number} heartbeatTimeoutMs silence that fails the rollout
- * @returns {{ failure: string|null, failed: Promise<string>, fail: (reason: string) => void, checkBeats: () => void, stop: () => void }}
+ * @returns {{ failure: string|null, failed: Promise<string>, fail: (reason: string) => void, checkBeats: () => void, confirm: () => Promise<void>, stop: () => void }}
  */
 function watchRollout (supervisor, generation, heartbeatTimeoutMs) {
   let resolveFailed
@@ -31,6 +37,7 @@ function watchRollout (supervisor, generation, heartbeatTimeoutMs) {
     failed: new Promise((resolve) => { resolveFailed = resolve }),
     fail,
     checkBeats,
+    confirm,
     stop
   }
 
@@ -55,6 +62,54 @@ function watchRollout (supervisor, generation, heartbeatTimeoutMs) {
         fail(`worker ${record.id} (generation ${generation}) sent no heartbeat for ${silentMs} ms (reload.heartbeatTimeoutMs is ${heartbeatTimeoutMs}): it hangs`)
       }
     }
+  }
+
+  /**
+   * Ask every ready worker of the generation to answer now, and wait for every answer; one
+   * that stays unanswered for heartbeatTimeoutMs (counted on ticks that ran on time, as
+   * checkBeats' silence is) fails the rollout: it hangs. Resolves once all answered, the
+   * asked ones exited, or the rollout failed.
+   */
+  function confirm () {
+    const asked = new Map()
+    for (const record of supervisor.liveRecords()) {
+      if (record.generation !== generation || record.spare || !record.isReady()) continue
+      asked.set(record, supervisor.askAlive(record))
+    }
+    if (asked.size === 0 || watch.failure) return Promise.resolve()
+    return new Promise((resolve) => {
+      const tickMs = Math.max(50, Math.floor(heartbeatTimeoutMs / 8))
+      let waitedMs = 0
+      let lastTickAt = Date.now()
+      const settle = (record) => {
+        asked.delete(record)
+        if (asked.size === 0) done()
+      }
+      const onAlive = (record) => { if (asked.has(record) && record.aliveAnswered >= asked.get(record)) settle(record) }
+      // An exit that is a failure fails the watch (onExit); any other leaves nothing to ask.
+      const onGone = (record) => { if (asked.has(record)) settle(record) }
+      const timer = setInterval(function tick () {
+        const now = Date.now()
+        const sinceLast = now - lastTickAt
+        lastTickAt = now
+        // A late tick: the primary was held up, and answers may be waiting unread in its pipes.
+        if (sinceLast > 2 * tickMs) return
+        waitedMs += sinceLast
+        if (waitedMs <= heartbeatTimeoutMs) return
+        const [record] = asked.keys()
+        fail(`worker ${record.id} (generation ${generation}) did not answer within ${waitedMs} ms at the end of the bake (reload.heartbeatTimeoutMs is ${heartbeatTimeoutMs}): it hangs`)
+        done()
+      }, tickMs)
+      function done () {
+        clearInterval(timer)
+        supervisor.removeListener('record:alive', onAlive)
+        supervisor.removeListener('record:exit', onGone)
+        resolve()
+      }
+      supervisor.on('record:alive', onAlive)
+      supervisor.on('record:exit', onGone)
+      watch.failed.then(done)
+    })
   }
 
   supervisor.on('record:exit', onExit)

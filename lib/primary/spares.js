@@ -48,7 +48,15 @@ class Spares {
     const fork = () => {
       this.timer = null
       if (supervisor.stopped || supervisor.crashLooping) return
-      while (this.records.size < this.count) this.records.add(supervisor.spawnSpare())
+      while (this.records.size < this.count) {
+        const record = supervisor.spawnSpare()
+        if (!record) {
+          // The fork itself failed: try again after a backoff, never in a tight loop.
+          this.failures++
+          return this.replenish(REFILL_AFTER_PROMOTION_MS)
+        }
+        this.records.add(record)
+      }
     }
     if (delayMs === 0) return fork()
     this.timer = setTimeout(fork, delayMs)

@@ -49,6 +49,11 @@ function buildStats (parts) {
     crashLooping: supervisor.crashLooping,
     shuttingDown: state.shuttingDown,
     reloads: state.reloads,
+    // request: crashes and hangs of workers that had stayed up restart.stableAfterMs (never
+    // counted by the breaker); start: failed boots and early failures; fork: failed spawns.
+    failures: Object.assign({}, supervisor.failureCounts),
+    // Slots with no worker because their last fork failed: /ready answers 503 meanwhile.
+    cannotFork: Array.from(supervisor.forkFailing).sort((a, b) => a - b),
     workers,
     // Connections the primary holds itself ('rr', 'sticky') and those it closed for the bounds.
     connections: dispatcher ? dispatcher.status() : undefined,

@@ -1,24 +1,34 @@
 'use strict'
 
 /**
- * Forks workers into stable slots (0..N-1), replaces crashed ones with
- * backoff, and trips a crash-loop breaker instead of forking forever.
- * Slot ids are reused by replacements so `CLUSTERIZE_WORKER_ID` is stable.
+ * Forks workers into stable slots (0..N-1) and replaces failed ones with
+ * backoff. Slot ids are reused by replacements so `CLUSTERIZE_WORKER_ID` is stable.
+ *
+ * A failure is one of three kinds. A worker that had stayed ready for
+ * `restart.stableAfterMs` and then crashed or hung was brought down by what it
+ * was serving (a request-level fault, a "query of death"): it is restarted at
+ * once and never counted by the crash-loop breaker. A worker that failed to
+ * boot, was not ready within `reload.readyTimeoutMs`, or failed sooner after
+ * ready runs code that cannot stay up: that is what the breaker counts. A fork
+ * that failed (EMFILE, EAGAIN) says nothing about the code: it is retried with
+ * backoff and keeps /ready at 503 until a worker is ready in that slot.
+ *
+ * The breaker never ends the primary once a worker has been ready: while it is
+ * open the empty slots are retried every `restart.backoffMaxMs` (with jitter),
+ * and it closes when a worker of that code stays up `restart.stableAfterMs`.
+ * Only at the first start (no worker ever ready) does a trip give up.
  */
 
 const EventEmitter = require('events')
 const debug = require('debug')('clusterize:supervisor')
 const ipc = require('../ipc')
 const protocol = require('../protocol')
-const { backoffDelay } = require('./backoff')
+const { backoffDelay, cappedDelay } = require('./backoff')
 const { Breaker } = require('./breaker')
 const { WorkerRecord, STATES, isFailureReason } = require('./worker-record')
 const { Spares } = require('./spares')
 const { logExit } = require('./readiness')
 const { drainOrKill, killNow } = require('./retire')
-
-/** A worker that stays ready this long is considered healthy again. */
-const STABLE_AFTER_MS = 30000
 
 class Supervisor extends EventEmitter {
   /**
@@ -49,24 +59,85 @@ class Supervisor extends EventEmitter {
      * and every fork after it (a respawn too) runs that code, so it is labelled with it.
      */
     this.codeGeneration = 1
+    /** The breaker is open for the code on disk: empty slots are retried at the capped backoff. */
     this.crashLooping = false
+    /** The breaker tripped before any worker was ever ready: nothing is started any more. */
+    this.gaveUp = false
     this.everReady = false
     this.stopped = false
     this.lastFailure = null
+    /** Failures by kind since the start: request-level faults, failed starts, failed forks. */
+    this.failureCounts = { request: 0, start: 0, fork: 0 }
+    /** Slots whose last fork failed: capacity is missing until a worker is ready there again. */
+    this.forkFailing = new Set()
+    this.aliveAsked = 0
     this.spares = new Spares(this, config.spare || 0)
   }
 
   /** Fork one worker per slot, then the spares. */
   start () {
     for (let slot = 0; slot < this.slots.length; slot++) {
-      this.slots[slot] = this.spawn(slot, this.generation)
+      this.slots[slot] = this.forkSlot(slot, this.generation)
     }
     this.spares.replenish()
   }
 
-  /** Fork a warm spare: it loads the app and reports ready, but is in no slot until promoted. */
+  /**
+   * Fork a worker for a slot the supervisor fills itself (start, respawn), with the boot
+   * watchdog. A fork that throws (EPERM, ENOMEM...) is a failed fork: logged, counted, retried.
+   * @returns {WorkerRecord|null} null when the fork failed at once
+   */
+  forkSlot (slot, generation) {
+    let record
+    try {
+      record = this.spawn(slot, generation)
+    } catch (err) {
+      if (this.stopped) return null
+      this.failureCounts.fork++
+      this.lastFailure = `could not fork a worker process: ${err.message}`
+      this.log.error(`could not fork worker ${slot}: ${err.message}`, { code: err.code })
+      this.forkFailing.add(slot)
+      this.failures[slot]++
+      this.scheduleRespawn(slot, backoffDelay(this.failures[slot], this.config.restart))
+      return null
+    }
+    this.watchBoot(record)
+    return record
+  }
+
+  /**
+   * A worker the supervisor started must be ready within reload.readyTimeoutMs, as a reload's
+   * are: one that never is (an app whose createApp() or listen never finishes) is logged,
+   * killed and handled as a failed start, instead of holding its slot silently.
+   */
+  watchBoot (record) {
+    const timeoutMs = this.config.reload.readyTimeoutMs
+    const timer = setTimeout(() => {
+      if (record.state !== STATES.STARTING) return
+      record.bootError = `it was not ready within ${timeoutMs} ms (reload.readyTimeoutMs): its createApp() or listen never finished`
+      this.log.error(`${record.spare ? 'warm spare' : `worker ${record.id}`} was not ready within ${timeoutMs} ms (reload.readyTimeoutMs): killing it`, { pid: record.pid, generation: record.generation })
+      killNow(this, record, 'boot-failure')
+    }, timeoutMs)
+    if (typeof timer.unref === 'function') timer.unref()
+    record.exited.then(() => clearTimeout(timer))
+  }
+
+  /**
+   * Fork a warm spare: it loads the app and reports ready, but is in no slot until promoted.
+   * @returns {WorkerRecord|null} null when the fork failed at once (logged and counted)
+   */
   spawnSpare () {
-    return this.spawn(-1, this.codeGeneration, true)
+    let record
+    try {
+      record = this.spawn(-1, this.codeGeneration, true)
+    } catch (err) {
+      if (this.stopped) return null
+      this.failureCounts.fork++
+      this.log.error(`could not fork a warm spare: ${err.message}`, { code: err.code })
+      return null
+    }
+    this.watchBoot(record)
+    return record
   }
 
   /**
@@ -124,11 +195,27 @@ class Supervisor extends EventEmitter {
     record.spare = Boolean(spare)
     this.records.add(record)
     ipc.listen(worker, (message, handle) => this.runtime.route(record, message, handle))
-    worker.on('error', (err) => debug('worker %d error: %s', slot, err.message))
+    worker.on('error', (err) => {
+      // Only a process that never started has no pid: its spawn failed (EMFILE, EAGAIN, ENOENT).
+      if (record.pid === undefined) return this.onForkError(record, err)
+      debug('worker %d error: %s', slot, err.message)
+    })
     worker.once('exit', (code, signal) => this.onExit(record, code, signal))
     debug('forked slot %d pid %d generation %d', slot, record.pid, generation)
     this.emit('worker:fork', record)
     return record
+  }
+
+  /**
+   * The spawn failed: no process, and no 'exit' will ever come (with EMFILE not even a
+   * 'disconnect'). It is a failed start: the record exits here, so whoever waits on it
+   * (a stop, a reload) goes on, and the slot is retried with backoff.
+   */
+  onForkError (record, err) {
+    if (record.isExited()) return
+    record.forkError = err.code || 'ERROR'
+    record.bootError = `could not fork a worker process: ${err.message}`
+    this.onExit(record, null, null)
   }
 
   /** The worker listens: it may get traffic. */
@@ -136,6 +223,7 @@ class Supervisor extends EventEmitter {
     if (!record.markReady(message.address)) return
     if (message.session !== undefined && record.session === undefined) record.session = message.session
     this.everReady = true
+    if (!record.spare) this.forkFailing.delete(record.id)
     this.log.info(record.spare ? 'warm spare ready' : `worker ${record.id} ready`, { pid: record.pid, generation: record.generation })
     this.emit('worker:ready', record.publicView())
     this.emit('record:ready', record)
@@ -144,7 +232,40 @@ class Supervisor extends EventEmitter {
   onHeartbeat (record, message) {
     if (!message.figures || typeof message.figures !== 'object') return
     record.recordHeartbeat(message.figures, message.session)
+    if (this.crashLooping && this.provesCodeStaysUp(record)) this.closeBreaker(record)
     this.emit('record:heartbeat', record)
+  }
+
+  /** Its answer to askAlive(). */
+  onAlive (record, message) {
+    if (!Number.isInteger(message.n)) return
+    record.aliveAnswered = Math.max(record.aliveAnswered || 0, message.n)
+    this.emit('record:alive', record)
+  }
+
+  /**
+   * Ask a worker to answer at once (a reload's commit): its answer proves its event loop ran
+   * after now, which a heartbeat already on its way cannot.
+   * @returns {number} the question's number: answered once record.aliveAnswered reaches it
+   */
+  askAlive (record) {
+    const n = ++this.aliveAsked
+    record.channel.postNow(protocol.aliveAsk(n))
+    return n
+  }
+
+  /** A heartbeat of a worker of the code on disk, ready for restart.stableAfterMs. */
+  provesCodeStaysUp (record) {
+    return !record.spare && record.generation === this.codeGeneration && record.isReady() &&
+      record.heartbeatAt - record.readyAt >= this.config.restart.stableAfterMs
+  }
+
+  /** The code on disk stays up again: restarts are no longer held back. */
+  closeBreaker (record) {
+    this.crashLooping = false
+    this.breaker.reset(record.generation)
+    this.log.info(`crash loop over: worker ${record.id} (generation ${record.generation}) stayed up ${record.heartbeatAt - record.readyAt} ms; failed workers are restarted with the normal backoff again`, { pid: record.pid })
+    this.spares.replenish()
   }
 
   onBootError (record, message) {
@@ -180,11 +301,13 @@ class Supervisor extends EventEmitter {
     record.resolveExited(event)
 
     const isFailure = isFailureReason(reason)
+    const kind = isFailure ? this.failureKind(record, event) : null
+    if (kind) this.failureCounts[kind]++
     if (record.spare) {
       this.spares.onExit(record, isFailure)
       return this.emit('record:gone', record)
     }
-    if (isFailure) this.countFailure(record)
+    if (isFailure) this.countFailure(record, kind)
     if (!wasCurrent) return this.emit('record:gone', record)
     this.slots[record.id] = null
     if (this.stopped) return this.emit('record:gone', record)
@@ -193,16 +316,31 @@ class Supervisor extends EventEmitter {
       this.slots[record.id] = standIn
       return this.emit('record:gone', record)
     }
-    if (!this.crashLooping && !this.promoteSpare(record.id)) {
+    if (!this.promoteSpare(record.id)) {
       this.scheduleRespawn(record.id, isFailure ? backoffDelay(this.failures[record.id], this.config.restart) : 0)
     }
     this.emit('record:gone', record)
   }
 
-  /** Count a failure against its slot's backoff and its generation's breaker. */
-  countFailure (record) {
-    if (record.everReady && Date.now() - record.readyAt > STABLE_AFTER_MS) this.failures[record.id] = 0
+  /**
+   * 'request': it had stayed ready restart.stableAfterMs (until its crash, or its last
+   * heartbeat for a hang), so what it was serving brought it down; 'fork': it never started;
+   * 'start': it failed to boot, or failed sooner after ready (code that cannot stay up).
+   */
+  failureKind (record, event) {
+    if (record.forkError) return 'fork'
+    if (!record.everReady) return 'start'
+    const upTo = event.reason === 'hang' ? (record.heartbeatAt || record.readyAt) : event.at
+    return upTo - record.readyAt >= this.config.restart.stableAfterMs ? 'request' : 'start'
+  }
+
+  /** Count a failure against its slot's backoff and, for a failed start, its generation's breaker. */
+  countFailure (record, kind) {
+    // A request-level fault is a first failure again: it is restarted at once.
+    if (kind === 'request') this.failures[record.id] = 0
     this.failures[record.id]++
+    if (kind === 'fork') this.forkFailing.add(record.id)
+    if (kind !== 'start') return
     const trip = this.breaker.recordFailure(record.generation)
     if (trip) this.onCrashLoop(record, trip)
   }
@@ -213,23 +351,35 @@ class Supervisor extends EventEmitter {
   }
 
   scheduleRespawn (slot, delayMs) {
-    if (this.crashLooping || this.stopped) return
-    if (delayMs > 0) this.log.info(`restarting worker ${slot} in ${delayMs} ms`)
+    if (this.gaveUp || this.stopped) return
+    if (this.crashLooping) {
+      // The breaker is open: the code on disk keeps failing, so retry it at the capped backoff.
+      delayMs = Math.max(delayMs, cappedDelay(this.config.restart))
+      this.log.warn(`crash loop: retrying worker ${slot} in ${delayMs} ms (the breaker is open; /ready answers 503)`)
+    } else if (delayMs > 0) {
+      this.log.info(`restarting worker ${slot} in ${delayMs} ms`)
+    }
     const timer = setTimeout(() => {
       this.respawnTimers.delete(timer)
-      if (this.stopped || this.crashLooping || this.slots[slot]) return
+      if (this.stopped || this.gaveUp || this.slots[slot]) return
       this.restarts[slot]++
-      this.slots[slot] = this.spawn(slot, this.codeGeneration)
+      this.slots[slot] = this.forkSlot(slot, this.codeGeneration)
     }, delayMs)
     this.respawnTimers.add(timer)
   }
 
-  /** A generation tripped the breaker: once it is the code on disk, nothing is respawned. */
+  /**
+   * A generation tripped the breaker. Once it is the code on disk the breaker is open: empty
+   * slots are retried at the capped backoff, and the workers still up keep serving. Before
+   * any worker was ever ready (the first start) nothing would serve: it gives up.
+   */
   onCrashLoop (record, trip) {
-    // Every fork runs the newest code, so once its breaker trips nothing is respawned.
     if (trip.generation === this.codeGeneration) {
       this.crashLooping = true
-      this.clearRespawns()
+      if (!this.everReady) {
+        this.gaveUp = true
+        this.clearRespawns()
+      }
     }
     const info = {
       reason: record.exitReason(),
@@ -239,7 +389,15 @@ class Supervisor extends EventEmitter {
       lastError: this.lastFailure,
       workersLeft: this.readyRecords().length
     }
-    this.log.error(`crash loop: ${trip.maxCrashes} failures of generation ${trip.generation} within ${trip.windowMs} ms, not restarting any more workers; last failure: ${this.lastFailure}`, { workersLeft: info.workersLeft })
+    const what = `crash loop: ${trip.maxCrashes} failures of generation ${trip.generation} within ${trip.windowMs} ms`
+    if (this.gaveUp) {
+      this.log.error(`${what} before any worker was ready, not restarting any more workers; last failure: ${this.lastFailure}`, { workersLeft: info.workersLeft })
+    } else if (trip.generation === this.codeGeneration) {
+      const { backoffMaxMs, stableAfterMs } = this.config.restart
+      this.log.error(`${what}; the breaker is open: ${info.workersLeft} worker(s) keep serving, /ready answers 503, and failed workers are retried every ${backoffMaxMs} ms or so until one of generation ${trip.generation} stays up ${stableAfterMs} ms; last failure: ${this.lastFailure}`, { workersLeft: info.workersLeft })
+    } else {
+      this.log.error(`${what} (not the code on disk any more: restarts load generation ${this.codeGeneration}); last failure: ${this.lastFailure}`, { workersLeft: info.workersLeft })
+    }
     this.emit('crashloop', info)
   }
 

@@ -49,6 +49,10 @@ class WorkerRecord {
     this.bootError = null
     /** The boot error is one every retry would repeat (the app cannot load). */
     this.bootErrorDeterministic = false
+    /** Its spawn failed (the error code, EMFILE...): no process ever ran. */
+    this.forkError = null
+    /** The last question of the primary's it answered (Supervisor#askAlive). */
+    this.aliveAnswered = 0
     /** Killed at the drain deadline / reported its drain timed out. */
     this.forced = false
     this.drainTimedOut = false

@@ -78,7 +78,9 @@ function startWorker (createApp, config) {
       else if (listenHandle) listenHandle.close()
     },
     [protocol.KIND.SHARE]: (_, message) => { if (balanced) balanced.onShare(message) },
-    [protocol.KIND.SHARE_LISTENING]: () => shareListening()
+    [protocol.KIND.SHARE_LISTENING]: () => shareListening(),
+    // Answered from the event loop itself: a hung worker cannot (a reload commits only on it).
+    [protocol.KIND.ALIVE_ASK]: (_, message) => channel.postNow(protocol.alive(message.n))
   }, (_, message) => debug('ignoring %s from primary', message.kind))
   ipc.listen(process, (message, socketHandle) => route(null, message, socketHandle))
 

@@ -7,6 +7,10 @@
  */
 
 const cluster = require('cluster')
+const fs = require('fs')
+
+/** Descriptors a test asked the primary to hold (cz-test:hoard-fds). */
+const hoarded = []
 
 function reportToTest (handle) {
   if (!process.send || !cluster.isPrimary) return handle
@@ -28,6 +32,17 @@ function reportToTest (handle) {
       const until = Date.now() + message.ms
       while (Date.now() < until) {}
       send({ type: 'cz-test:blocked', id: message.id })
+    } else if (message.type === 'cz-test:hoard-fds') {
+      // Take every free descriptor, as a leak or a flood would: forks fail with EMFILE until released.
+      let count = 0
+      for (;;) {
+        try { hoarded.push(fs.openSync('/dev/null', 'r')) } catch { break }
+        count++
+      }
+      send({ type: 'cz-test:hoarded', id: message.id, count })
+    } else if (message.type === 'cz-test:release-fds') {
+      for (const fd of hoarded.splice(0)) fs.closeSync(fd)
+      send({ type: 'cz-test:released', id: message.id })
     } else if (message.type === 'cz-test:shutdown') {
       handle.shutdown().then((result) => send({ type: 'cz-test:shutdown-done', result }))
     }

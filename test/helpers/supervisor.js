@@ -31,7 +31,8 @@ function createSupervisor (options, fork) {
     [protocol.KIND.READY]: (record, message) => supervisor.onReady(record, message),
     [protocol.KIND.HEARTBEAT]: (record, message) => supervisor.onHeartbeat(record, message),
     [protocol.KIND.BOOT_ERROR]: (record, message) => supervisor.onBootError(record, message),
-    [protocol.KIND.DRAINED]: (record, message) => supervisor.onDrained(record, message)
+    [protocol.KIND.DRAINED]: (record, message) => supervisor.onDrained(record, message),
+    [protocol.KIND.ALIVE]: (record, message) => supervisor.onAlive(record, message)
   }, () => {})
   return { supervisor, config, log }
 }

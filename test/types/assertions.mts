@@ -8,7 +8,7 @@ import {
 import type {
   PrimaryHandle, ClusterizeOptions, ReloadStartEvent, ReloadResult, BridgeUpEvent, BridgeDownEvent,
   SessionDownEvent, SessionUpEvent, WorkerExitEvent, ClusterizeBusErrorCode, UpgradeResult, UpgradeStartEvent,
-  PrimaryConnectionStats, ClusterSessionLeaseStats
+  PrimaryConnectionStats, ClusterSessionLeaseStats, WorkerFailureCounts
 } from 'clusterize-express'
 import { expectType } from './expect.mjs'
 
@@ -36,6 +36,14 @@ declare const held: PrimaryConnectionStats
 expectType<number>()(held.handoff)
 expectType<number>()(held.handoffShed)
 expectType<number>()(held.awaitingShed)
+// ---- stats: failures by kind, slots a failed fork left empty; the option that tells request faults apart
+expectType<WorkerFailureCounts | undefined>()(handle.stats().failures)
+expectType<number[] | undefined>()(handle.stats().cannotFork)
+declare const failures: WorkerFailureCounts
+expectType<number>()(failures.request)
+expectType<number>()(failures.fork)
+const restartOptions: ClusterizeOptions = { restart: { stableAfterMs: 5000, maxCrashes: 5 } }
+void restartOptions
 handle.once('upgrade:done', (result) => expectType<string | undefined>()(result.reason))
 const sessionStats = handle.stats().sessions
 if (sessionStats) expectType<ClusterSessionLeaseStats | null>()(sessionStats.leases)
