@@ -87,18 +87,26 @@ test('after a kill -9 of a worker and after a reload the counter never goes down
     process.kill(victim.pid, 'SIGKILL')
     await cluster.waitEvent('worker:exit', (data) => data.pid === victim.pid)
     await cluster.waitEvent('worker:ready', (data) => data.id === victim.id && data.pid !== victim.pid)
-    assert.strictEqual((await scrape(cluster)).get(COUNTER), N, 'the killed worker\'s counts stay in the total')
+    const afterKill = await scrape(cluster)
+    assert.strictEqual(afterKill.get(COUNTER), N, 'the killed worker\'s counts stay in the total')
+    // A summary's _count and _sum are counters too (its quantiles cannot be added up: the live workers' only).
+    assert.strictEqual(afterKill.get('app_work_summary_count'), N, 'the killed worker\'s summary count stays in the total')
+    assert.ok(Math.abs(afterKill.get('app_work_summary_sum') - N * 0.2) < 1e-9, `summary sum ${afterKill.get('app_work_summary_sum')}`)
     await count(cluster, N)
     assert.strictEqual((await scrape(cluster)).get(COUNTER), 2 * N)
 
     // Scrape all through a reload: every value at least the one before.
     let last = 2 * N
+    let lastSummary = 2 * N
     let scrapes = 0
     let reloading = true
     const watcher = (async () => {
       while (reloading) {
-        const value = (await scrape(cluster)).get(COUNTER)
+        const series = await scrape(cluster)
+        const value = series.get(COUNTER)
         assert.ok(value >= last, `the counter went down during the reload: ${last} -> ${value}`)
+        assert.ok(series.get('app_work_summary_count') >= lastSummary, `the summary count went down during the reload: ${lastSummary} -> ${series.get('app_work_summary_count')}`)
+        lastSummary = series.get('app_work_summary_count')
         last = value
         scrapes++
       }
@@ -115,6 +123,7 @@ test('after a kill -9 of a worker and after a reload the counter never goes down
     const series = await scrape(cluster)
     assert.strictEqual(series.get(COUNTER), 3 * N)
     assert.strictEqual(series.get('app_work_seconds_count'), 3 * N)
+    assert.strictEqual(series.get('app_work_summary_count'), 3 * N)
     // Gauges of gone workers leave: two live workers.
     assert.strictEqual(series.get('app_workers_up'), 2)
     assert.strictEqual(series.get('clusterize_app_metrics_retained_workers_total'), 3)

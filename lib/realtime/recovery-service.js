@@ -321,6 +321,7 @@ function recoveryOptions (config, log, isRetiring) {
  */
 const recoveryService = {
   name: SERVICE,
+  handover: { crosses: 'handedOver', own: 'lib/realtime/recovery-handover.js', what: 'the socket.io recovery log and its numbering; the old workers\' broadcasts are relayed to the new primary, which numbers them' },
   start: function startRecoveryService (context) {
     const service = createRecoveryService(require('../bus/library').libraryChannel, recoveryOptions(context.config, context.log, context.isRetiringPid))
     if (context.upgrading) service.hold()
