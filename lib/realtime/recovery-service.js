@@ -94,7 +94,8 @@ class RecoveryService {
     if (this.options.redis) {
       // Loaded only with bus.redis (it brings ioredis).
       const { RedisLog } = require('./recovery-redis')
-      this.log = new RedisLog(memory, hooks, Object.assign({}, this.options, { waitMs: () => this.liveWaitMs }))
+      const bridgeBacklog = typeof bus.bridgeBacklog === 'function' ? () => bus.bridgeBacklog() : () => false
+      this.log = new RedisLog(memory, hooks, Object.assign({}, this.options, { waitMs: () => this.liveWaitMs, bridgeBacklog }))
     } else {
       this.log = memory
     }
