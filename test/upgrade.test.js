@@ -306,7 +306,7 @@ function checkOneHolder (text) {
   return holders
 }
 
-test('the state the primary holds crosses the upgrade: limit 100 admits 100 across both primaries, one singleton holder at a time, no app counter goes down', async () => {
+test('the state the primary holds crosses the upgrade: limit 100 admits 100 across both primaries, one singleton holder at a time, each cron fire once, no app counter goes down', async () => {
   const port = await freePort()
   const ticks = path.join(tmp, 'state-ticks.txt')
   const { pidFile, out } = startPrimary('state', port, ['--workers', '2'], { UPGRADE_STATE_FILE: ticks })
@@ -349,6 +349,10 @@ test('the state the primary holds crosses the upgrade: limit 100 admits 100 acro
     await eventually(() => (fs.readFileSync(ticks, 'utf8').match(/^start /mg) || []).length >= 2, { timeoutMs: 30000, what: () => 'a holder on the new primary:\n' + fs.readFileSync(ticks, 'utf8') })
     const holders = checkOneHolder(fs.readFileSync(ticks, 'utf8'))
     assert.ok(holders.some(([pid]) => isAlive(pid)), 'a live worker of the new primary holds it')
+    // node-cron's distributed task: each fire once, on either generation.
+    const fires = fs.readFileSync(ticks, 'utf8').split('\n').filter((line) => line.startsWith('cron ')).map((line) => line.split(' ')[2])
+    assert.ok(fires.length >= 2, `fires: ${fires.length}`)
+    assert.strictEqual(fires.length, new Set(fires).size, `a fire ran twice: ${fires.join(', ')}`)
 
     const now = await scrape()
     for (const series of ['app_requests_total', 'app_request_size_count', 'app_request_size_sum', 'process_cpu_seconds_total']) {
