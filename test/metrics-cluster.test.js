@@ -78,27 +78,43 @@ test('a counter incremented on N requests spread over 2 workers reads N in one s
 
 test('after a kill -9 of a worker and after a reload the counter never goes down, and N more requests add N', async () => {
   // A 1 s bake instead of the default 5 s: the scrapes still run through the canary, the drain and the commit.
-  const cluster = await startCluster(fixture, { env: env({ reload: { bakeMs: 1000 } }) })
+  const cluster = await startCluster(fixture, { env: env({ reload: { bakeMs: 1000 } }, { CZ_DEFAULT_METRICS: '1' }) })
+  const CPU = 'process_cpu_seconds_total'
   try {
     await count(cluster, N)
-    assert.strictEqual((await scrape(cluster)).get(COUNTER), N)
+    const beforeKill = await scrape(cluster)
+    assert.strictEqual(beforeKill.get(COUNTER), N)
+    assert.ok(beforeKill.get(CPU) > 0, 'the default metrics are reported')
 
     const victim = (await cluster.stats()).workers[0]
     process.kill(victim.pid, 'SIGKILL')
     await cluster.waitEvent('worker:exit', (data) => data.pid === victim.pid)
     await cluster.waitEvent('worker:ready', (data) => data.id === victim.id && data.pid !== victim.pid)
-    assert.strictEqual((await scrape(cluster)).get(COUNTER), N, 'the killed worker\'s counts stay in the total')
+    const afterKill = await scrape(cluster)
+    assert.strictEqual(afterKill.get(COUNTER), N, 'the killed worker\'s counts stay in the total')
+    // A summary's _count and _sum are counters too (its quantiles cannot be added up: the live workers' only).
+    assert.strictEqual(afterKill.get('app_work_summary_count'), N, 'the killed worker\'s summary count stays in the total')
+    assert.ok(Math.abs(afterKill.get('app_work_summary_sum') - N * 0.2) < 1e-9, `summary sum ${afterKill.get('app_work_summary_sum')}`)
+    // A float sum, added in another order once a worker's values are retained: equal within rounding.
+    assert.ok(afterKill.get(CPU) >= beforeKill.get(CPU) - 1e-9, `${CPU} went down after the kill: ${beforeKill.get(CPU)} -> ${afterKill.get(CPU)}`)
     await count(cluster, N)
     assert.strictEqual((await scrape(cluster)).get(COUNTER), 2 * N)
 
     // Scrape all through a reload: every value at least the one before.
     let last = 2 * N
+    let lastSummary = 2 * N
+    let lastCpu = afterKill.get(CPU)
     let scrapes = 0
     let reloading = true
     const watcher = (async () => {
       while (reloading) {
-        const value = (await scrape(cluster)).get(COUNTER)
+        const series = await scrape(cluster)
+        const value = series.get(COUNTER)
         assert.ok(value >= last, `the counter went down during the reload: ${last} -> ${value}`)
+        assert.ok(series.get('app_work_summary_count') >= lastSummary, `the summary count went down during the reload: ${lastSummary} -> ${series.get('app_work_summary_count')}`)
+        lastSummary = series.get('app_work_summary_count')
+        assert.ok(series.get(CPU) >= lastCpu - 1e-9, `${CPU} went down during the reload: ${lastCpu} -> ${series.get(CPU)}`)
+        lastCpu = series.get(CPU)
         last = value
         scrapes++
       }
@@ -115,6 +131,7 @@ test('after a kill -9 of a worker and after a reload the counter never goes down
     const series = await scrape(cluster)
     assert.strictEqual(series.get(COUNTER), 3 * N)
     assert.strictEqual(series.get('app_work_seconds_count'), 3 * N)
+    assert.strictEqual(series.get('app_work_summary_count'), 3 * N)
     // Gauges of gone workers leave: two live workers.
     assert.strictEqual(series.get('app_workers_up'), 2)
     assert.strictEqual(series.get('clusterize_app_metrics_retained_workers_total'), 3)

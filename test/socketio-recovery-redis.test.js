@@ -280,3 +280,68 @@ test('Redis unreachable, then back: no broadcast lost and nothing crashes; the h
   for (const socket of sockets) socket.disconnect()
   await cluster.stop()
 })
+
+test('two clusters, Redis restarted while cluster A sends: every client on cluster B (and on A) gets every message of A once, in the order A sent them', redisServerSuite('the cross-host outage test', 180000), async () => {
+  const redis = await privateRedis()
+  cleanups.push(() => redis.stop())
+  await redis.start()
+  const bus = { redis: redis.url, channel: uniquePrefix('sio-rec-order') }
+  const a = await startCluster(fixture, { env: env({ workers: 1, bus }) })
+  const b = await startCluster(fixture, { env: env({ workers: 2, bus }) })
+  // Four clients on B, and one on A, next to the sender.
+  const clients = Array.from({ length: 4 }, (_, i) => receiver(b.port, 'r', `b${i}`)).concat(receiver(a.port, 'r', 'a0'))
+  const from = sender(a.port)
+  await eventually(() => clients.every((c) => c.socket.connected) && from.connected, { what: 'every client connected' })
+  const isStreamId = (offset) => /^\d+-\d+$/.test(offset)
+  // B reads A's namespace once its own workers' is known: probe (strings) until every client on B hears A.
+  let probe = 0
+  await eventually(async () => {
+    await ask(from, 'send', 'r', `probe-${++probe}`)
+    return clients.every((c) => c.got.some((m, i) => typeof m === 'string' && isStreamId(c.offsets[i])))
+  }, { what: () => `cluster B hears cluster A through the stream\n--- A ---\n${a.output}\n--- B ---\n${b.output}`, intervalMs: 200 })
+
+  // A sends one message after another (each acknowledged by its worker) all through the outage.
+  let sent = 0
+  let sending = true
+  const failures = []
+  const sendingDone = (async () => {
+    while (sending) {
+      try {
+        await ask(from, 'send', 'r', sent + 1)
+        sent++
+      } catch (err) {
+        failures.push(`message ${sent + 1}: ${err.message}`)
+        break
+      }
+      await new Promise((resolve) => setTimeout(resolve, 10))
+    }
+  })()
+  const numbers = (c) => c.got.filter((m) => typeof m === 'number')
+  const missing = (c) => Array.from({ length: sent }, (_, i) => i + 1).filter((x) => !numbers(c).includes(x))
+  try {
+    await eventually(() => sent >= 20, { what: '20 messages before the outage' })
+    await redis.stop()
+    await a.waitOutput(/socket\.io recovery: Redis .* cannot take broadcasts/)
+    const duringFrom = sent
+    await eventually(() => sent >= duringFrom + 30, { what: '30 messages while Redis is down' })
+    await redis.start()
+    await a.waitOutput(/socket\.io recovery: Redis .* reachable again/)
+    // Until B gets A's messages through the stream again, and some more after.
+    await eventually(() => clients.every((c) => c.offsets.slice(-1).some(isStreamId) && numbers(c).length > 0), { timeoutMs: 60000, what: () => `messages through the stream again on B\n--- A ---\n${a.output}\n--- B ---\n${b.output}` })
+    const streamFrom = sent
+    await eventually(() => sent >= streamFrom + 20, { what: '20 more messages' })
+  } finally {
+    sending = false
+    await sendingDone
+  }
+  assert.deepStrictEqual(failures, [])
+  await eventually(() => clients.every((c) => numbers(c).length >= sent), { timeoutMs: 30000, what: () => `all ${sent} messages on every client; missing: ${clients.map((c) => `${c.name} ${missing(c).join(' ')}`).join(', ')}\n--- A ---\n${a.output}` })
+  const expected = Array.from({ length: sent }, (_, i) => i + 1)
+  for (const c of clients) {
+    assert.deepStrictEqual(numbers(c), expected, `${c.name}: every message of A once, in A's order`)
+    assert.deepStrictEqual(c.connects.length, 1, `${c.name}: never cut`)
+  }
+  for (const socket of sockets) socket.disconnect()
+  await a.stop()
+  await b.stop()
+})

@@ -22,6 +22,7 @@ const { startLoad } = require('./helpers/load')
 const { request } = require('./helpers/cluster')
 const { isAlive } = require('../lib/process-alive')
 const { sendControl } = require('../lib/cli/control-server')
+const { parse } = require('./helpers/prometheus')
 
 const BIN = path.join(__dirname, '..', 'bin', 'clusterize.js')
 const APP = path.join(__dirname, 'fixtures', 'upgrade-app.js')
@@ -280,6 +281,88 @@ test('every save answered during an upgrade is seen by the next request, on eith
     stopped = true
     await counting
     agent.destroy()
+    await run(['stop', '--pid-file', pidFile])
+  }
+})
+
+/**
+ * The singleton's lines in order of writing: every new holder starts after each earlier one
+ * stopped (by file order, not by time), with a larger token. Returns the holders' [pid, token].
+ */
+function checkOneHolder (text) {
+  const holders = []
+  const running = new Map()
+  for (const line of text.split('\n')) {
+    const [event, pid, token] = line.split(' ')
+    if (event === 'start') {
+      assert.deepStrictEqual([...running.keys()], [], `${line} while ${[...running.values()].join(', ')} still runs:\n${text}`)
+      if (holders.length > 0) assert.ok(Number(token) > holders[holders.length - 1][1], `token ${token} after ${holders[holders.length - 1][1]}`)
+      running.set(token, `pid ${pid} (token ${token})`)
+      holders.push([Number(pid), Number(token)])
+    } else if (event === 'stop') {
+      running.delete(token)
+    }
+  }
+  return holders
+}
+
+test('the state the primary holds crosses the upgrade: limit 100 admits 100 across both primaries, one singleton holder at a time, each cron fire once, no app counter goes down', async () => {
+  const port = await freePort()
+  const ticks = path.join(tmp, 'state-ticks.txt')
+  const { pidFile, out } = startPrimary('state', port, ['--workers', '2'], { UPGRADE_STATE_FILE: ticks })
+  const before = await primaryInfo(pidFile)
+  const limited = { admitted: 0, refused: 0, refusedByNew: 0, failures: [] }
+  async function hit () {
+    try {
+      const res = await get(port, '/limited')
+      if (res.status === 200) limited.admitted++
+      else if (res.status === 429) {
+        limited.refused++
+        if (res.json.primary !== before.pid) limited.refusedByNew++
+      } else limited.failures.push(`HTTP ${res.status} ${res.body}`)
+    } catch (err) {
+      limited.failures.push(err.code || err.message)
+    }
+  }
+  async function scrape () {
+    const res = await request(before.probesPort, '/metrics')
+    assert.strictEqual(res.status, 200, res.body)
+    return parse(res.body)
+  }
+  for (let i = 0; i < 60; i++) await hit()
+  await eventually(() => fs.existsSync(ticks) && /^start /m.test(fs.readFileSync(ticks, 'utf8')), { timeoutMs: 20000, what: 'the singleton to start' })
+  const counted = await scrape()
+  let stopped = false
+  const hitting = (async () => { while (!stopped) await hit() })()
+  try {
+    const upgrade = await run(['upgrade', '--pid-file', pidFile])
+    assert.strictEqual(upgrade.code, 0, upgrade.stdout + upgrade.stderr + out.text)
+    const after = await primaryInfo(pidFile, before.pid)
+    await eventually(() => !isAlive(before.pid), { timeoutMs: 30000, what: 'the old primary to exit' })
+    await eventually(() => limited.refusedByNew >= 5, { timeoutMs: 30000, what: () => `5 requests refused by the new primary's workers: ${JSON.stringify(limited)}` })
+    stopped = true
+    await hitting
+    assert.deepStrictEqual(limited.failures, [])
+    assert.strictEqual(limited.admitted, 100, `admitted across both primaries: ${JSON.stringify(limited)}`)
+
+    // A new worker holds the singleton once the old holder stopped, never while it runs.
+    await eventually(() => (fs.readFileSync(ticks, 'utf8').match(/^start /mg) || []).length >= 2, { timeoutMs: 30000, what: () => 'a holder on the new primary:\n' + fs.readFileSync(ticks, 'utf8') })
+    const holders = checkOneHolder(fs.readFileSync(ticks, 'utf8'))
+    assert.ok(holders.some(([pid]) => isAlive(pid)), 'a live worker of the new primary holds it')
+    // node-cron's distributed task: each fire once, on either generation.
+    const fires = fs.readFileSync(ticks, 'utf8').split('\n').filter((line) => line.startsWith('cron ')).map((line) => line.split(' ')[2])
+    assert.ok(fires.length >= 2, `fires: ${fires.length}`)
+    assert.strictEqual(fires.length, new Set(fires).size, `a fire ran twice: ${fires.join(', ')}`)
+
+    const now = await scrape()
+    for (const series of ['app_requests_total', 'app_request_size_count', 'app_request_size_sum', 'process_cpu_seconds_total']) {
+      assert.ok(counted.has(series), `${series} scraped before`)
+      assert.ok(now.get(series) >= counted.get(series), `${series} went down through the upgrade: ${counted.get(series)} -> ${now.get(series)}`)
+    }
+    assert.ok(after.pid !== before.pid)
+  } finally {
+    stopped = true
+    await hitting
     await run(['stop', '--pid-file', pidFile])
   }
 })

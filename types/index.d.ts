@@ -819,6 +819,8 @@ export interface BusBridgeStatus {
   subscribers: number
   /** Broadcasts published from the outage buffer so far. */
   flushed: number
+  /** Frames received a second time (a PUBLISH retried after it had reached Redis), dropped: each is delivered once. */
+  repeated: number
 }
 
 /** Thrown by bus calls: code is one of the ERR_CLUSTERIZE_BUS_* codes. */

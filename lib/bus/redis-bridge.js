@@ -16,6 +16,11 @@
  * before the outage are back (at most SUBSCRIBERS_WAIT_MS): a short outage
  * loses nothing. Past the buffer they are dropped (counted in
  * status().dropped). ioredis reconnects by itself; errors are logged, never thrown.
+ *
+ * A PUBLISH that failed may have reached Redis before the connection broke, and
+ * is published again: each frame carries this bridge's sequence number (`q`),
+ * and a receiver drops a frame of an instance whose number it has seen already,
+ * so a retry never delivers twice (frames go out in sequence order).
  */
 
 const os = require('os')
@@ -58,7 +63,7 @@ function createRedisBridge (options) {
   const instance = crypto.randomBytes(8).toString('hex')
   const host = options.hostId || `${os.hostname()}:${process.pid}`
   const foreignCodecs = new Map()
-  const stats = { published: 0, received: 0, dropped: 0, echoes: 0, malformed: 0, flushed: 0 }
+  const stats = { published: 0, received: 0, dropped: 0, echoes: 0, malformed: 0, flushed: 0, repeated: 0 }
   const outageBufferBytes = options.outageBufferBytes === undefined ? DEFAULT_OUTAGE_BUFFER_BYTES : options.outageBufferBytes
   /**
    * Frames waiting for Redis, oldest first: `{ seq, frame }`. Once anything
@@ -71,8 +76,12 @@ function createRedisBridge (options) {
   let bufferFullLogged = false
   /** Subscribers of the channel when Redis was last healthy: a flush waits for them. */
   let knownSubscribers = 0
-  /** Other hosts' bridge instances heard from: the first frame of a new one refreshes knownSubscribers. */
-  const peersHeard = new Set()
+  /**
+   * Other hosts' bridge instances heard from, and the last sequence number of each:
+   * the first frame of a new one refreshes knownSubscribers.
+   * @type {Map<string, number>}
+   */
+  const peersHeard = new Map()
   let subscribersCheckedAt = 0
   /** @type {Array<Function>} waiting for an acknowledgement (the flush, when queuedBytes is at the bound) */
   let ackWaiters = []
@@ -136,12 +145,22 @@ function createRedisBridge (options) {
       stats.echoes++
       return
     }
-    if (!peersHeard.has(header.i)) {
+    const lastSeq = peersHeard.get(header.i)
+    if (lastSeq === undefined) {
       // A host that subscribed after our last count: count again now, so an
       // outage soon after does not flush the buffer before it is back.
       if (peersHeard.size >= MAX_PEERS_HEARD) peersHeard.clear()
-      peersHeard.add(header.i)
       refreshSubscribers(true)
+    }
+    if (Number.isSafeInteger(header.q)) {
+      // Published again after a failed PUBLISH that had reached Redis after all: delivered already.
+      if (lastSeq !== undefined && header.q <= lastSeq) {
+        stats.repeated++
+        return
+      }
+      peersHeard.set(header.i, header.q)
+    } else if (lastSeq === undefined) {
+      peersHeard.set(header.i, 0)
     }
     const body = frame.subarray(end + 1)
     if (body.length > codec.maxMessageBytes) {
@@ -285,14 +304,15 @@ function createRedisBridge (options) {
      */
     publish (topic, payload, from, generation) {
       if (closed) return
-      const header = { v: FRAME_VERSION, i: instance, h: host, t: topic, f: from, s: codec.name }
+      const seq = nextSeq++
+      const header = { v: FRAME_VERSION, i: instance, h: host, t: topic, f: from, s: codec.name, q: seq }
       if (generation !== undefined && generation !== null) header.g = generation
       if (payload === undefined) header.n = 1
       const head = Buffer.from(JSON.stringify(header) + '\n')
       const frame = payload === undefined
         ? head
         : Buffer.concat([head, typeof payload === 'string' ? Buffer.from(payload) : payload])
-      const entry = { seq: nextSeq++, frame }
+      const entry = { seq, frame }
       if (buffer.length > 0 || flushing || !pubsub.ready || queuedBytes + frame.length > codec.maxQueuedBytes) {
         hold(entry)
         if (pubsub.ready) flush()
@@ -300,6 +320,16 @@ function createRedisBridge (options) {
       }
       send(entry)
       refreshSubscribers(false)
+    },
+
+    /**
+     * Whether broadcasts still wait to reach the other hosts: in the outage buffer, being
+     * flushed, or handed to PUBLISH and not acknowledged. What is sent to the other hosts
+     * by another path (the socket.io recovery stream) waits behind them until this is false.
+     * @returns {boolean}
+     */
+    backlog () {
+      return buffer.length > 0 || flushing || queuedBytes > 0
     },
 
     /** @returns {object} for /ready and /stats */
@@ -318,6 +348,8 @@ function createRedisBridge (options) {
         received: stats.received,
         dropped: stats.dropped,
         malformed: stats.malformed,
+        /** Frames received again after a retried PUBLISH, dropped (delivered once). */
+        repeated: stats.repeated,
         queuedBytes,
         buffered: buffer.length,
         bufferedBytes,

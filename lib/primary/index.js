@@ -30,6 +30,7 @@ const { handleSignals } = require('../signals')
 const { readInherited, checkInheritedPort } = require('./inherit')
 const { createSocketPasser, inheritedScheduling } = require('./pass-sockets')
 const upgrades = require('./upgrade')
+const { holdForHandover } = require('./handover')
 const { createLogger } = require('../logger')
 
 /**
@@ -73,6 +74,7 @@ function startPrimary (createApp, config) {
     sockets: () => passer.passable(),
     sessions: () => services.get('session'),
     recovery: () => services.get('recovery'),
+    services: () => services,
     isShuttingDown: () => state.shuttingDown,
     retire: (reason) => shutdown(0, reason)
   })
@@ -85,6 +87,8 @@ function startPrimary (createApp, config) {
   busRuntime.configure(config.bus, { logger: log, role: 'primary' })
   // The library's primary-side services (cluster sessions, socket.io recovery): cheap until a worker uses one.
   const services = startServices({ config, log, isRetiringPid: supervisor.isRetiringPid.bind(supervisor), upgrading: inherited.source === 'upgrade' })
+  // Replacing a primary: calls to the services whose state it hands over wait for that state (./handover.js).
+  if (inherited.source === 'upgrade') holdForHandover(services)
   forwardEvents()
 
   Object.defineProperty(handle, 'bus', { enumerable: true, get: () => require('../bus').bus })
@@ -164,7 +168,7 @@ function startPrimary (createApp, config) {
     try {
       await waitAllReady(supervisor, config.workers)
       if (replacing) {
-        await upgrades.awaitGo({ log, sessions: () => services.get('session'), recovery: () => services.get('recovery'), generation: supervisor.generation })
+        await upgrades.awaitGo({ log, sessions: () => services.get('session'), recovery: () => services.get('recovery'), services: () => services, generation: supervisor.generation })
         await listenAll()
       }
     } catch (err) {

@@ -15,6 +15,9 @@
  *   new -> old  ready     its workers are ready (it accepts nothing yet); recovery: 1 if it takes the socket.io state
  *   old -> new  sessions  the cluster store's sessions, in batches
  *   old -> new  recovery  socket.io recovery state, in batches (lib/realtime/recovery-handover.js)
+ *   old -> new  state     every other service's state, then state-end (./handover.js); from then
+ *                         on the old workers' calls to those services are passed through (svc,
+ *                         svc-exit; new -> old svc-reply)
  *   old -> new  go        start accepting
  *   new -> old  serving   it accepts, owns the pid file and the control socket
  *   old -> new  op        a session request of the old workers (numbered `n`): from the
@@ -35,6 +38,7 @@ const debug = require('debug')('clusterize:upgrade')
 const { readInherited, UPGRADE_ENV } = require('./inherit')
 const recoveryHandover = require('../realtime/recovery-handover')
 const { passSessionRequests, answerPassedRequest } = require('./session-forward')
+const { handOverServices, takeOverServices } = require('./handover')
 
 const TAG = '$czUpgrade'
 const SESSION_BATCH = 1000
@@ -63,7 +67,7 @@ function onTakeover (fn) {
 /**
  * The old primary's side.
  * @param {{ config: object, log: object, emit: Function, sockets: () => object, sessions: () => object|undefined,
- *   recovery?: () => object|undefined, isShuttingDown: () => boolean, retire: (reason: string) => Promise<{ code: number }> }} deps
+ *   recovery?: () => object|undefined, services?: () => object, isShuttingDown: () => boolean, retire: (reason: string) => Promise<{ code: number }> }} deps
  *   `sockets()` resolves `{ http, probes, port, portOption, error, release }`: descriptors, or why the
  *   HTTP socket cannot be passed; release() closes what was borrowed for the handover
  * @returns {{ upgrade: (options?: { node?: string, args?: string[] }) => Promise<object>, abort: () => void }}
@@ -146,12 +150,15 @@ function createUpgrader (deps) {
     }
     // A new primary of a clusterize without the handover (a downgrade) would drop what is relayed to it.
     const recovery = ready.message.recovery === 1 ? handOverRecovery(child) : null
+    // Rate limits, singleton leases, cron claims, metrics: one mechanism (./handover.js).
+    const carried = deps.services ? handOverServices(deps.services(), child, TAG) : null
     child.send({ [TAG]: 'go' })
     const serving = await waitFor(child, 'serving', config.upgrade.timeoutMs)
     if (!serving.ok) {
       if (passing) passing.stop()
       if (backend && backend.leases) backend.leases.resume()
       if (recovery) recovery.cancel()
+      if (carried) carried.stop()
       return abandon(child, failed(serving.reason))
     }
     pending = null
@@ -259,7 +266,8 @@ function waitFor (child, kind, timeoutMs) {
  * recovery state, wait for `go`.
  * Resolves when it may accept. If the old primary is gone before `go`
  * (killed), this one serves anyway: it holds the sockets now.
- * @param {{ log: object, sessions: () => object|undefined, recovery?: () => object|undefined, generation: number }} deps
+ * @param {{ log: object, sessions: () => object|undefined, recovery?: () => object|undefined, services?: () => object, generation: number }} deps
+ *   services: the service host, holding its handed-over services' calls (./handover.js holdForHandover)
  * @returns {Promise<void>}
  */
 function awaitGo (deps) {
@@ -267,10 +275,12 @@ function awaitGo (deps) {
     const backend = deps.sessions()
     const service = deps.recovery ? deps.recovery() : undefined
     const recovery = service ? recoveryHandover.takeOver(service, { send: (kind, x) => send({ [TAG]: kind, x }) }) : null
+    const carried = deps.services ? takeOverServices(deps.services(), send, TAG) : null
     let taken = 0
     let going = false
     function onMessage (message) {
       if (!message || typeof message !== 'object') return
+      if (carried && carried.onMessage(message)) return
       if (message[TAG] === 'sessions' && backend && Array.isArray(message.entries)) taken += backend.restore(message.entries)
       else if (message[TAG] === 'op' && backend && typeof message.n === 'number') answerPassedRequest(backend, message.msg, (answer) => send(Object.assign({ [TAG]: 'answer', n: message.n }, answer)))
       // From an old primary of an earlier version, which applies writes itself and forwards them.
@@ -280,12 +290,15 @@ function awaitGo (deps) {
       else if (message[TAG] === 'go') {
         debug('go: %d sessions taken over', taken)
         going = true
+        // An old primary of an earlier version sends no state: these services start empty.
+        if (carried) carried.release()
         if (recovery) recovery.go()
         resolve()
       }
     }
     function onOldGone () {
       process.removeListener('message', onMessage)
+      if (carried) carried.oldGone()
       if (recovery) recovery.oldGone()
       if (going) return
       deps.log.warn(`upgrade: the old primary ${readInherited().from} went away before handing over; serving on the inherited sockets`, { pid: process.pid })

@@ -41,6 +41,8 @@ const { isStreamId, compareIds } = require('./recovery-log')
 const COMMAND_TIMEOUT_MS = 2000
 /** Entries read per XREAD. */
 const READ_COUNT = 512
+/** How many uids of entries read are remembered, to drop their copies from the bus bridge. */
+const READ_UIDS_KEPT = 8192
 
 /** SET the session with its expiry, index it, drop expired and over-the-bound ones. */
 const PERSIST_SCRIPT = `
@@ -92,6 +94,8 @@ function createRedisStream (options) {
   let counter = 0
   /** @type {Map<string, number>} entry uid -> when this host delivered it itself */
   const skipped = new Map()
+  /** The uids of the latest entries read (bounded): a copy that comes over the bus bridge too is dropped. */
+  const readUids = new Set()
   /** @type {Map<string, { key: string, lastId: string|null, located: Promise|null }>} namespaces read, by name (located: the XREVRANGE in flight) */
   const streams = new Map()
   /** @type {Map<string, string>} stream key -> namespace */
@@ -208,11 +212,17 @@ function createRedisStream (options) {
           const entry = parseEntry(fields)
           // Skipped (delivered here already) or malformed: only the position moves.
           const skip = entry === null || (entry.u !== undefined && skipped.delete(entry.u))
+          if (entry !== null && entry.u !== undefined) remember(entry.u)
           options.onEntry(name, id, skip ? null : entry.m)
         }
       }
     }
     reading = false
+  }
+
+  function remember (uid) {
+    readUids.add(uid)
+    if (readUids.size > READ_UIDS_KEPT) readUids.delete(readUids.values().next().value)
   }
 
   /** @returns {{ u?: string, m: object }|null} */
@@ -296,6 +306,19 @@ function createRedisStream (options) {
     /** This host delivered entry `uid` itself (its XADD failed): skip it if it shows up in the stream after all. */
     skip (uid) {
       skipped.set(uid, Date.now())
+    },
+
+    /**
+     * A packet another host forwarded over the bus bridge after its XADD of entry `uid`
+     * failed: false if this host read that entry from the stream already (drop the copy);
+     * else true, and the entry is skipped if it shows up in the stream later.
+     * @param {string} uid
+     * @returns {boolean} deliver it
+     */
+    claim (uid) {
+      if (readUids.has(uid)) return false
+      skipped.set(uid, Date.now())
+      return true
     },
 
     persist (name, session, ttlMs, maxSessions) {

@@ -16,6 +16,13 @@
  * getting them and recover on this host; logged once per outage), and goes
  * back to the stream when Redis answers. Offsets of the stream given before
  * a packet numbered here cannot replay it: they are not recovered exactly.
+ *
+ * What was numbered here during the outage reaches the other hosts through
+ * the bus bridge's outage buffer, which flushes later than the stream comes
+ * back (it waits for the other hosts' subscribers). So after an outage this
+ * host keeps numbering here and forwarding through the bridge until the
+ * bridge has nothing left to send: newer broadcasts queue behind the older
+ * ones, and every host sees one order per sender.
  */
 
 const debug = require('debug')('clusterize:socket.io')
@@ -24,12 +31,16 @@ const { createRedisStream } = require('./recovery-redis-stream')
 const { replayable, shouldInclude, isStreamId, compareIds, PACKET_ARGUMENTS } = require('./recovery-log')
 const { binariesUnder } = require('./binary')
 
+/** How many of this host's latest broadcasts Redis took are kept to send again over the bridge if Redis goes away. */
+const RECENT_KEPT = 1000
+
 class RedisLog {
   /**
    * @param {import('./recovery-log').MemoryLog} memory this host's log: the bounds, and the fallback
    * @param {{ deliver: Function }} hooks as for the MemoryLog
-   * @param {{ redis: *, channel?: string, serialization?: string, maxMessageBytes?: number, log?: object, waitMs: () => number }} options
-   *   the bus options; waitMs: how long a restore waits for this host's reader to reach an offset
+   * @param {{ redis: *, channel?: string, serialization?: string, maxMessageBytes?: number, log?: object, waitMs: () => number, bridgeBacklog?: () => boolean }} options
+   *   the bus options; waitMs: how long a restore waits for this host's reader to reach an offset;
+   *   bridgeBacklog: whether the bus bridge still holds broadcasts for the other hosts
    */
   constructor (memory, hooks, options) {
     this.memory = memory
@@ -43,6 +54,7 @@ class RedisLog {
      */
     this.availability = new RedisAvailability({
       onChange: (up, cause, from) => {
+        if (!up) this.resendRecent()
         if (!up) {
           this.log.warn(`socket.io recovery: Redis (${this.stream.where}) cannot take broadcasts (${cause}): until it can, this host numbers them itself; ` +
             'its clients keep getting them but recover only on this host, and other hosts get them only if the bus bridge is up', { prefix: this.stream.prefix })
@@ -53,6 +65,17 @@ class RedisLog {
     })
     /** @type {Map<string, Array<{ id: string, wake: Function }>>} restores waiting for the reader to reach an offset */
     this.reaching = new Map()
+    /** Broadcasts numbered here went to the bridge (an outage): the stream waits until the bridge has sent them all. */
+    this.behindBridge = false
+    /** This host's broadcasts in the order they came: XADDs not answered yet ({ done: false }) and what waits behind them. */
+    this.sending = []
+    /**
+     * This host's latest broadcasts Redis took (at most RECENT_KEPT): when Redis goes away they
+     * go to the other hosts over the bridge too, since a Redis that restarts without them loses
+     * what a host had not read yet (each host drops what it read, ./recovery-redis-stream.js claim()).
+     * @type {Array<{ state: object, data: object, uid: string }>}
+     */
+    this.recent = []
     this.closed = false
   }
 
@@ -78,7 +101,10 @@ class RedisLog {
         maxMessageBytes: this.options.maxMessageBytes,
         log: this.log,
         onEntry: (name, id, entry) => this.fromStream(name, id, entry),
-        onStateChange: (up) => { if (up) this.recovered() }
+        onStateChange: (up, cause) => {
+          if (up) this.recovered()
+          else this.degrade(cause || 'connection lost')
+        }
       })
     }
     return this.stream
@@ -89,12 +115,66 @@ class RedisLog {
    * deliver it); any other, or any while Redis is away, is numbered here.
    */
   publish (name, data, meta) {
+    // Another host's packet whose XADD failed: once, whichever way it came first.
+    if (meta.host !== undefined && typeof data.u === 'string' && this.stream !== null && !this.stream.claim(data.u)) return
     const state = this.namespace(name)
-    if (this.stream !== null && replayable(data.m) !== null && meta.host === undefined) {
-      if (this.stream.ready) return this.publishShared(state, data)
-      this.degrade('not connected')
+    if (meta.host !== undefined) return this.publishHere(state, data, meta, true)
+    if (this.stream !== null && replayable(data.m) !== null) {
+      if (this.stream.ready && !this.waitsForBridge()) return this.publishShared(state, data)
+      if (!this.stream.ready) {
+        this.degrade('not connected')
+        // Numbered here and forwarded through the bridge: the next ones wait behind it.
+        this.behindBridge = true
+      }
     }
-    this.publishHere(state, data, meta, true)
+    this.inOrder(() => this.publishHere(state, data, meta, true))
+  }
+
+  /**
+   * Run `fn` (a broadcast of this host numbered here) after the XADDs sent before it
+   * have answered: one whose XADD fails is numbered here when it does, and a newer
+   * broadcast must not overtake it.
+   */
+  inOrder (fn) {
+    if (this.sending.length === 0) return fn()
+    this.sending.push({ done: true, run: fn })
+  }
+
+  /**
+   * Redis went away: what it took lately may be lost with it (a restart without persistence)
+   * before every host read it. Those go to the other hosts over the bridge, older first and
+   * ahead of anything numbered here; a host that read one already drops it, and this host
+   * delivers again only the ones its own reader had not reached.
+   */
+  resendRecent () {
+    const recent = this.recent
+    this.recent = []
+    if (recent.length === 0 || this.stream === null) return
+    debug('recovery: Redis went away: %d recent broadcasts to the other hosts over the bridge too', recent.length)
+    this.behindBridge = true
+    for (const { state, data, uid } of recent) {
+      const copy = Object.assign({}, data, { u: uid })
+      if (this.stream.claim(uid)) this.publishHere(state, copy, {}, true)
+      else this.hooks.forward(copy)
+    }
+  }
+
+  /** Run what waited for the XADDs that have answered, in order. */
+  drainSending () {
+    while (this.sending.length > 0 && this.sending[0].done) {
+      const next = this.sending.shift()
+      if (next.run !== null) next.run()
+    }
+  }
+
+  /** After an outage: true while the bridge still holds what was numbered here (this broadcast queues behind it). */
+  waitsForBridge () {
+    if (!this.behindBridge) return false
+    const bridgeBacklog = this.options.bridgeBacklog
+    if (typeof bridgeBacklog === 'function' && bridgeBacklog()) return true
+    debug('recovery: the bridge sent what was numbered here during the outage: back to the stream')
+    this.behindBridge = false
+    return false
   }
 
   publishHere (state, data, meta, forward) {
@@ -116,18 +196,27 @@ class RedisLog {
       appended = stream.append(state.name, entry, state.maxPackets)
     } catch (err) {
       debug('recovery: packet not added to the stream: %s', err.message)
-      return this.publishHere(state, data, {}, true)
+      return this.inOrder(() => this.publishHere(state, data, {}, true))
     }
+    const slot = { done: false, run: null }
+    this.sending.push(slot)
     appended.added.then(() => {
       // An outage seen as failed XADDs ends with one that works (the connection may never have closed).
       if (this.degraded && this.stream === stream) this.recovered()
+      this.recent.push({ state, data, uid: appended.uid })
+      if (this.recent.length > RECENT_KEPT) this.recent.shift()
     }, (err) => {
       stream.skip(appended.uid)
       if (this.stream !== stream) return // closed meanwhile (shutdown)
       this.degrade(err.message)
-      // Not forwarded: it may have reached the stream (and the other hosts) after all.
-      this.publishHere(state, data, {}, false)
-    }).catch((err) => debug('recovery: fallback delivery failed: %s', err.message))
+      // It may have reached the stream after all, or not (Redis restarted without it): to the other
+      // hosts over the bridge too, with its uid, so a host that read it from the stream drops this copy.
+      this.behindBridge = true
+      slot.run = () => this.publishHere(state, Object.assign({}, data, { u: appended.uid }), {}, true)
+    }).catch((err) => debug('recovery: fallback delivery failed: %s', err.message)).then(() => {
+      slot.done = true
+      this.drainSending()
+    }).catch((err) => debug('recovery: delivery after a failed XADD failed: %s', err.message))
   }
 
   /** An entry of the shared stream, in stream order: to this host's workers (entry null: skipped, only the position moves). */

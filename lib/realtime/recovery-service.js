@@ -94,7 +94,8 @@ class RecoveryService {
     if (this.options.redis) {
       // Loaded only with bus.redis (it brings ioredis).
       const { RedisLog } = require('./recovery-redis')
-      this.log = new RedisLog(memory, hooks, Object.assign({}, this.options, { waitMs: () => this.liveWaitMs }))
+      const bridgeBacklog = typeof bus.bridgeBacklog === 'function' ? () => bus.bridgeBacklog() : () => false
+      this.log = new RedisLog(memory, hooks, Object.assign({}, this.options, { waitMs: () => this.liveWaitMs, bridgeBacklog }))
     } else {
       this.log = memory
     }
@@ -321,6 +322,7 @@ function recoveryOptions (config, log, isRetiring) {
  */
 const recoveryService = {
   name: SERVICE,
+  handover: { crosses: 'handedOver', own: 'lib/realtime/recovery-handover.js', what: 'the socket.io recovery log and its numbering; the old workers\' broadcasts are relayed to the new primary, which numbers them' },
   start: function startRecoveryService (context) {
     const service = createRecoveryService(require('../bus/library').libraryChannel, recoveryOptions(context.config, context.log, context.isRetiringPid))
     if (context.upgrading) service.hold()

@@ -37,10 +37,12 @@ function failFast (timeoutMs) {
 
 /**
  * @param {{ kind: string, url?: string, options?: object, nodes?: Array }} target from parseRedisTarget (not a client)
- * @param {{ timeoutMs?: number, offlineQueue?: false, maxRetriesPerRequest?: number, cluster?: object, autoPipelining?: boolean }} [settings]
+ * @param {{ timeoutMs?: number, offlineQueue?: false, resendUnanswered?: false, maxRetriesPerRequest?: number, cluster?: object, autoPipelining?: boolean }} [settings]
  *   timeoutMs: fail fast with this command timeout (else ioredis's defaults, offline queue
  *   included, so a subscriber's SUBSCRIBE waits for the connection);
  *   offlineQueue: false: no queue while disconnected (a publisher that drops instead);
+ *   resendUnanswered: false: commands written before a disconnect and never answered fail instead
+ *   of being sent again on reconnect (ioredis's autoResendUnfulfilledCommands): the caller decides;
  *   cluster: extra ClusterOptions (e.g. shardedSubscribers);
  *   autoPipelining: commands issued in one event-loop turn go out in one write (ioredis's
  *   enableAutoPipelining), for a connection many requests share
@@ -52,6 +54,7 @@ function connectRedis (target, settings) {
   const ours = settings.timeoutMs ? failFast(settings.timeoutMs) : {}
   if (settings.offlineQueue === false) ours.enableOfflineQueue = false
   if (settings.maxRetriesPerRequest !== undefined) ours.maxRetriesPerRequest = settings.maxRetriesPerRequest
+  if (settings.resendUnanswered === false) ours.autoResendUnfulfilledCommands = false
   if (settings.autoPipelining) ours.enableAutoPipelining = true
 
   if (target.kind === 'cluster') {

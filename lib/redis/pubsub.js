@@ -34,8 +34,10 @@ function createPubSub (options) {
   let subscribed = false
   let closed = false
   const ownsPub = target.client === undefined
-  // The publisher never queues while offline: at-most-once, bounded memory.
-  const pub = ownsPub ? connectRedis(target, { offlineQueue: false, maxRetriesPerRequest: 1 }) : target.client
+  // The publisher never queues while offline: at-most-once, bounded memory. A PUBLISH written
+  // just before the connection broke fails rather than going out on reconnect, when the other
+  // hosts may not have subscribed again: the bridge keeps it for its flush (./bus/redis-bridge.js).
+  const pub = ownsPub ? connectRedis(target, { offlineQueue: false, maxRetriesPerRequest: 1, resendUnanswered: false }) : target.client
   pub.on('error', (err) => onError('publisher', err))
   pub.on('ready', whenReady)
   if (!ownsPub && pub.status === 'ready') process.nextTick(whenReady)

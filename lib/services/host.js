@@ -13,6 +13,8 @@
  * something (its client's onPush handler runs); false when no such worker.
  *   close()              shutdown (may return a Promise)
  *   api                  what host.get(name) returns to the primary (stats)
+ *   handover             { export(), import(items) } when the definition declares its state
+ *                        handed over (lib/primary/handover.js carries it across an upgrade)
  * `caller` is `{ id, pid, generation }` of the worker (slot 0 and this pid in-process).
  */
 
@@ -33,6 +35,10 @@ function createServiceHost (definitions, context) {
   /** The same records by pid, for push(). */
   const byPid = new Map()
   const log = (context && context.log) || { error () {} }
+  /** During an upgrade, in the new primary: the calls to these services wait for the old one's state. */
+  let held = null
+  /** During an upgrade, in the old primary: these services' calls go to the new one. */
+  let passing = null
 
   for (const definition of definitions) {
     if (services.has(definition.name)) throw new Error(`service "${definition.name}" is in the list twice`)
@@ -107,6 +113,22 @@ function createServiceHost (definitions, context) {
   function onWorkerMessage (record, message) {
     if (typeof message.s !== 'string' || typeof message.m !== 'string') return
     const caller = { id: record.id, pid: record.pid, generation: record.generation }
+    if (held !== null && held.names.has(message.s)) {
+      held.queue.push(() => onWorkerMessage(record, message))
+      return
+    }
+    if (passing !== null && passing.names.has(message.s)) {
+      passing.sink.message(message, caller, (answer) => reply(record, answer))
+      return
+    }
+    answerMessage(message, caller, (answer) => reply(record, answer))
+  }
+
+  /**
+   * Answer one SERVICE envelope (a call or a notification) for `caller`; a
+   * call's answer (an envelope) goes to `respond`.
+   */
+  function answerMessage (message, caller, respond) {
     const isCall = message.op === SERVICE_OP.CALL && typeof message.id === 'number'
     if (!isCall && message.op !== SERVICE_OP.NOTIFY) return
     let data = message.d
@@ -114,8 +136,8 @@ function createServiceHost (definitions, context) {
       try {
         data = decodeAppData(data)
       } catch (err) {
-        debug('undecodable %s.%s from worker %s: %s', message.s, message.m, record.id, err.message)
-        if (isCall) reply(record, envelope.failure(message.id, errorToWire(err)))
+        debug('undecodable %s.%s from worker pid %s: %s', message.s, message.m, caller.pid, err.message)
+        if (isCall) respond(envelope.failure(message.id, errorToWire(err)))
         return
       }
     }
@@ -125,21 +147,33 @@ function createServiceHost (definitions, context) {
     }
     const id = message.id
     call(message.s, message.m, data, caller).then(function answer (value) {
-      reply(record, envelope.reply(id, value))
+      respond(envelope.reply(id, value))
     }, function failed (err) {
-      reply(record, envelope.failure(id, errorToWire(err)))
+      respond(envelope.failure(id, errorToWire(err)))
     })
   }
 
   function forget (record) {
     const caller = { id: record.id, pid: record.pid, generation: record.generation }
     for (const [name, service] of services) {
-      if (typeof service.started.workerExit !== 'function') continue
-      try {
-        service.started.workerExit(caller)
-      } catch (err) {
-        log.error(`service ${name}: forgetting worker ${record.id} failed: ${err && err.message}`, { err })
+      if (held !== null && held.names.has(name)) {
+        held.queue.push(() => forgetIn(name, service, caller))
+        continue
       }
+      if (passing !== null && passing.names.has(name)) {
+        passing.sink.exit(name, caller)
+        continue
+      }
+      forgetIn(name, service, caller)
+    }
+  }
+
+  function forgetIn (name, service, caller) {
+    if (typeof service.started.workerExit !== 'function') return
+    try {
+      service.started.workerExit(caller)
+    } catch (err) {
+      log.error(`service ${name}: forgetting worker ${caller.id} failed: ${err && err.message}`, { err })
     }
   }
 
@@ -182,6 +216,99 @@ function createServiceHost (definitions, context) {
     },
 
 
+    /** @returns {Array<{ id: number, pid: number, generation: number }>} the workers this host answers */
+    callers () {
+      return Array.from(records, (record) => ({ id: record.id, pid: record.pid, generation: record.generation }))
+    },
+
+    /**
+     * The names of the services whose state is handed over by export()/import().
+     * @returns {string[]}
+     */
+    handedOver () {
+      return Array.from(services).filter(([, service]) => isHandover(service.started.handover)).map(([name]) => name)
+    },
+
+    /**
+     * The state of a handed-over service, as items to import elsewhere; undefined when this
+     * service has nothing to hand over now (its state is shared, e.g. in Redis).
+     * @param {string} name
+     * @returns {Array<*>|undefined}
+     */
+    exportState (name) {
+      const service = services.get(name)
+      return service === undefined || !isHandover(service.started.handover) ? undefined : service.started.handover.export()
+    },
+
+    /**
+     * Items another primary's exportState(name) gave.
+     * @param {string} name
+     * @param {Array<*>} items
+     */
+    importState (name, items) {
+      const service = services.get(name)
+      if (service === undefined || !isHandover(service.started.handover)) {
+        debug('state for %s: no such handed-over service here, dropped', name)
+        return
+      }
+      service.started.handover.import(items)
+    },
+
+    /**
+     * Hold every worker call, notification and exit of these services until release().
+     * @param {string[]} names
+     */
+    hold (names) {
+      if (held === null) held = { names: new Set(), queue: [] }
+      for (const name of names) held.names.add(name)
+    },
+
+    /** Answer what hold() kept, in the order it came, and what comes from now on. */
+    release () {
+      const queue = held === null ? [] : held.queue
+      held = null
+      for (const run of queue) run()
+    },
+
+    /**
+     * From now on, send these services' worker calls, notifications and exits to `sink`
+     * (the new primary, lib/primary/handover.js); stop with passThrough(null).
+     * @param {{ names: string[], sink: { message: Function, exit: Function } }|null} route
+     */
+    passThrough (route) {
+      passing = route === null ? null : { names: new Set(route.names), sink: route.sink }
+    },
+
+    /**
+     * Answer a SERVICE envelope another primary passed on from one of its workers.
+     * @param {object} message the envelope
+     * @param {{ id: number, pid: number, generation: number }} caller
+     * @param {(answer: object) => void} respond gets the reply envelope of a call
+     */
+    answerPassed (message, caller, respond) {
+      if (!message || typeof message.s !== 'string' || typeof message.m !== 'string') return
+      if (held !== null && held.names.has(message.s)) {
+        held.queue.push(() => answerMessage(message, caller, respond))
+        return
+      }
+      answerMessage(message, caller, respond)
+    },
+
+    /**
+     * Another primary's worker exited (its last passed messages came before this).
+     * @param {string} name
+     * @param {{ id: number, pid: number, generation: number }} caller
+     */
+    passedExit (name, caller) {
+      const service = services.get(name)
+      if (service === undefined) return
+      if (held !== null && held.names.has(name)) {
+        held.queue.push(() => forgetIn(name, service, caller))
+        return
+      }
+      forgetIn(name, service, caller)
+    },
+
     /** Shutdown: close every service (Redis connections, timers). */
     close () {
       const closing = []
@@ -191,6 +318,10 @@ function createServiceHost (definitions, context) {
       return Promise.all(closing).then(() => undefined)
     }
   }
+}
+
+function isHandover (handover) {
+  return Boolean(handover) && typeof handover.export === 'function' && typeof handover.import === 'function'
 }
 
 /** A worker's channel closes once its last messages are read; it should follow its exit at once. */

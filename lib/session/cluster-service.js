@@ -35,6 +35,7 @@ function sessionRequests (backend, leases) {
 
 const sessionService = {
   name: SERVICE,
+  handover: { crosses: 'handedOver', own: 'lib/primary/session-forward.js', what: 'every session (the cluster store); the old workers\' session requests are answered by the new primary\'s store from the handover on' },
   /**
    * @param {{ config?: { clusterStore?: { maxSessions: number, maxTotalBytes: number } } }} context
    * @returns {object} handlers; `api` is the backend (stats)

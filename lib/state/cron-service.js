@@ -49,6 +49,24 @@ class RunClaims {
     return true
   }
 
+  /** @returns {Array<[string, number]>} [key, until] of the claims still held */
+  exportClaims () {
+    this.sweep(this.now())
+    return Array.from(this.claims)
+  }
+
+  /** @param {Array<[string, number]>} items claims another primary made */
+  importClaims (items) {
+    const now = this.now()
+    for (const item of items) {
+      if (!Array.isArray(item) || typeof item[0] !== 'string' || !Number.isFinite(item[1]) || item[1] <= now) continue
+      const held = this.claims.get(item[0])
+      if (held !== undefined && held >= item[1]) continue
+      this.claims.set(item[0], item[1])
+      this.expiries.push(item[1], item[0])
+    }
+  }
+
   sweep (now) {
     while (this.expiries.size > 0 && this.expiries.peekExpires() <= now) {
       const [at, key] = this.expiries.pop()
@@ -94,12 +112,24 @@ function badRequest (field) {
 /** The service of lib/services/list.js. */
 const cronService = {
   name: SERVICE,
+  handover: { crosses: 'handedOver', what: 'the fires already claimed (without Redis): a fire claimed by an old worker does not run again on a new one' },
   start: function startCronService (context) {
     const { lazyStateBackend } = require('./redis-client')
     const claims = lazyStateBackend(context, (connection, namespace) => (connection ? new RedisRunClaims(connection.client, namespace + ':cron:') : new RunClaims()))
     return {
       requests: {
         [CRON_OP.CLAIM]: function claim (data) { return cronHandlers(claims.current())[CRON_OP.CLAIM](data) }
+      },
+      handover: {
+        export () {
+          if (claims.shared) return undefined
+          const built = claims.built()
+          return built === null ? [] : built.exportClaims()
+        },
+        import (items) {
+          const built = claims.current()
+          if (typeof built.importClaims === 'function') built.importClaims(items)
+        }
       },
       close: () => claims.close()
     }

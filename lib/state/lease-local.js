@@ -15,6 +15,10 @@ function createLocalLeaseBackend (now) {
       last = Math.max(last + 1, now())
       return Promise.resolve(last)
     },
+    /** A token handed over from another primary (an upgrade): the next ones are larger. */
+    advance (token) {
+      if (Number.isSafeInteger(token) && token > last) last = token
+    },
     keep () {},
     drop () {},
     close () {}

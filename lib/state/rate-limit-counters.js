@@ -110,6 +110,38 @@ class RateLimitCounters {
     }
   }
 
+  /**
+   * The live windows, to hand to another primary (lib/primary/handover.js).
+   * @returns {Array<[string, number, number]>} [key, hits, resetAt]
+   */
+  exportEntries () {
+    const now = this.now()
+    const items = []
+    for (const [key, client] of this.clients) {
+      if (client.resetAt > now) items.push([key, client.hits, client.resetAt])
+    }
+    return items
+  }
+
+  /**
+   * Windows another primary counted: a key counted here too keeps both counts.
+   * @param {Array<[string, number, number]>} items as exportEntries() gives them
+   */
+  importEntries (items) {
+    const now = this.now()
+    for (const item of items) {
+      if (!Array.isArray(item) || typeof item[0] !== 'string' || !Number.isInteger(item[1]) || !Number.isFinite(item[2]) || item[2] <= now) continue
+      const [key, hits, resetAt] = item
+      const client = this.clients.get(key)
+      if (client !== undefined && client.resetAt > now) {
+        client.hits += hits
+        continue
+      }
+      this.clients.set(key, { hits, resetAt })
+      this.expiries.push(resetAt, key)
+    }
+  }
+
   /** @returns {number} keys held (expired ones not yet swept included) */
   get size () {
     return this.clients.size

@@ -85,6 +85,7 @@ function badRequest (field, value) {
  */
 const rateLimitService = {
   name: SERVICE,
+  handover: { crosses: 'handedOver', what: 'every client\'s hits and window end (without Redis); the old workers\' hits count in the new primary from the handover on' },
   start: function startRateLimitService (context) {
     const { lazyStateBackend } = require('./redis-client')
     const service = lazyStateBackend(context, function buildRateLimit (connection, namespace) {
@@ -100,6 +101,17 @@ const rateLimitService = {
         size () {
           const built = service.built()
           return built === null ? 0 : built.counters.size
+        }
+      },
+      handover: {
+        export () {
+          if (service.shared) return undefined
+          const built = service.built()
+          return built === null ? [] : built.counters.exportEntries()
+        },
+        import (items) {
+          const counters = service.current().counters
+          if (typeof counters.importEntries === 'function') counters.importEntries(items)
         }
       },
       close: () => service.close()

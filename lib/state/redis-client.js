@@ -73,6 +73,8 @@ function stateRedis (config, log) {
   return {
     /** Keys of this cluster (fleet) live under the bus channel's name: two apps on one Redis share nothing. */
     namespace: (config && config.bus && config.bus.channel) || 'clusterize:bus',
+    /** With bus.redis: the state lives in Redis, shared by every primary (none to hand over). */
+    shared: Boolean(option),
     connection () {
       if (!option) return null
       if (mine === null) {
@@ -101,7 +103,7 @@ function stateRedis (config, log) {
  * @param {{ config?: object, log?: object }} [context] the service's start context
  * @param {(connection: { client: object, commands: object, cluster: boolean }|null, namespace: string) => T} build
  *   connection: null without bus.redis
- * @returns {{ current: () => T, built: () => T|null, close: () => Promise<void> }}
+ * @returns {{ current: () => T, built: () => T|null, shared: boolean, close: () => Promise<void> }}
  */
 function lazyStateBackend (context, build) {
   const redis = stateRedis(context && context.config, context && context.log)
@@ -113,6 +115,8 @@ function lazyStateBackend (context, build) {
     },
     /** The backend if it was built, else null (nothing is connected for a look). */
     built: () => backend,
+    /** Whether the state is in Redis (bus.redis), shared with any other primary. */
+    shared: redis.shared,
     close: () => redis.close()
   }
 }

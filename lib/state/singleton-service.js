@@ -11,6 +11,7 @@
 const { ClusterizeError } = require('../errors')
 const { LeaseTable } = require('./leases')
 const { createLocalLeaseBackend } = require('./lease-local')
+const { exportLeases, importLeases } = require('./singleton-handover')
 
 const SERVICE = 'singleton'
 const SINGLETON_OP = Object.freeze({ ACQUIRE: 'acquire', WATCH: 'watch', RELEASE: 'release' })
@@ -40,6 +41,7 @@ function singletonHandlers (table) {
 /** The service of lib/services/list.js. */
 const singletonService = {
   name: SERVICE,
+  handover: { crosses: 'handedOver', what: 'who holds each name and its token (without Redis): new workers wait until the old holder released it or exited' },
   start: function startSingletonService (context) {
     const { lazyStateBackend } = require('./redis-client')
     const log = context && context.log
@@ -62,6 +64,16 @@ const singletonService = {
       workerExit (caller) {
         const table = tables.built()
         if (table !== null) table.ownerGone(caller.pid)
+      },
+      handover: {
+        export () {
+          if (tables.shared) return undefined
+          const table = tables.built()
+          return table === null ? [] : exportLeases(table)
+        },
+        import (items) {
+          if (!tables.shared) importLeases(tables.current(), items)
+        }
       },
       api: {
         list () {

@@ -8,7 +8,7 @@ import {
 import type {
   PrimaryHandle, ClusterizeOptions, ReloadStartEvent, ReloadResult, BridgeUpEvent, BridgeDownEvent,
   SessionDownEvent, SessionUpEvent, WorkerExitEvent, ClusterizeBusErrorCode, UpgradeResult, UpgradeStartEvent,
-  PrimaryConnectionStats, ClusterSessionLeaseStats, WorkerFailureCounts
+  PrimaryConnectionStats, ClusterSessionLeaseStats, WorkerFailureCounts, BusBridgeStatus
 } from 'clusterize-express'
 import { expectType } from './expect.mjs'
 
@@ -95,3 +95,8 @@ try {
   if (err instanceof ClusterizeError) expectType<string>()(err.code)
 }
 expectType<() => void>()(onDrain(() => {}))
+
+// The bus bridge's status counts the frames it dropped as repeats (a retried PUBLISH).
+declare const bridgeStatus: BusBridgeStatus
+expectType<number>()(bridgeStatus.repeated)
+expectType<number>()(bridgeStatus.flushed)

@@ -16,6 +16,7 @@ const { OP, SERVICE } = require('./ops')
  */
 const metricsService = {
   name: SERVICE,
+  handover: { crosses: 'handedOver', what: 'the totals of gone workers and the last report of each old worker, which report to the new primary from then on: no app counter goes down' },
   start (context) {
     const options = context && context.config && context.config.metrics
     if (!options) return {}
@@ -25,6 +26,10 @@ const metricsService = {
       notifications: { [OP.REPORT]: (data, caller) => app.service.report(data, caller) },
       workerExit: (caller) => app.service.workerExit(caller),
       close: () => app.service.close(),
+      handover: {
+        export: () => app.service.exportState(),
+        import: (items) => app.service.importState(items)
+      },
       api: app
     }
   }

@@ -6,13 +6,22 @@
  * Without them a replaced worker's counts vanish from the sum and
  * Prometheus reads the drop as a counter reset (rate() then jumps).
  *
- * Only metrics prom-client sums are kept: counters and histograms whose
- * aggregator is 'sum'. A gauge is a current value: a gone worker has none.
+ * Only metrics prom-client sums are kept: counters, histograms and
+ * summaries whose aggregator is 'sum'. Of a summary only its `_count` and
+ * `_sum` are kept: quantiles cannot be added up (prom-client's sum of them
+ * means nothing), so a summary's quantiles are the live workers' alone. A
+ * gauge is a current value: a gone worker has none.
  */
 
 const { isMetric, aggregatorOf, seriesKey } = require('./snapshot')
 
-const MONOTONIC = new Set(['counter', 'histogram'])
+const MONOTONIC = new Set(['counter', 'histogram', 'summary'])
+
+/** The values of a metric that only grow: all of a counter's and histogram's, a summary's _count and _sum. */
+function grows (metric, value) {
+  if (metric.type !== 'summary') return true
+  return typeof value.metricName === 'string' && (value.metricName === metric.name + '_count' || value.metricName === metric.name + '_sum')
+}
 
 class RetainedTotals {
   constructor () {
@@ -26,7 +35,17 @@ class RetainedTotals {
    * @param {object[]} snapshot its getMetricsAsJSON() array (malformed parts are skipped)
    */
   fold (snapshot) {
+    if (this.add(snapshot)) this.workers++
+  }
+
+  /**
+   * Add these totals, or a gone worker's snapshot, without counting a worker.
+   * @param {object[]} snapshot
+   * @returns {boolean} whether anything was kept
+   */
+  add (snapshot) {
     let kept = false
+    if (!Array.isArray(snapshot)) return false
     for (const metric of snapshot) {
       if (!isMetric(metric) || !MONOTONIC.has(metric.type) || aggregatorOf(metric) !== 'sum') continue
       let held = this.metrics.get(metric.name)
@@ -37,6 +56,7 @@ class RetainedTotals {
         this.metrics.set(metric.name, held)
       }
       for (const value of metric.values) {
+        if (!grows(metric, value)) continue
         const key = seriesKey(value)
         if (key === null) continue
         const sum = held.values.get(key)
@@ -50,7 +70,7 @@ class RetainedTotals {
       }
       kept = true
     }
-    if (kept) this.workers++
+    return kept
   }
 
   /** @returns {object[]} the totals in getMetricsAsJSON() shape, one more list to aggregate */

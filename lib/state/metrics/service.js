@@ -238,6 +238,41 @@ class MetricsService {
     return { workers, retained: this.retained.snapshot(), retainedWorkers: this.retained.workers }
   }
 
+  /**
+   * What crosses an upgrade (lib/primary/handover.js): the retained totals, the last
+   * report of each live worker (the old workers report to the new primary from now on,
+   * and a values report needs the full one it fits), the gone pids and the scrape number.
+   * @returns {Array<Array<*>>}
+   */
+  exportState () {
+    const items = [['seq', this.seq], ['retained', this.retained.snapshot(), this.retained.workers]]
+    for (const [pid, held] of this.reports) items.push(['report', pid, { worker: held.worker, metrics: held.metrics, shape: held.shape, seq: held.seq }])
+    for (const [pid, at] of this.gone) items.push(['gone', pid, at])
+    // Questions waiting here are answered now: the workers ask again, of the new primary.
+    for (const pid of Array.from(this.waiting.keys())) this.release(pid, 0)
+    return items
+  }
+
+  /** @param {Array<Array<*>>} items as exportState() gives them */
+  importState (items) {
+    for (const item of items) {
+      if (!Array.isArray(item)) continue
+      if (item[0] === 'seq' && Number.isInteger(item[1])) {
+        // Later scrapes are numbered past the old primary's: a report's number never looks old.
+        this.seq = Math.max(this.seq, item[1])
+      } else if (item[0] === 'retained' && Array.isArray(item[1])) {
+        this.retained.add(item[1])
+        if (Number.isInteger(item[2])) this.retained.workers += item[2]
+      } else if (item[0] === 'report' && Number.isInteger(item[1]) && item[2] && Array.isArray(item[2].metrics) && !this.reports.has(item[1])) {
+        const held = item[2]
+        this.reports.set(item[1], { worker: held.worker, metrics: held.metrics, shape: Number.isInteger(held.shape) ? held.shape : 0, at: this.now(), seq: Number.isInteger(held.seq) ? held.seq : 0, asked: 0 })
+        this.seq = Math.max(this.seq, Number.isInteger(held.seq) ? held.seq : 0)
+      } else if (item[0] === 'gone' && Number.isInteger(item[1]) && Number.isFinite(item[2])) {
+        this.gone.set(item[1], item[2])
+      }
+    }
+  }
+
   /** Shutdown: answer every waiting question. */
   close () {
     for (const pid of Array.from(this.waiting.keys())) this.release(pid, 0)
