@@ -6,7 +6,7 @@
  * anything is forked.
  */
 
-const { SCHEDULING } = require('../config')
+const { SCHEDULING, SESSION_STORES } = require('../config')
 const { RELOAD_SIGNALS } = require('../signals')
 const { MAX_TIMER_MS } = require('../errors')
 const { CliUsageError } = require('./errors')
@@ -27,6 +27,8 @@ const FLAGS = {
   '--reload-signal': { key: 'reloadSignal', value: 'signal', for: ['start'] },
   '--bake-ms': { key: 'bakeMs', value: 'ms', for: ['start'] },
   '--sessions': { key: 'sessions', value: 'sessions', for: ['start'] },
+  '--env': { key: 'env', value: 'name', for: ['start'] },
+  '--only': { key: 'only', value: 'name', for: ['start', 'reload', 'upgrade', 'stop', 'status', 'top'] },
   '--rate-limit': { key: 'rateLimit', value: 'rateLimit', for: ['start'] },
   '--pid-file': { key: 'pidFile', value: 'string', for: ['start', 'reload', 'upgrade', 'stop', 'status', 'top'] },
   '--main-pid-file': { key: 'mainPidFile', value: 'string', for: ['start'] },
@@ -123,7 +125,11 @@ function convert (name, kind, raw) {
       if (!SCHEDULING.includes(raw)) throw new CliUsageError(`${name} must be one of ${SCHEDULING.join(', ')}, got ${JSON.stringify(raw)}`)
       return raw
     case 'sessions':
-      if (raw !== 'cluster' && raw !== 'memory') throw new CliUsageError(`${name} must be "cluster" (express-session's default store becomes the cluster store) or "memory", got ${JSON.stringify(raw)}`)
+      if (!SESSION_STORES.includes(raw)) throw new CliUsageError(`${name} must be "cluster" (express-session's default store becomes the cluster store), "redis" (it becomes the Redis store: needs --redis or REDIS_URL) or "memory", got ${JSON.stringify(raw)}`)
+      return raw
+    case 'name':
+      // An ecosystem file's app name or env block: PM2 names, no path or shell characters.
+      if (!/^[A-Za-z0-9][\w.-]{0,63}$/.test(raw)) throw new CliUsageError(`${name} must be a name of letters, digits, '.', '_' or '-' (up to 64), got ${JSON.stringify(raw)}`)
       return raw
     case 'rateLimit':
       if (raw !== 'cluster' && raw !== 'memory') throw new CliUsageError(`${name} must be "cluster" (express-rate-limit's default store becomes the cluster store) or "memory", got ${JSON.stringify(raw)}`)
@@ -151,7 +157,8 @@ function describeValue (kind) {
     seconds: 'seconds',
     ms: 'milliseconds',
     signal: RELOAD_SIGNALS.join('|'),
-    sessions: 'cluster|memory',
+    sessions: SESSION_STORES.join('|'),
+    name: 'a name',
     rateLimit: 'cluster|memory',
     string: 'a value'
   }[kind]

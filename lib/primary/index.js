@@ -30,6 +30,7 @@ const { readInherited, checkInheritedPort } = require('./inherit')
 const { createSocketPasser, inheritedScheduling } = require('./pass-sockets')
 const upgrades = require('./upgrade')
 const { createLogger } = require('../logger')
+const { startReloadTriggers } = require('./reload-triggers')
 
 /**
  * The handle returned by clusterize() in the primary.
@@ -55,7 +56,7 @@ function startPrimary (createApp, config) {
   checkInheritedPort(config, inherited)
   const { mode, listenMode } = inheritedScheduling(resolveScheduling(config, log), inherited, log)
   const state = { mode, listenMode, port: inherited.port !== null ? inherited.port : config.port, probesPort: undefined, shuttingDown: false, reloads: 0, readySettled: false }
-  const parts = { dispatcher: null, balancer: null, probes: null, health: null, dashboard: null }
+  const parts = { dispatcher: null, balancer: null, probes: null, health: null, dashboard: null, triggers: null }
   // listenFd: with 'none', workers listen on the inherited socket through node:cluster.
   const runtime = { listenMode, port: state.port, listenFd: listenMode === 'cluster' ? inherited.http : null, route: null, fork: (env) => cluster.fork(env) }
   const supervisor = new Supervisor(config, log, runtime)
@@ -171,6 +172,7 @@ function startPrimary (createApp, config) {
       throw err
     }
     state.readySettled = true
+    if (!state.shuttingDown) parts.triggers = startReloadTriggers(config, { reload: handle.reload, log, appDir: appDirectory(createApp) })
     if (config.banner && config.logger === undefined) {
       log.info(require('../cli/banner').formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, redis: config.bus.redis }).trimEnd())
     }
@@ -274,6 +276,7 @@ function startPrimary (createApp, config) {
     state.shuttingDown = true
     upgrader.abort()
     supervisor.stop()
+    if (parts.triggers) parts.triggers.stop()
     log.info(reason === 'upgrade' ? 'draining after the upgrade' : 'shutting down', { workers: supervisor.liveRecords().length })
     handle.emit('shutdown')
     shutdownPromise = (async () => {
@@ -309,6 +312,12 @@ function startPrimary (createApp, config) {
   function primaryStatus () {
     return { connections: parts.dispatcher ? parts.dispatcher.status() : null, dashboard: parts.dashboard ? parts.dashboard.streams : null }
   }
+}
+
+/** Where `watch: true` looks: the app module's folder, else the main script's. */
+function appDirectory (createApp) {
+  if (typeof createApp === 'string') return path.dirname(path.resolve(createApp))
+  return require.main && require.main.filename ? path.dirname(require.main.filename) : process.cwd()
 }
 
 module.exports = { startPrimary }
