@@ -115,9 +115,9 @@ function startWorker (createApp, config) {
   async function boot () {
     const appDir = appDirectory(createApp)
     const workers = Number(process.env.CLUSTERIZE_WORKERS)
-    if (config.defaultSessionStore === 'cluster') {
-      const { loadedAt } = pitfalls.useClusterStoreByDefault(appDir)
-      if (loadedAt) log.warn(pitfalls.clusterDefaultTooLate(loadedAt), { pid: process.pid })
+    if (config.defaultSessionStore !== 'memory') {
+      const { loadedAt } = pitfalls.useStoreByDefault(appDir, config.defaultSessionStore, config.sessionRedis)
+      if (loadedAt) log.warn(pitfalls.clusterDefaultTooLate(loadedAt, config.defaultSessionStore), { pid: process.pid })
     }
     // Before the app loads: a MemoryStore it builds under several workers is a silent bug.
     pitfalls.watchMemoryStores(log, workers, appDir)

@@ -8,7 +8,8 @@
  * - the app keeps express-session's default MemoryStore, so sessions live
  *   in one worker each and logins break silently;
  * - `defaultSessionStore: 'cluster'` (CLI: --sessions cluster) makes that
- *   default store the cluster store instead.
+ *   default store the cluster store instead, 'redis' (--sessions redis) the
+ *   Redis store.
  */
 
 const net = require('net')
@@ -91,7 +92,8 @@ function reportMemoryStore (log, workers) {
   registerStatus(MEMORY_STORE_STATUS, () => ({ available: true, lastError: null }))
   log.warn(`express-session's default MemoryStore keeps sessions in each worker: with ${workers} workers a user logged in on one is a stranger on the next. ` +
     "Use clusterize's session() (require('clusterize-express').session({ secret })), give express-session a shared store, " +
-    "or start with `clusterize app.js --sessions cluster` (option defaultSessionStore: 'cluster') to make the default store the cluster store", { pid: process.pid })
+    "or start with `clusterize app.js --sessions cluster` (option defaultSessionStore: 'cluster') to make the default store the cluster store " +
+    '(`--sessions redis` with --redis URL: the Redis store, for several hosts and primary restarts)', { pid: process.pid })
 }
 
 /**
@@ -178,40 +180,56 @@ function resolveMemoryStore (dirs) {
 
 /**
  * Make express-session's default store (`new MemoryStore()` when no store is
- * given) the cluster store, for the copy of express-session the app will
- * load. Must run before the app first requires express-session.
+ * given) the cluster store or the Redis store, for the copy of
+ * express-session the app will load. Must run before the app first requires
+ * express-session.
  * @param {string} appDir where the app's own require() starts looking
+ * @param {'cluster'|'redis'} [kind='cluster']
+ * @param {*} [redis] the Redis target for 'redis' (config.sessionRedis)
  * @returns {{ replaced: boolean, loadedAt: string|null }} `loadedAt`: the
  *   express-session folder that was already loaded, so could not be changed
  */
-function useClusterStoreByDefault (appDir) {
+function useStoreByDefault (appDir, kind, redis) {
   const memoryPath = resolveMemoryStore([appDir, process.cwd()])
   if (memoryPath === null) return { replaced: false, loadedAt: null }
   const index = require.resolve(path.join(path.dirname(memoryPath), '..'))
   // Already loaded with its own MemoryStore.
   if (require.cache[index]) return { replaced: false, loadedAt: path.dirname(index) }
   // express-session reads `require('./session/memory')` once, when it loads.
-  function ClusterDefaultStore (options) {
-    const { ClusterStore } = require('../session/cluster-store')
-    const store = new ClusterStore(options)
-    registerStatus('cluster', () => store.availability())
-    return store
-  }
-  ClusterDefaultStore[kClusterDefault] = true
+  const DefaultStore = kind === 'redis'
+    ? function RedisDefaultStore () {
+      const { ClusterizeRedisStore } = require('../session/redis-store')
+      const store = new ClusterizeRedisStore({ redis, option: typeof redis === 'string' && redis === process.env.REDIS_URL ? 'REDIS_URL' : 'bus.redis' })
+      registerStatus('redis', () => store.availability())
+      return store
+    }
+    : function ClusterDefaultStore (options) {
+      const { ClusterStore } = require('../session/cluster-store')
+      const store = new ClusterStore(options)
+      registerStatus('cluster', () => store.availability())
+      return store
+    }
+  DefaultStore[kClusterDefault] = true
   const Module = require('module')
   const entry = new Module(memoryPath, module)
   entry.filename = memoryPath
   entry.loaded = true
-  entry.exports = ClusterDefaultStore
+  entry.exports = DefaultStore
   require.cache[memoryPath] = entry
   return { replaced: true, loadedAt: null }
 }
 
-/** The warning when defaultSessionStore 'cluster' came too late for the app's express-session. */
-function clusterDefaultTooLate (dir) {
-  return `defaultSessionStore 'cluster' (--sessions cluster) cannot replace the default store of express-session at ${dir}: ` +
+/** 0.2's name, for the cluster store. */
+function useClusterStoreByDefault (appDir) {
+  return useStoreByDefault(appDir, 'cluster')
+}
+
+/** The warning when defaultSessionStore came too late for the app's express-session. */
+function clusterDefaultTooLate (dir, kind) {
+  kind = kind || 'cluster'
+  return `defaultSessionStore '${kind}' (--sessions ${kind}) cannot replace the default store of express-session at ${dir}: ` +
     'it was loaded before clusterize() ran in this worker, so it keeps a MemoryStore per worker. ' +
-    "Call require('express-session') inside createApp, start the app file with the CLI (clusterize app.js --sessions cluster), " +
+    `Call require('express-session') inside createApp, start the app file with the CLI (clusterize app.js --sessions ${kind}), ` +
     "or use clusterize's session()"
 }
 
@@ -222,6 +240,7 @@ module.exports = {
   watchMemoryStores,
   warnOnMemoryStore,
   useClusterStoreByDefault,
+  useStoreByDefault,
   clusterDefaultTooLate,
   MEMORY_STORE_STATUS
 }
