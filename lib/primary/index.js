@@ -298,7 +298,11 @@ function startPrimary (createApp, config) {
       await closeServices()
       await busRuntime.close()
       const code = forced || exitCode === 1 ? 1 : 0
-      log.info(forced ? 'shutdown forced: some workers were killed at the deadline' : 'shutdown complete', { code })
+      // A worker that ended itself mid-drain cut what it had in flight: not a clean shutdown either.
+      const cut = retiring.filter((record) => record.drainAsked && !record.drained && !record.forced).length
+      if (forced) log.info('shutdown forced: some workers were killed at the deadline', { code })
+      else if (cut > 0) log.warn(`shutdown done, not clean: ${cut} worker${cut === 1 ? '' : 's'} exited before draining (see above)`, { code })
+      else log.info('shutdown complete', { code })
       return { code, forced }
     })()
     return shutdownPromise

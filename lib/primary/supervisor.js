@@ -152,11 +152,17 @@ class Supervisor extends EventEmitter {
   }
 
   onDrained (record, message) {
+    record.drained = true
     record.drainTimedOut = message.timedOut === true
     debug('worker %d drained%s', record.id, message.timedOut ? ' (deadline passed)' : '')
   }
 
   onExit (record, code, signal) {
+    if (record.drainAsked && !record.drained && typeof record.worker.isConnected === 'function' && record.worker.isConnected()) {
+      // Whether it drained is in its last message, which may still be in the pipe: read it first.
+      record.worker.once('disconnect', () => this.onExit(record, code, signal))
+      return
+    }
     this.records.delete(record)
     const wasCurrent = this.slots[record.id] === record
     const reason = record.exitReason()

@@ -52,6 +52,9 @@ class WorkerRecord {
     /** Killed at the drain deadline / reported its drain timed out. */
     this.forced = false
     this.drainTimedOut = false
+    /** Asked to drain (not killed at once), and whether it said it had drained. */
+    this.drainAsked = false
+    this.drained = false
     this.channel = new ipc.Channel(worker)
     this.exitEvent = null
     this.exited = new Promise((resolve) => { this.resolveExited = resolve })

@@ -15,6 +15,7 @@
 const net = require('net')
 const path = require('path')
 const { registerStatus } = require('../session/status')
+const { standIn } = require('./app-server')
 
 /** Requests inspected for a MemoryStore before giving up (apps without sessions pay nothing after). */
 const SESSION_CHECKS = 1000
@@ -23,22 +24,26 @@ const SESSION_CHECKS = 1000
  * Record listen() calls on any server while `fn` builds the app.
  *
  * A listen on clusterize's own port (`app.listen(process.env.PORT)`, the
- * textbook app.js) fails with EADDRINUSE in a worker; with no 'error'
- * listener that would crash every worker right after it became ready, in a
- * loop. The app is served on that port anyway, so that one failure is
- * reported to `onPortClash` and otherwise ignored.
+ * textbook app.js) cannot bind in a worker: clusterize serves that port. The
+ * app's server becomes a stand-in for the one clusterize serves instead
+ * (./app-server.js): its close() drains the real server, so the app's own
+ * graceful stop works. `onOwnPort` is told of it.
  * @template T
  * @param {() => Promise<T>} fn
- * @param {{ port?: number, onPortClash?: (port: number) => void }} [own] clusterize's port
- * @returns {Promise<{ value: T, listened: boolean }>}
+ * @param {{ port?: number, host?: string, onOwnPort?: (port: number) => void, drain?: () => Promise<void> }} [own]
+ *   clusterize's port, and what drains it when the app closes its stand-in
+ * @returns {Promise<{ value: T, listened: boolean }>} `listened`: the app listened on another port
  */
 async function watchListenCalls (fn, own) {
   const original = net.Server.prototype.listen
   const ownPort = own && own.port ? own.port : 0
   let listened = false
   net.Server.prototype.listen = function listenDuringBuild () {
+    if (ownPort !== 0 && portOf(arguments[0]) === ownPort && own.drain) {
+      if (own.onOwnPort) own.onOwnPort(ownPort)
+      return standIn(this, arguments, { port: ownPort, host: own.host, drain: own.drain })
+    }
     listened = true
-    if (ownPort !== 0 && portOf(arguments[0]) === ownPort) survivePortClash(this, ownPort, own.onPortClash)
     return original.apply(this, arguments)
   }
   try {
@@ -48,18 +53,6 @@ async function watchListenCalls (fn, own) {
   }
 }
 
-function survivePortClash (server, port, onPortClash) {
-  server.on('error', function onOwnListenError (err) {
-    if (err && err.code === 'EADDRINUSE') {
-      server.removeListener('error', onOwnListenError)
-      if (onPortClash) onPortClash(port)
-      return
-    }
-    // Any other error keeps its usual effect when nobody else listens for it.
-    if (server.listenerCount('error') === 1) throw err
-  })
-}
-
 /** The port a listen() call asks for: `listen(port)`, `listen('3000')`, `listen({ port })`. */
 function portOf (first) {
   const port = first !== null && typeof first === 'object' ? first.port : first
@@ -67,9 +60,10 @@ function portOf (first) {
   return typeof port === 'string' && /^\d+$/.test(port) ? Number(port) : undefined
 }
 
-/** The log line when the app's own listen on clusterize's port failed and was ignored. */
+/** The log line when the app's own listen() was on clusterize's port. */
 function portClashNote (port) {
-  return `the app's own listen() on port ${port} failed (EADDRINUSE) and was ignored: clusterize serves the app on that port`
+  return `the app's own listen() on port ${port} binds nothing: clusterize serves the app on that port, ` +
+    "and the app's server stands in for it (its close() drains the workers' requests, then calls back)"
 }
 
 /** The warning for an app that listened by itself. */
