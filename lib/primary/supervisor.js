@@ -16,6 +16,7 @@ const { WorkerRecord, STATES, isFailureReason } = require('./worker-record')
 const { Spares } = require('./spares')
 const { logExit } = require('./readiness')
 const { drainOrKill, killNow } = require('./retire')
+const { afterLastMessages } = require('../services/host')
 
 /** A worker that stays ready this long is considered healthy again. */
 const STABLE_AFTER_MS = 30000
@@ -158,10 +159,10 @@ class Supervisor extends EventEmitter {
   }
 
   onExit (record, code, signal) {
-    if (record.drainAsked && !record.drained && typeof record.worker.isConnected === 'function' && record.worker.isConnected()) {
+    if (record.drainAsked && !record.drained && !record.lastMessagesRead) {
       // Whether it drained is in its last message, which may still be in the pipe: read it first.
-      record.worker.once('disconnect', () => this.onExit(record, code, signal))
-      return
+      record.lastMessagesRead = true
+      return afterLastMessages(record, () => this.onExit(record, code, signal))
     }
     this.records.delete(record)
     const wasCurrent = this.slots[record.id] === record

@@ -221,4 +221,4 @@ function afterLastMessages (record, fn) {
   }
 }
 
-module.exports = { createServiceHost }
+module.exports = { createServiceHost, afterLastMessages }
