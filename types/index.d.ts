@@ -117,7 +117,7 @@ export interface ReloadOptions {
 
 /** Reload when files change (development). node_modules and .git are never watched. */
 export interface WatchOptions {
-  /** Files or directories (watched recursively). Default: the app's directory. */
+  /** Files or directories (watched recursively), relative to the working directory. Default: the app's directory. */
   paths?: string[]
   /** More to leave out: a name ('dist'), a path relative to a watched directory ('logs/app'), or a glob ('*.log'). */
   ignore?: string[]

@@ -17,6 +17,7 @@ const { MAX_TIMER_MS } = require('../errors')
 const { CliUsageError } = require('./errors')
 const { DEFAULTS } = require('../config')
 const { parseCron } = require('../primary/cron-schedule')
+const { backoffDelay } = require('../primary/backoff')
 
 /** PM2's own names; `ecosystem.config.js`, `ecosystem.json`, `prod.ecosystem.config.cjs`, `pm2.config.js`. */
 const ECOSYSTEM_FILE = /(^|[.-])(ecosystem|pm2)([.-][\w.-]*)?\.(c?js|json)$/i
@@ -181,8 +182,8 @@ function restartPolicy (app, field, options) {
     const initial = restart.backoffInitialMs !== undefined ? restart.backoffInitialMs : DEFAULTS.restart.backoffInitialMs
     const policy = { backoffInitialMs: initial, backoffMaxMs: Math.max(initial, DEFAULTS.restart.backoffMaxMs) }
     let windowMs = 0
-    // The largest delay backoffDelay() gives before each of those restarts.
-    for (let failures = 1; failures <= crashes; failures++) windowMs += minUptime + (failures <= 1 ? 0 : Math.min(policy.backoffMaxMs, policy.backoffInitialMs * Math.pow(2, failures - 2)))
+    // The largest delay backoffDelay() gives (its jitter at the top) before each of those restarts.
+    for (let failures = 1; failures <= crashes; failures++) windowMs += minUptime + backoffDelay(failures, policy, () => 1)
     restart.crashWindowMs = Math.min(MAX_TIMER_MS, Math.max(1, Math.round(windowMs)))
   }
   if (Object.keys(restart).length > 0) options.restart = restart
