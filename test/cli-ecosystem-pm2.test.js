@@ -163,19 +163,20 @@ describe('a file with two apps: --only api --env production, with watch', () => 
     assert.doesNotMatch(cli.output, /ignoring what clusterize has no use for/)
   })
 
-  test('a change under node_modules is ignored; one in the app reloads the workers', async () => {
+  test('a change under node_modules is ignored; one in the app reloads the workers, also in a folder made after the start', async () => {
     const status = JSON.parse((await run(['status', '--pid-file', pidFile, '--json'])).stdout)
     for (const worker of status.workers) tracked.add(worker.pid)
-    fs.writeFileSync(path.join(dir, 'node_modules', 'dep', 'index.js'), 'module.exports = 1\n')
-    fs.writeFileSync(path.join(dir, 'api.js'), 'module.exports = (req, res) => res.end(JSON.stringify({ api: "edited", generation: process.env.CLUSTERIZE_GENERATION }))\n')
-    const res = await eventually(async () => {
+    const answersFrom = (generation) => eventually(async () => {
       const answer = await get(port)
-      return answer.json.api === 'edited' && answer.json
-    }, { timeoutMs: 60000, intervalMs: 200, what: () => 'the edited app after a reload:\n' + cli.output })
-    assert.strictEqual(res.generation, '2')
-    const changes = cli.output.split('\n').filter((line) => /watch: .* changed/.test(line))
-    assert.strictEqual(changes.length, 1, cli.output)
-    assert.match(changes[0], /watch: api\.js changed: starting a rolling reload/)
+      return answer.json.generation === generation && answer.json
+    }, { timeoutMs: 60000, intervalMs: 200, what: () => `an answer from generation ${generation}:\n` + cli.output })
+    fs.writeFileSync(path.join(dir, 'node_modules', 'dep', 'index.js'), 'module.exports = 1\n')
+    fs.mkdirSync(path.join(dir, 'routes'))
+    await answersFrom('2')
+    fs.writeFileSync(path.join(dir, 'routes', 'users.js'), 'module.exports = []\n')
+    await answersFrom('3')
+    const changes = cli.output.split('\n').filter((line) => /watch: .* changed/.test(line)).map((line) => line.replace(/^.*watch: /, ''))
+    assert.deepStrictEqual(changes, ['routes changed: starting a rolling reload', `${path.join('routes', 'users.js')} changed: starting a rolling reload`], cli.output)
   })
 
   test('clusterize stop ends it', async () => {

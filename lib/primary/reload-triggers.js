@@ -13,6 +13,9 @@ const debug = require('debug')('clusterize:primary')
 const { parseCron, nextFire } = require('./cron-schedule')
 const { MAX_TIMER_MS } = require('../errors')
 
+/** Beyond this many watched folders the rest are left out, with a warning. */
+const MAX_WATCHED_DIRECTORIES = 5000
+
 /**
  * @param {object} config resolved configuration (reload.cron, watch)
  * @param {{ reload: () => Promise<object>, log: object, appDir: string }} deps
@@ -69,36 +72,89 @@ function scheduleCronReload (expression, deps) {
 }
 
 /**
- * Watch the paths (recursively) and start a reload once changes have been
- * quiet for `debounceMs`. Paths matching `ignore` (a name, a path relative
- * to the watched directory, or a glob with `*`) never trigger one.
+ * Watch the paths (directories recursively) and start a reload once changes
+ * have been quiet for `debounceMs`. Paths matching `ignore` (a name, a path
+ * relative to the watched directory, or a glob with `*`) never trigger one,
+ * and ignored directories are not even walked: fs.watch's own recursive mode
+ * on Linux would put a watch on every folder of node_modules.
  */
 function watchFiles (options, deps) {
   const roots = (options.paths || [deps.appDir]).map((p) => path.resolve(p))
   const ignore = options.ignore.map(toMatcher)
-  const watchers = []
+  const watchers = new Map()
   let timer = null
   let changed = null
+  let full = false
   for (const root of roots) {
-    let watcher
+    let isDir
     try {
-      const isDir = fs.statSync(root).isDirectory()
-      watcher = fs.watch(root, { recursive: isDir, persistent: false }, (event, file) => onChange(root, isDir, file))
+      isDir = fs.statSync(root).isDirectory()
     } catch (err) {
       deps.log.warn(`watch: cannot watch ${root}: ${err.message}`)
       continue
     }
-    watcher.on('error', (err) => deps.log.warn(`watch: ${root}: ${err.message}`))
-    watchers.push(watcher)
+    if (isDir) watchTree(root, root)
+    else watchOne(root, () => onChange(path.basename(root)))
   }
-  if (watchers.length > 0) {
+  if (watchers.size > 0) {
     deps.log.info(`watching ${roots.join(', ')} for changes (a change reloads the workers; ignoring ${options.ignore.join(', ')})`)
   }
 
-  function onChange (root, isDir, file) {
-    const relative = isDir ? (file ? String(file) : '') : path.basename(root)
-    if (isIgnored(relative)) return
-    changed = relative || root
+  function watchOne (target, listener) {
+    if (watchers.has(target)) return
+    if (watchers.size >= MAX_WATCHED_DIRECTORIES) {
+      if (!full) deps.log.warn(`watch: more than ${MAX_WATCHED_DIRECTORIES} directories; the rest are not watched (narrow watch.paths or add to watch.ignore)`)
+      full = true
+      return
+    }
+    try {
+      const watcher = fs.watch(target, { persistent: false }, listener)
+      // A watched folder that is removed ends its watcher; a new one with its name is picked up by its parent.
+      watcher.on('error', () => forget(target))
+      watchers.set(target, watcher)
+    } catch (err) {
+      debug('watch: cannot watch %s: %s', target, err.message)
+    }
+  }
+
+  function forget (target) {
+    const watcher = watchers.get(target)
+    if (watcher) watcher.close()
+    watchers.delete(target)
+  }
+
+  /** Watch `dir` and every folder under it that is not ignored. */
+  function watchTree (root, dir) {
+    watchOne(dir, (event, name) => {
+      if (!name) return onChange(path.relative(root, dir))
+      const where = path.join(dir, String(name))
+      const relative = path.relative(root, where)
+      if (isIgnored(relative)) return
+      if (event === 'rename') {
+        // A new folder (or one moved in) is watched too.
+        try {
+          if (fs.statSync(where).isDirectory()) watchTree(root, where)
+        } catch {
+          forget(where)
+        }
+      }
+      onChange(relative)
+    })
+    let entries
+    try {
+      entries = fs.readdirSync(dir, { withFileTypes: true })
+    } catch {
+      return
+    }
+    for (const entry of entries) {
+      if (!entry.isDirectory()) continue
+      const sub = path.join(dir, entry.name)
+      if (!isIgnored(path.relative(root, sub))) watchTree(root, sub)
+    }
+  }
+
+  function onChange (relative) {
+    changed = relative || '.'
     clearTimeout(timer)
     timer = setTimeout(reloadAfterChanges, options.debounceMs)
     timer.unref()
@@ -121,7 +177,7 @@ function watchFiles (options, deps) {
   return {
     stop () {
       clearTimeout(timer)
-      for (const watcher of watchers) watcher.close()
+      for (const target of [...watchers.keys()]) forget(target)
     }
   }
 }
