@@ -128,7 +128,7 @@ function startWorker (createApp, config) {
     const built = await prepareServer(createApp, config, {
       port,
       host: config.host,
-      onOwnPort: (own) => log.info(pitfalls.portClashNote(own), { pid: process.pid }),
+      onOwnPort: (own) => log.info(pitfalls.ownPortNote(own), { pid: process.pid }),
       // The app closed the server it got from its listen() on our port: drain, then tell it.
       drain: () => closedByApp(),
       // Through the current logger: a promoted spare logs under its new slot.

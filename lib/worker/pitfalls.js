@@ -61,7 +61,7 @@ function portOf (first) {
 }
 
 /** The log line when the app's own listen() was on clusterize's port. */
-function portClashNote (port) {
+function ownPortNote (port) {
   return `the app's own listen() on port ${port} binds nothing: clusterize serves the app on that port, ` +
     "and the app's server stands in for it (its close() drains the workers' requests, then calls back)"
 }
@@ -230,7 +230,7 @@ function clusterDefaultTooLate (dir, kind) {
 module.exports = {
   watchListenCalls,
   listenWarning,
-  portClashNote,
+  ownPortNote,
   watchMemoryStores,
   warnOnMemoryStore,
   useClusterStoreByDefault,
