@@ -17,7 +17,7 @@ const os = require('os')
 const path = require('path')
 
 const { readEcosystem } = require('../lib/cli/ecosystem')
-const { parseArgs } = require('../lib/cli/args')
+const { parseArgs, buildOptions } = require('../lib/cli/args')
 const { parseCron, nextFire } = require('../lib/primary/cron-schedule')
 const { resolveConfig } = require('../lib/config')
 const { freePort } = require('./helpers/net')
@@ -112,6 +112,7 @@ describe('restart policy, cron_restart and watch from the file', () => {
     assert.throws(() => readEcosystem(writeEcosystem([{ script: 'a.js', cron_restart: '0 25 * * *' }])), usage(/apps\[0\]\.cron_restart: "0 25 \* \* \*": "25" is not a valid hour/))
     assert.throws(() => resolveConfig({ reload: { cron: '* * *' } }, {}), /option "reload\.cron" must be a cron expression/)
     assert.throws(() => resolveConfig({ watch: 'src' }, {}), /option "watch" must be true, a list of paths/)
+    assert.deepStrictEqual(resolveConfig(buildOptions(parseArgs(['app.js', '--watch']).flags, {}), {}).watch, { paths: null, ignore: ['node_modules', '.git'], debounceMs: 500 })
     assert.deepStrictEqual(readEcosystem(writeEcosystem([{ script: 'a.js', watch: false, ignore_watch: ['x'] }])).ignored, ['ignore_watch (watch is off)'])
   })
 

@@ -34,6 +34,7 @@ const FLAGS = {
   '--main-pid-file': { key: 'mainPidFile', value: 'string', for: ['start'] },
   '--node': { key: 'node', value: 'string', for: ['upgrade'] },
   '--timeout': { key: 'timeout', value: 'seconds', for: ['reload', 'upgrade', 'stop'] },
+  '--watch': { key: 'watch', for: ['start'] },
   '--json': { key: 'json', for: ['start', 'reload', 'upgrade', 'stop', 'status'] },
   '--help': { key: 'help', for: ['start', 'reload', 'upgrade', 'stop', 'status', 'top'] },
   '--version': { key: 'version', for: ['start', 'reload', 'upgrade', 'stop', 'status', 'top'] }
@@ -205,6 +206,7 @@ function buildOptions (flags, env) {
   if (flags.scheduling !== undefined) options.scheduling = flags.scheduling
   if (flags.sessions !== undefined) options.defaultSessionStore = flags.sessions
   if (flags.rateLimit !== undefined) options.defaultRateLimitStore = flags.rateLimit
+  if (flags.watch) options.watch = true
   const redis = flags.redis !== undefined ? flags.redis : (env.REDIS_URL || undefined)
   if (redis) options.bus = { redis }
   if (flags.reloadSignal !== undefined || flags.bakeMs !== undefined) {

@@ -41,6 +41,8 @@ Start flags
                        store, so logins work across workers with no code change  [default memory]
   --sessions redis     ... becomes the Redis store (--redis URL or REDIS_URL): logins also survive
                        a restart of the primary and carry across hosts
+  --watch              development: reload the workers when a file in the app's folder changes
+                       (node_modules and .git are not watched)
   --env NAME           ecosystem file: apply the app's env_NAME over its env (PM2's --env)
   --only NAME          ecosystem file: run the app named NAME (PM2's --only); its default pid
                        file is its own, so give the same --only to reload, stop and status
