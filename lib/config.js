@@ -16,6 +16,10 @@ const { defaultMaxIdleConnections } = require('./fd-limit')
 
 const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky', 'balanced']
 const SERIALIZATION = ['json', 'advanced']
+/** What express-session's default store (no store given) becomes: see lib/worker/pitfalls.js. */
+const SESSION_STORES = ['memory', 'cluster', 'redis']
+/** Never watched for `watch` (besides what the option adds): dependencies and the repository. */
+const WATCH_ALWAYS_IGNORED = ['node_modules', '.git']
 
 const DEFAULTS = {
   port: 3000,
@@ -49,8 +53,12 @@ const DEFAULTS = {
     bakeMs: 5000,
     /** Derived from health when not given: see resolveReloadHeartbeatTimeout(). */
     heartbeatTimeoutMs: undefined,
-    batch: 1
+    batch: 1,
+    /** A cron expression: a rolling reload on that schedule (PM2's cron_restart); null: none. */
+    cron: null
   },
+  /** Reload when files change (development): true (the app's directory), paths, or { paths, ignore, debounceMs }. */
+  watch: null,
   upgrade: {
     signal: 'SIGURG',
     timeoutMs: 60000
@@ -190,6 +198,44 @@ function resolveMetrics (value) {
 }
 
 /**
+ * `watch`: null (off), or { paths (null: the app's directory), ignore, debounceMs }.
+ * node_modules and .git are never watched.
+ */
+function resolveWatch (value) {
+  if (value === undefined || value === null || value === false) return null
+  const accepted = 'true, a list of paths, or { paths, ignore, debounceMs }'
+  let watch
+  if (value === true) watch = {}
+  else if (Array.isArray(value)) watch = { paths: value }
+  else if (typeof value === 'object') watch = value
+  else throw fail('watch', accepted, value)
+  for (const key of Object.keys(watch)) {
+    if (!['paths', 'ignore', 'debounceMs'].includes(key)) throw new ClusterizeOptionError(`clusterize: unknown option "watch.${key}" (accepted: paths, ignore, debounceMs)`, 'watch.' + key)
+  }
+  const paths = watch.paths === undefined ? null : watch.paths
+  const isPathList = (list) => Array.isArray(list) && list.every((p) => typeof p === 'string' && p !== '')
+  if (paths !== null && !(isPathList(paths) && paths.length > 0)) throw fail('watch.paths', 'a non-empty list of paths', paths)
+  const ignore = watch.ignore === undefined ? [] : watch.ignore
+  if (!isPathList(ignore)) throw fail('watch.ignore', 'a list of names, paths or globs such as "*.log"', ignore)
+  const debounceMs = watch.debounceMs === undefined ? 500 : checkInteger('watch.debounceMs', watch.debounceMs, 0, 60000)
+  return { paths, ignore: WATCH_ALWAYS_IGNORED.concat(ignore), debounceMs }
+}
+
+/**
+ * The Redis a `defaultSessionStore: 'redis'` store uses: bus.redis, else REDIS_URL; one must be set.
+ * @returns {*} the target, or null when the default store is not Redis
+ */
+function resolveSessionRedis (store, bus, env) {
+  if (store !== 'redis') return null
+  if (bus.redis !== null) return bus.redis
+  if (env.REDIS_URL) {
+    parseRedisTarget(env.REDIS_URL, 'REDIS_URL')
+    return env.REDIS_URL
+  }
+  throw new ClusterizeOptionError("clusterize: option \"defaultSessionStore\" 'redis' needs a Redis: set bus.redis (CLI: --redis URL) or REDIS_URL", 'defaultSessionStore')
+}
+
+/**
  * Validate options and fill in defaults and environment fallbacks
  * (PORT, HOST, WORKERS); an option always wins over the environment.
  *
@@ -224,7 +270,7 @@ function resolveConfig (options, env) {
   config.host = host
   config.workers = resolveWorkers(pick('workers', 'WORKERS'))
   config.spare = checkInteger('spare', pick('spare'), 0, 64)
-  config.defaultSessionStore = checkOneOf('defaultSessionStore', pick('defaultSessionStore'), ['memory', 'cluster'])
+  config.defaultSessionStore = checkOneOf('defaultSessionStore', pick('defaultSessionStore'), SESSION_STORES)
   config.defaultRateLimitStore = checkOneOf('defaultRateLimitStore', pick('defaultRateLimitStore'), ['memory', 'cluster'])
   config.scheduling = checkOneOf('scheduling', pick('scheduling'), SCHEDULING)
   const sticky = group('sticky', options.sticky, DEFAULTS.sticky)
@@ -261,7 +307,16 @@ function resolveConfig (options, env) {
   checkInteger('reload.bakeMs', reload.bakeMs, 0, MAX_TIMER_MS)
   reload.heartbeatTimeoutMs = resolveReloadHeartbeatTimeout(reload.heartbeatTimeoutMs, health)
   checkInteger('reload.batch', reload.batch, 1)
+  if (reload.cron === undefined || reload.cron === false) reload.cron = null
+  if (reload.cron !== null) {
+    try {
+      require('./primary/cron-schedule').parseCron(reload.cron)
+    } catch (err) {
+      throw new ClusterizeOptionError(`clusterize: option "reload.cron" must be a cron expression such as "0 3 * * *": ${err.message}`, 'reload.cron')
+    }
+  }
   config.reload = reload
+  config.watch = resolveWatch(options.watch)
 
   const upgrade = group('upgrade', options.upgrade, DEFAULTS.upgrade)
   if (upgrade.signal !== null && upgrade.signal !== false && !UPGRADE_SIGNALS.includes(upgrade.signal)) {
@@ -323,6 +378,7 @@ function resolveConfig (options, env) {
   checkInteger('bus.outageBufferBytes', bus.outageBufferBytes, 0)
   if (typeof bus.channel !== 'string' || bus.channel === '') throw fail('bus.channel', 'a non-empty string', bus.channel)
   config.bus = bus
+  config.sessionRedis = resolveSessionRedis(config.defaultSessionStore, bus, env)
 
   config.metrics = resolveMetrics(options.metrics)
   const clusterStore = group('clusterStore', options.clusterStore, DEFAULTS.clusterStore)
@@ -351,4 +407,4 @@ function resolveConfig (options, env) {
   return config
 }
 
-module.exports = { resolveConfig, availableCpus, isLoopback, DEFAULTS, SCHEDULING }
+module.exports = { resolveConfig, availableCpus, isLoopback, DEFAULTS, SCHEDULING, SESSION_STORES, WATCH_ALWAYS_IGNORED }

@@ -44,8 +44,19 @@ function clusterize (createApp, options) {
   return require('./primary').startPrimary(createApp, config)
 }
 
+/**
+ * Whether `handle` is the primary's (in the primary, or with `workers: 0`)
+ * rather than a worker's: a type guard for TypeScript users.
+ * @param {object} handle what clusterize() returned
+ * @returns {boolean}
+ */
+function isPrimary (handle) {
+  return handle !== null && typeof handle === 'object' && typeof handle.reload === 'function' && typeof handle.stats === 'function'
+}
+
 module.exports = {
   clusterize,
+  isPrimary,
   onDrain: require('./lifecycle').onDrain,
   // Loaded on first use: a primary never needs express-session or worker_threads.
   offload: lazyValue('offload', () => require('../middleware/offload')),

@@ -5,6 +5,7 @@ import cjs from './index.js'
 
 export const {
   clusterize,
+  isPrimary,
   onDrain,
   offload,
   session,

@@ -79,10 +79,10 @@ describe('reading an ecosystem file', () => {
     const eco = readEcosystem(file)
     assert.strictEqual(eco.script, path.join(path.dirname(file), 'server.js'), 'script is relative to the file')
     assert.deepStrictEqual(eco.flags, { workers: 3 })
-    assert.deepStrictEqual(eco.options, { health: { maxMemoryMB: 1024 }, shutdown: { timeoutMs: 3000 }, reload: { readyTimeoutMs: 8000 } })
+    assert.deepStrictEqual(eco.options, { health: { maxMemoryMB: 1024 }, shutdown: { timeoutMs: 3000 }, reload: { readyTimeoutMs: 8000 }, watch: { paths: [path.dirname(file)] } })
     assert.deepStrictEqual(eco.env, { NODE_ENV: 'production', PORT: '8080', DEBUG_COLORS: 'false' })
     assert.strictEqual(eco.instanceVar, 'NODE_APP_INSTANCE')
-    assert.deepStrictEqual(eco.ignored, ['name', 'env_production', 'watch', 'autorestart'])
+    assert.deepStrictEqual(eco.ignored, ['env_production (select it with --env production)', 'autorestart'])
   })
 
   test('PM2 instance counts and memory sizes', () => {
@@ -150,7 +150,9 @@ describe('clusterize start ecosystem.config.js: a real cluster', () => {
       kill_timeout: 5000,
       listen_timeout: 20000,
       env: { PORT: port, GREETING: 'from the ecosystem file' },
-      watch: false
+      watch: false,
+      autorestart: true,
+      source_map_support: true
     }])
     // A (req, res) listener that says which instance answered.
     fs.writeFileSync(path.join(path.dirname(file), 'app.js'), `module.exports = (req, res) => {
@@ -174,7 +176,7 @@ describe('clusterize start ecosystem.config.js: a real cluster', () => {
   test('names the fields it ignores, once, and not the ones it uses', () => {
     const warnings = cli.output.split('\n').filter((line) => line.includes('ignoring what clusterize has no use for'))
     assert.strictEqual(warnings.length, 1, cli.output)
-    assert.match(warnings[0], /: name, watch \(see docs\/coming-from-pm2\.md\)$/)
+    assert.match(warnings[0], /: autorestart, source_map_support \(see docs\/coming-from-pm2\.md\)$/)
   })
 
   test('serves on the port from its env, with as many workers as instances, each with its NODE_APP_INSTANCE', async () => {

@@ -461,3 +461,30 @@ test("a reload's held predecessor stands in for a successor that fails while bak
   assert.strictEqual(release(1), second, 'the predecessor is still held, for the reload to retire')
   supervisor.stop()
 })
+
+test('a worker that exits in the middle of its drain is not logged as a clean exit; one whose drained message is still in the pipe at its exit is', async () => {
+  const { supervisor, children, log } = startSupervisor({ workers: 2 })
+  supervisor.start()
+  for (const child of children) child.ready()
+  const [cut, late] = [childOf(supervisor, children, 0), childOf(supervisor, children, 1)]
+  cut.onDrain = 'ignore'
+  late.onDrain = 'ignore'
+  const exits = [supervisor.retire(supervisor.slots[0], 'shutdown', 5000), supervisor.retire(supervisor.slots[1], 'shutdown', 5000)]
+
+  // The app ended its own process (process.exit in its SIGINT handler): no drained message ever comes.
+  cut.exit(0, null)
+  // This one said it drained, but the primary sees its exit before reading that message.
+  late.isConnected = () => true
+  late.emit('exit', 0, null)
+  await settle()
+  assert.ok(!log.lines.some((line) => line.startsWith('info worker 1 exited')), 'its exit waits for its last messages')
+  late.emit('message', JSON.parse(JSON.stringify(protocol.drained(false))))
+  late.isConnected = () => false
+  late.emit('disconnect')
+  await Promise.all(exits)
+
+  assert.ok(log.lines.some((line) => /^warn worker 0 exited \(shutdown\) with code 0 before it finished draining: the app ended its own process/.test(line)), log.lines.join('\n'))
+  assert.ok(!log.lines.some((line) => line.startsWith('info worker 0 exited')), log.lines.join('\n'))
+  assert.ok(log.lines.includes('info worker 1 exited (shutdown)'), log.lines.join('\n'))
+  supervisor.stop()
+})

@@ -114,6 +114,21 @@ export interface ReloadOptions {
   heartbeatTimeoutMs?: number
   /** Workers replaced at a time after the canary. Default 1. */
   batch?: number
+  /**
+   * A cron expression (5 fields, or 6 with seconds first; names and @daily-style macros; local time):
+   * a rolling reload at each fire, PM2's cron_restart. Default null (none).
+   */
+  cron?: string | null
+}
+
+/** Reload when files change (development). node_modules and .git are never watched. */
+export interface WatchOptions {
+  /** Files or directories (watched recursively), relative to the working directory. Default: the app's directory. */
+  paths?: string[]
+  /** More to leave out: a name ('dist'), a path relative to a watched directory ('logs/app'), or a glob ('*.log'). */
+  ignore?: string[]
+  /** Changes are collected until none came for this long, then one reload starts. Default 500. */
+  debounceMs?: number
 }
 
 /** The signal that starts a primary upgrade: SIGURG (ignored by default, used by neither Node nor a terminal). */
@@ -193,9 +208,11 @@ export interface ClusterizeOptions {
   sticky?: { sid?: boolean }
   /**
    * 'cluster': the store express-session creates when the app gives none (its MemoryStore) becomes
-   * the cluster store, so an unchanged app's sessions work across workers. Default 'memory'.
+   * the cluster store, so an unchanged app's sessions work across workers. 'redis': it becomes the
+   * Redis store (bus.redis, else REDIS_URL; one is required), so they also survive a restart of the
+   * primary and carry across hosts. Default 'memory'.
    */
-  defaultSessionStore?: 'memory' | 'cluster'
+  defaultSessionStore?: 'memory' | 'cluster' | 'redis'
   /**
    * 'cluster': each MemoryStore express-rate-limit builds (rateLimit() without `store`) counts in the
    * cluster instead (a ClusterStore, prefix `rl:<n>:` by construction order), so a limit holds for all
@@ -207,6 +224,8 @@ export interface ClusterizeOptions {
   health?: HealthOptions
   restart?: RestartOptions
   reload?: ReloadOptions
+  /** Reload on file change, for development (PM2's watch): true watches the app's directory. Default off. */
+  watch?: boolean | string[] | WatchOptions | null
   /** `clusterize upgrade`, handle.upgrade() and the upgrade signal (primary only). */
   upgrade?: UpgradeOptions
   shutdown?: ShutdownOptions
@@ -567,9 +586,15 @@ export interface WorkerHandle {
 
 /**
  * Run an Express app on every core. In the primary returns the primary handle,
- * in a worker the worker handle.
+ * in a worker the worker handle: tell them apart with isPrimary(handle).
  */
 export declare function clusterize(createApp: CreateApp, options?: ClusterizeOptions): PrimaryHandle | WorkerHandle
+
+/**
+ * Whether clusterize() returned the primary's handle (in the primary, or with `workers: 0`),
+ * not a worker's: `if (isPrimary(handle)) await handle.reload()` needs no cast.
+ */
+export declare function isPrimary(handle: PrimaryHandle | WorkerHandle): handle is PrimaryHandle
 
 export interface DrainInfo {
   /** Why this process drains: 'reload', 'memory', 'shutdown' or 'primary-gone'. */

@@ -6,7 +6,7 @@
  * anything is forked.
  */
 
-const { SCHEDULING } = require('../config')
+const { SCHEDULING, SESSION_STORES } = require('../config')
 const { RELOAD_SIGNALS } = require('../signals')
 const { MAX_TIMER_MS } = require('../errors')
 const { CliUsageError } = require('./errors')
@@ -27,11 +27,14 @@ const FLAGS = {
   '--reload-signal': { key: 'reloadSignal', value: 'signal', for: ['start'] },
   '--bake-ms': { key: 'bakeMs', value: 'ms', for: ['start'] },
   '--sessions': { key: 'sessions', value: 'sessions', for: ['start'] },
+  '--env': { key: 'env', value: 'name', for: ['start'] },
+  '--only': { key: 'only', value: 'name', for: ['start', 'reload', 'upgrade', 'stop', 'status', 'top'] },
   '--rate-limit': { key: 'rateLimit', value: 'rateLimit', for: ['start'] },
   '--pid-file': { key: 'pidFile', value: 'string', for: ['start', 'reload', 'upgrade', 'stop', 'status', 'top'] },
   '--main-pid-file': { key: 'mainPidFile', value: 'string', for: ['start'] },
   '--node': { key: 'node', value: 'string', for: ['upgrade'] },
   '--timeout': { key: 'timeout', value: 'seconds', for: ['reload', 'upgrade', 'stop'] },
+  '--watch': { key: 'watch', for: ['start'] },
   '--json': { key: 'json', for: ['start', 'reload', 'upgrade', 'stop', 'status'] },
   '--help': { key: 'help', for: ['start', 'reload', 'upgrade', 'stop', 'status', 'top'] },
   '--version': { key: 'version', for: ['start', 'reload', 'upgrade', 'stop', 'status', 'top'] }
@@ -123,7 +126,11 @@ function convert (name, kind, raw) {
       if (!SCHEDULING.includes(raw)) throw new CliUsageError(`${name} must be one of ${SCHEDULING.join(', ')}, got ${JSON.stringify(raw)}`)
       return raw
     case 'sessions':
-      if (raw !== 'cluster' && raw !== 'memory') throw new CliUsageError(`${name} must be "cluster" (express-session's default store becomes the cluster store) or "memory", got ${JSON.stringify(raw)}`)
+      if (!SESSION_STORES.includes(raw)) throw new CliUsageError(`${name} must be "cluster" (express-session's default store becomes the cluster store), "redis" (it becomes the Redis store: needs --redis or REDIS_URL) or "memory", got ${JSON.stringify(raw)}`)
+      return raw
+    case 'name':
+      // An ecosystem file's app name or env block: PM2 names, no path or shell characters.
+      if (!/^[A-Za-z0-9][\w.-]{0,63}$/.test(raw)) throw new CliUsageError(`${name} must be a name of letters, digits, '.', '_' or '-' (up to 64), got ${JSON.stringify(raw)}`)
       return raw
     case 'rateLimit':
       if (raw !== 'cluster' && raw !== 'memory') throw new CliUsageError(`${name} must be "cluster" (express-rate-limit's default store becomes the cluster store) or "memory", got ${JSON.stringify(raw)}`)
@@ -151,7 +158,8 @@ function describeValue (kind) {
     seconds: 'seconds',
     ms: 'milliseconds',
     signal: RELOAD_SIGNALS.join('|'),
-    sessions: 'cluster|memory',
+    sessions: SESSION_STORES.join('|'),
+    name: 'a name',
     rateLimit: 'cluster|memory',
     string: 'a value'
   }[kind]
@@ -198,6 +206,7 @@ function buildOptions (flags, env) {
   if (flags.scheduling !== undefined) options.scheduling = flags.scheduling
   if (flags.sessions !== undefined) options.defaultSessionStore = flags.sessions
   if (flags.rateLimit !== undefined) options.defaultRateLimitStore = flags.rateLimit
+  if (flags.watch) options.watch = true
   const redis = flags.redis !== undefined ? flags.redis : (env.REDIS_URL || undefined)
   if (redis) options.bus = { redis }
   if (flags.reloadSignal !== undefined || flags.bakeMs !== undefined) {

@@ -32,7 +32,7 @@ const UNREACHABLE = new Set(['ENOENT', 'ECONNREFUSED', 'ENOTSOCK'])
  * @returns {string} an absolute path
  */
 function pidFilePath (flags, env) {
-  return flags.pidFile ? path.resolve(flags.pidFile) : defaultPidFile(env || process.env, process.cwd())
+  return flags.pidFile ? path.resolve(flags.pidFile) : defaultPidFile(env || process.env, process.cwd(), flags.only)
 }
 
 /**

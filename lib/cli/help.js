@@ -39,6 +39,13 @@ Start flags
   --probes-host H      address for the probes server                            [default 127.0.0.1]
   --sessions cluster   express-session's default store (the app gives none) becomes the cluster
                        store, so logins work across workers with no code change  [default memory]
+  --sessions redis     ... becomes the Redis store (--redis URL or REDIS_URL): logins also survive
+                       a restart of the primary and carry across hosts
+  --watch              development: reload the workers when a file in the app's folder changes
+                       (node_modules and .git are not watched)
+  --env NAME           ecosystem file: apply the app's env_NAME over its env (PM2's --env)
+  --only NAME          ecosystem file: run the app named NAME (PM2's --only); its default pid
+                       file is its own, so give the same --only to reload, stop and status
   --rate-limit cluster express-rate-limit's default store (rateLimit() with no store) counts in
                        the cluster: a limit holds for all workers, no code change  [default memory]
   --redis URL          bridge the bus to other hosts through Redis, and export
@@ -56,6 +63,7 @@ Start flags
 
 Command flags
   --pid-file F         the pid file of the running primary   [default: the one for this directory]
+  --only NAME          the primary started with --only NAME from this directory
                        refused if another user owns it or may write to it
   --probes-port P      status only: ask this probes port directly (no pid file needed)
   --probes-host H      status only: probes address                              [default 127.0.0.1]

@@ -25,12 +25,14 @@ const STICKY = 0o1000
  * The default pid file for a primary started in `cwd`.
  * @param {NodeJS.ProcessEnv} env
  * @param {string} cwd
+ * @param {string} [app] the ecosystem app `--only` picked: each app of one file gets its own
  * @returns {string} an absolute path (its directory may not exist yet)
  */
-function defaultPidFile (env, cwd) {
+function defaultPidFile (env, cwd, app) {
   const name = path.basename(cwd).replace(/[^A-Za-z0-9._-]/g, '_').slice(0, 32) || 'root'
   const hash = crypto.createHash('sha256').update(cwd).digest('hex').slice(0, 10)
-  return path.join(runtimeDir(env), `${name}-${hash}.pid`)
+  const suffix = app ? '-' + app.replace(/[^A-Za-z0-9._-]/g, '_').slice(0, 64) : ''
+  return path.join(runtimeDir(env), `${name}-${hash}${suffix}.pid`)
 }
 
 /**

@@ -37,6 +37,12 @@ const { version } = require('./help')
  */
 async function start (parsed, io) {
   const ecosystem = isEcosystemFile(parsed.app) ? applyEcosystem(parsed, io.env) : null
+  for (const flag of ['env', 'only']) {
+    if (!ecosystem && parsed.flags[flag] !== undefined) {
+      throw new CliUsageError(`--${flag} applies to PM2 ecosystem files only (clusterize ecosystem.config.js --${flag} NAME); ${parsed.app} is an app file` +
+        (flag === 'env' ? ': set its variables in the environment instead' : ''))
+    }
+  }
   if (ecosystem) parsed = ecosystem.parsed
   const { flags } = parsed
   const appPath = path.resolve(parsed.app)

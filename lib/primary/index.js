@@ -32,6 +32,7 @@ const { createSocketPasser, inheritedScheduling } = require('./pass-sockets')
 const upgrades = require('./upgrade')
 const { holdForHandover } = require('./handover')
 const { createLogger } = require('../logger')
+const { startReloadTriggers } = require('./reload-triggers')
 
 /**
  * The handle returned by clusterize() in the primary.
@@ -57,7 +58,7 @@ function startPrimary (createApp, config) {
   checkInheritedPort(config, inherited)
   const { mode, listenMode } = inheritedScheduling(resolveScheduling(config, log), inherited, log)
   const state = { mode, listenMode, port: inherited.port !== null ? inherited.port : config.port, probesPort: undefined, shuttingDown: false, reloads: 0, readySettled: false }
-  const parts = { dispatcher: null, balancer: null, probes: null, health: null, dashboard: null }
+  const parts = { dispatcher: null, balancer: null, probes: null, health: null, dashboard: null, triggers: null }
   // listenFd: with 'none', workers listen on the inherited socket through node:cluster.
   const runtime = { listenMode, port: state.port, listenFd: listenMode === 'cluster' ? inherited.http : null, route: null, fork: forkWorker }
   const supervisor = new Supervisor(config, log, runtime)
@@ -178,6 +179,7 @@ function startPrimary (createApp, config) {
       throw err
     }
     state.readySettled = true
+    if (!state.shuttingDown) parts.triggers = startReloadTriggers(config, { reload: handle.reload, log, appDir: appDirectory(createApp) })
     if (config.banner && config.logger === undefined) {
       log.info(require('../cli/banner').formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, dashboard: Boolean(config.probes && config.probes.dashboard), redis: config.bus.redis }).trimEnd())
     }
@@ -295,6 +297,7 @@ function startPrimary (createApp, config) {
     state.shuttingDown = true
     upgrader.abort()
     supervisor.stop()
+    if (parts.triggers) parts.triggers.stop()
     log.info(reason === 'upgrade' ? 'draining after the upgrade' : 'shutting down', { workers: supervisor.liveRecords().length })
     handle.emit('shutdown')
     shutdownPromise = (async () => {
@@ -316,7 +319,11 @@ function startPrimary (createApp, config) {
       await closeServices()
       await busRuntime.close()
       const code = forced || exitCode === 1 || state.startFailed ? 1 : 0
-      log.info(forced ? 'shutdown forced: some workers were killed at the deadline' : 'shutdown complete', { code })
+      // A worker that ended itself mid-drain cut what it had in flight: not a clean shutdown either.
+      const cut = retiring.filter((record) => record.drainAsked && !record.drained && !record.forced).length
+      if (forced) log.info('shutdown forced: some workers were killed at the deadline', { code })
+      else if (cut > 0) log.warn(`shutdown done, not clean: ${cut} worker${cut === 1 ? '' : 's'} exited before draining (see above)`, { code })
+      else log.info('shutdown complete', { code })
       return { code, forced }
     })()
     return shutdownPromise
@@ -341,6 +348,12 @@ function startPrimary (createApp, config) {
 function withTraceResource (env) {
   const slot = env.CLUSTERIZE_SPARE ? -1 : Number(env.CLUSTERIZE_WORKER_ID)
   return Object.assign({}, env, { [ATTRIBUTES]: workerResourceAttributes(process.env[ATTRIBUTES], { slot, generation: Number(env.CLUSTERIZE_GENERATION) }) })
+}
+
+/** Where `watch: true` looks: the app module's folder, else the main script's. */
+function appDirectory (createApp) {
+  if (typeof createApp === 'string') return path.dirname(path.resolve(createApp))
+  return require.main && require.main.filename ? path.dirname(require.main.filename) : process.cwd()
 }
 
 module.exports = { startPrimary }

@@ -133,6 +133,14 @@ function logExit (log, record, event) {
     log.warn(`worker ${record.id} was killed as hung: ${failure}`, where)
     return failure
   }
+  if (record.drainAsked && !record.drained && !record.forced && !event.signal) {
+    // Not a clean stop: the app ended its process in the middle of the drain.
+    const inFlight = record.heartbeat && record.heartbeat.inFlight > 0 ? ` (${record.heartbeat.inFlight} at its last heartbeat)` : ''
+    log.warn(`worker ${record.id} exited (${event.reason}) with code ${event.code} before it finished draining: the app ended its own process ` +
+      `(process.exit() in its own signal handler?), cutting any request still in flight${inFlight}. ` +
+      'Close the server its listen() returned instead, server.close(() => process.exit(0)): clusterize calls back once the requests are answered', where)
+    return null
+  }
   log.info(`worker ${record.id} exited (${event.reason})`, { pid: record.pid, code: event.code, signal: event.signal || undefined })
   return null
 }

@@ -25,6 +25,7 @@ function drainOrKill (supervisor, record, reason, timeoutMs) {
   if (!record.retireReason) record.retireReason = reason
   if (record.isRetiring()) return record.exited
   record.state = reason === 'shutdown' ? STATES.STOPPING : STATES.DRAINING
+  record.drainAsked = true
   supervisor.emit('record:unready', record)
   if (!record.channel.postNow(protocol.drain(timeoutMs, reason))) {
     record.worker.process.kill('SIGKILL')

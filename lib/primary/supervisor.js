@@ -29,6 +29,7 @@ const { WorkerRecord, STATES, isFailureReason } = require('./worker-record')
 const { Spares } = require('./spares')
 const { logExit } = require('./readiness')
 const { drainOrKill, killNow } = require('./retire')
+const { afterLastMessages } = require('../services/host')
 
 class Supervisor extends EventEmitter {
   /**
@@ -274,11 +275,17 @@ class Supervisor extends EventEmitter {
   }
 
   onDrained (record, message) {
+    record.drained = true
     record.drainTimedOut = message.timedOut === true
     debug('worker %d drained%s', record.id, message.timedOut ? ' (deadline passed)' : '')
   }
 
   onExit (record, code, signal) {
+    if (record.drainAsked && !record.drained && !record.lastMessagesRead) {
+      // Whether it drained is in its last message, which may still be in the pipe: read it first.
+      record.lastMessagesRead = true
+      return afterLastMessages(record, () => this.onExit(record, code, signal))
+    }
     this.records.delete(record)
     const wasCurrent = this.slots[record.id] === record
     const reason = record.exitReason()

@@ -56,6 +56,11 @@ class WorkerRecord {
     /** Killed at the drain deadline / reported its drain timed out. */
     this.forced = false
     this.drainTimedOut = false
+    /** Asked to drain (not killed at once), and whether it said it had drained. */
+    this.drainAsked = false
+    this.drained = false
+    /** Its exit waited for its last messages once (lib/services/host.js afterLastMessages). */
+    this.lastMessagesRead = false
     this.channel = new ipc.Channel(worker)
     this.exitEvent = null
     this.exited = new Promise((resolve) => { this.resolveExited = resolve })

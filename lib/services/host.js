@@ -352,4 +352,4 @@ function afterLastMessages (record, fn) {
   }
 }
 
-module.exports = { createServiceHost }
+module.exports = { createServiceHost, afterLastMessages }

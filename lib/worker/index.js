@@ -15,6 +15,7 @@ const protocol = require('../protocol')
 const { prepareServer, drainServer } = require('./serve')
 const { savesUnderLeaseSettled } = require('../session/lease-cache')
 const pitfalls = require('./pitfalls')
+const { warnOnInstanceJobs } = require('./instance-job-pitfall')
 const { prepareAppState } = require('./app-state')
 const { createHealthSampler } = require('./heartbeat')
 const { listenServer } = require('./listen')
@@ -58,6 +59,8 @@ function startWorker (createApp, config) {
   let heartbeatTimer = null
   let metricsReporter = null
   let shuttingDown = false
+  /** The app closed its stand-in server (./app-server.js): resolved once this worker has drained. */
+  let appClose = null
 
   busRuntime.configure(config.bus, { logger: log, role: 'worker' })
   busRuntime.attachToPrimary({ channel, id, generation })
@@ -117,21 +120,25 @@ function startWorker (createApp, config) {
   async function boot () {
     const appDir = appDirectory(createApp)
     const workers = Number(process.env.CLUSTERIZE_WORKERS)
-    if (config.defaultSessionStore === 'cluster') {
-      const { loadedAt } = pitfalls.useClusterStoreByDefault(appDir)
-      if (loadedAt) log.warn(pitfalls.clusterDefaultTooLate(loadedAt), { pid: process.pid })
+    if (config.defaultSessionStore !== 'memory') {
+      const { loadedAt } = pitfalls.useStoreByDefault(appDir, config.defaultSessionStore, config.sessionRedis)
+      if (loadedAt) log.warn(pitfalls.clusterDefaultTooLate(loadedAt, config.defaultSessionStore), { pid: process.pid })
     }
     // Before the app loads: a MemoryStore it builds under several workers is a silent bug.
     pitfalls.watchMemoryStores(log, workers, appDir)
     const appState = await prepareAppState({ appDir, config, log, workers })
     const built = await prepareServer(createApp, config, {
       port,
-      onPortClash: (clash) => log.info(pitfalls.portClashNote(clash), { pid: process.pid }),
+      host: config.host,
+      onOwnPort: (own) => log.info(pitfalls.ownPortNote(own), { pid: process.pid }),
+      // The app closed the server it got from its listen() on our port: drain, then tell it.
+      drain: () => closedByApp(),
       // Through the current logger: a promoted spare logs under its new slot.
       log: { warn: (message, meta) => log.warn(message, meta) }
     })
     if (built.listenedByApp) log.warn(pitfalls.listenWarning(port), { pid: process.pid })
     pitfalls.warnOnMemoryStore(built.server, log, workers)
+    warnOnInstanceJobs(log, { workers, entry: typeof createApp === 'string' ? createApp : null, env: process.env })
     appState.afterBuild()
     handle.app = built.app
     handle.server = built.server
@@ -199,6 +206,35 @@ function startWorker (createApp, config) {
     channel.post(protocol.heartbeat(figures, sessionStatus()))
   }
 
+  /**
+   * The app's own graceful stop (`server.close(cb)` in its signal handler):
+   * drain as a shutdown does and resolve once the primary has been told, so
+   * that the app's callback (often `process.exit(0)`) runs after the last
+   * request in flight was answered.
+   */
+  function closedByApp () {
+    if (appClose === null) {
+      appClose = {}
+      appClose.done = new Promise((resolve) => { appClose.resolve = resolve })
+    }
+    shutdown(config.shutdown.timeoutMs, 'app-close')
+    return appClose.done
+  }
+
+  /** After the drain: the app's close callbacks end the process, as they would without clusterize. */
+  function exitAfterDrain (deadline) {
+    if (appClose === null) return process.exit(0)
+    if (appClose.told) return
+    appClose.told = true
+    appClose.resolve()
+    // As a process whose server closed: it ends when nothing is left to do (the app's own
+    // cleanup), or at the deadline. Leaving the cluster is what keeps it alive no more.
+    setTimeout(() => process.exit(0), Math.max(1000, deadline - Date.now())).unref()
+    setImmediate(function leaveCluster () {
+      if (cluster.worker && cluster.worker.isConnected()) cluster.worker.disconnect()
+    })
+  }
+
   async function shutdown (timeoutMs, reason) {
     if (shuttingDown) return
     shuttingDown = true
@@ -216,8 +252,8 @@ function startWorker (createApp, config) {
     // Counts made since the last report would leave with this process.
     await reportBounded(metricsReporter)
     if (metricsReporter) metricsReporter.stop()
-    if (!channel.postNow(protocol.drained(timedOut), undefined, () => process.exit(0))) process.exit(0)
-    setTimeout(() => process.exit(0), 1000).unref()
+    if (!channel.postNow(protocol.drained(timedOut), undefined, () => exitAfterDrain(deadline))) exitAfterDrain(deadline)
+    setTimeout(() => exitAfterDrain(deadline), 1000).unref()
   }
 }
 

@@ -8,12 +8,14 @@
  * - the app keeps express-session's default MemoryStore, so sessions live
  *   in one worker each and logins break silently;
  * - `defaultSessionStore: 'cluster'` (CLI: --sessions cluster) makes that
- *   default store the cluster store instead.
+ *   default store the cluster store instead, 'redis' (--sessions redis) the
+ *   Redis store.
  */
 
 const net = require('net')
 const path = require('path')
 const { registerStatus } = require('../session/status')
+const { standIn } = require('./app-server')
 
 /** Requests inspected for a MemoryStore before giving up (apps without sessions pay nothing after). */
 const SESSION_CHECKS = 1000
@@ -22,22 +24,26 @@ const SESSION_CHECKS = 1000
  * Record listen() calls on any server while `fn` builds the app.
  *
  * A listen on clusterize's own port (`app.listen(process.env.PORT)`, the
- * textbook app.js) fails with EADDRINUSE in a worker; with no 'error'
- * listener that would crash every worker right after it became ready, in a
- * loop. The app is served on that port anyway, so that one failure is
- * reported to `onPortClash` and otherwise ignored.
+ * textbook app.js) cannot bind in a worker: clusterize serves that port. The
+ * app's server becomes a stand-in for the one clusterize serves instead
+ * (./app-server.js): its close() drains the real server, so the app's own
+ * graceful stop works. `onOwnPort` is told of it.
  * @template T
  * @param {() => Promise<T>} fn
- * @param {{ port?: number, onPortClash?: (port: number) => void }} [own] clusterize's port
- * @returns {Promise<{ value: T, listened: boolean }>}
+ * @param {{ port?: number, host?: string, onOwnPort?: (port: number) => void, drain?: () => Promise<void> }} [own]
+ *   clusterize's port, and what drains it when the app closes its stand-in
+ * @returns {Promise<{ value: T, listened: boolean }>} `listened`: the app listened on another port
  */
 async function watchListenCalls (fn, own) {
   const original = net.Server.prototype.listen
   const ownPort = own && own.port ? own.port : 0
   let listened = false
   net.Server.prototype.listen = function listenDuringBuild () {
+    if (ownPort !== 0 && portOf(arguments[0]) === ownPort && own.drain) {
+      if (own.onOwnPort) own.onOwnPort(ownPort)
+      return standIn(this, arguments, { port: ownPort, host: own.host, drain: own.drain })
+    }
     listened = true
-    if (ownPort !== 0 && portOf(arguments[0]) === ownPort) survivePortClash(this, ownPort, own.onPortClash)
     return original.apply(this, arguments)
   }
   try {
@@ -47,18 +53,6 @@ async function watchListenCalls (fn, own) {
   }
 }
 
-function survivePortClash (server, port, onPortClash) {
-  server.on('error', function onOwnListenError (err) {
-    if (err && err.code === 'EADDRINUSE') {
-      server.removeListener('error', onOwnListenError)
-      if (onPortClash) onPortClash(port)
-      return
-    }
-    // Any other error keeps its usual effect when nobody else listens for it.
-    if (server.listenerCount('error') === 1) throw err
-  })
-}
-
 /** The port a listen() call asks for: `listen(port)`, `listen('3000')`, `listen({ port })`. */
 function portOf (first) {
   const port = first !== null && typeof first === 'object' ? first.port : first
@@ -66,9 +60,10 @@ function portOf (first) {
   return typeof port === 'string' && /^\d+$/.test(port) ? Number(port) : undefined
 }
 
-/** The log line when the app's own listen on clusterize's port failed and was ignored. */
-function portClashNote (port) {
-  return `the app's own listen() on port ${port} failed (EADDRINUSE) and was ignored: clusterize serves the app on that port`
+/** The log line when the app's own listen() was on clusterize's port. */
+function ownPortNote (port) {
+  return `the app's own listen() on port ${port} binds nothing: clusterize serves the app on that port, ` +
+    "and the app's server stands in for it (its close() drains the workers' requests, then calls back)"
 }
 
 /** The warning for an app that listened by itself. */
@@ -91,7 +86,8 @@ function reportMemoryStore (log, workers) {
   registerStatus(MEMORY_STORE_STATUS, () => ({ available: true, lastError: null }))
   log.warn(`express-session's default MemoryStore keeps sessions in each worker: with ${workers} workers a user logged in on one is a stranger on the next. ` +
     "Use clusterize's session() (require('clusterize-express').session({ secret })), give express-session a shared store, " +
-    "or start with `clusterize app.js --sessions cluster` (option defaultSessionStore: 'cluster') to make the default store the cluster store", { pid: process.pid })
+    "or start with `clusterize app.js --sessions cluster` (option defaultSessionStore: 'cluster') to make the default store the cluster store " +
+    '(`--sessions redis` with --redis URL: the Redis store, for several hosts and primary restarts)', { pid: process.pid })
 }
 
 /**
@@ -178,50 +174,67 @@ function resolveMemoryStore (dirs) {
 
 /**
  * Make express-session's default store (`new MemoryStore()` when no store is
- * given) the cluster store, for the copy of express-session the app will
- * load. Must run before the app first requires express-session.
+ * given) the cluster store or the Redis store, for the copy of
+ * express-session the app will load. Must run before the app first requires
+ * express-session.
  * @param {string} appDir where the app's own require() starts looking
+ * @param {'cluster'|'redis'} [kind='cluster']
+ * @param {*} [redis] the Redis target for 'redis' (config.sessionRedis)
  * @returns {{ replaced: boolean, loadedAt: string|null }} `loadedAt`: the
  *   express-session folder that was already loaded, so could not be changed
  */
-function useClusterStoreByDefault (appDir) {
+function useStoreByDefault (appDir, kind, redis) {
   const memoryPath = resolveMemoryStore([appDir, process.cwd()])
   if (memoryPath === null) return { replaced: false, loadedAt: null }
   const index = require.resolve(path.join(path.dirname(memoryPath), '..'))
   // Already loaded with its own MemoryStore.
   if (require.cache[index]) return { replaced: false, loadedAt: path.dirname(index) }
   // express-session reads `require('./session/memory')` once, when it loads.
-  function ClusterDefaultStore (options) {
-    const { ClusterStore } = require('../session/cluster-store')
-    const store = new ClusterStore(options)
-    registerStatus('cluster', () => store.availability())
-    return store
-  }
-  ClusterDefaultStore[kClusterDefault] = true
+  const DefaultStore = kind === 'redis'
+    ? function RedisDefaultStore () {
+      const { ClusterizeRedisStore } = require('../session/redis-store')
+      const store = new ClusterizeRedisStore({ redis, option: typeof redis === 'string' && redis === process.env.REDIS_URL ? 'REDIS_URL' : 'bus.redis' })
+      registerStatus('redis', () => store.availability())
+      return store
+    }
+    : function ClusterDefaultStore (options) {
+      const { ClusterStore } = require('../session/cluster-store')
+      const store = new ClusterStore(options)
+      registerStatus('cluster', () => store.availability())
+      return store
+    }
+  DefaultStore[kClusterDefault] = true
   const Module = require('module')
   const entry = new Module(memoryPath, module)
   entry.filename = memoryPath
   entry.loaded = true
-  entry.exports = ClusterDefaultStore
+  entry.exports = DefaultStore
   require.cache[memoryPath] = entry
   return { replaced: true, loadedAt: null }
 }
 
-/** The warning when defaultSessionStore 'cluster' came too late for the app's express-session. */
-function clusterDefaultTooLate (dir) {
-  return `defaultSessionStore 'cluster' (--sessions cluster) cannot replace the default store of express-session at ${dir}: ` +
+/** 0.2's name, for the cluster store. */
+function useClusterStoreByDefault (appDir) {
+  return useStoreByDefault(appDir, 'cluster')
+}
+
+/** The warning when defaultSessionStore came too late for the app's express-session. */
+function clusterDefaultTooLate (dir, kind) {
+  kind = kind || 'cluster'
+  return `defaultSessionStore '${kind}' (--sessions ${kind}) cannot replace the default store of express-session at ${dir}: ` +
     'it was loaded before clusterize() ran in this worker, so it keeps a MemoryStore per worker. ' +
-    "Call require('express-session') inside createApp, start the app file with the CLI (clusterize app.js --sessions cluster), " +
+    `Call require('express-session') inside createApp, start the app file with the CLI (clusterize app.js --sessions ${kind}), ` +
     "or use clusterize's session()"
 }
 
 module.exports = {
   watchListenCalls,
   listenWarning,
-  portClashNote,
+  ownPortNote,
   watchMemoryStores,
   warnOnMemoryStore,
   useClusterStoreByDefault,
+  useStoreByDefault,
   clusterDefaultTooLate,
   MEMORY_STORE_STATUS
 }

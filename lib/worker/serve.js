@@ -24,10 +24,11 @@ let nodeDefaults = null
  * Build the user's app into a configured, tracked, not yet listening server.
  * @param {Function|string} createApp
  * @param {object} config resolved configuration
- * @param {{ port?: number, onPortClash?: (port: number) => void, log?: object }} [own] the port clusterize
- *   serves, what to do when the app's own listen() on it fails (see watchListenCalls), and the logger
+ * @param {{ port?: number, host?: string, onOwnPort?: (port: number) => void, drain?: () => Promise<void>, log?: object }} [own]
+ *   the port clusterize serves, what to tell and what drains it when the app's own listen() is on it
+ *   (see watchListenCalls), and the logger
  * @returns {Promise<{ app: Function|null, server: import('http').Server, tracker: object, listenedByApp: boolean }>}
- *   `listenedByApp`: the app called listen() itself while it was built
+ *   `listenedByApp`: the app called listen() itself, on another port, while it was built
  */
 async function prepareServer (createApp, config, own) {
   const { value: { app, server }, listened } = await watchListenCalls(() => loadApp(createApp), own)

@@ -48,6 +48,8 @@ function startStandalone (createApp, config) {
     const address = await listenServer(built.server, { port: config.port, host: config.host })
     sampler = createHealthSampler(tracker, { onFdExhausted: (err) => log.warn(`out of file descriptors (${err.code || err.message}): stats carry the last known RSS and show fdExhausted`) })
     log.info(`single process ${process.pid} listening on port ${address.port}`)
+    const reloadsAsked = [config.reload.cron ? 'reload.cron' : null, config.watch ? 'watch' : null].filter(Boolean)
+    if (reloadsAsked.length > 0) log.warn(`${reloadsAsked.join(' and ')} ignored: single-process mode (workers: 0) cannot reload itself`)
     const worker = { id: 0, pid: process.pid, generation: 1, state: 'ready' }
     handle.emit('worker:ready', worker)
     return { port: address.port, workers: [worker] }

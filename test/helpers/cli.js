@@ -38,15 +38,17 @@ function runCli (args, options) {
  * Start the CLI and wait until `pidFile` exists and the banner is out; rejects
  * with what it printed if it exits first.
  * @param {string[]} args
- * @param {{ cwd: string, pidFile: string, env?: object, tracked?: Set<number>, poll?: { timeoutMs: number, intervalMs: number } }} options
- *   tracked: the primary's pid is added (the test kills what is left)
+ * @param {{ cwd: string, pidFile: string, env?: object, tracked?: Set<number>, poll?: { timeoutMs: number, intervalMs: number }, detached?: boolean }} options
+ *   tracked: the primary's pid is added (the test kills what is left); detached: in a process
+ *   group of its own, so that `process.kill(-child.pid, 'SIGINT')` is a Ctrl-C in its terminal
  * @returns {Promise<{ child: import('child_process').ChildProcess, exited: Promise<{ code: number|null, signal: string|null }>, readonly output: string }>}
  */
 async function startCli (args, options) {
   const child = spawn(process.execPath, [CLI_BIN, ...args], {
     cwd: options.cwd,
     env: Object.assign({}, process.env, CLI_ENV, options.env),
-    stdio: ['ignore', 'pipe', 'pipe']
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: Boolean(options.detached)
   })
   if (options.tracked) options.tracked.add(child.pid)
   let output = ''

@@ -100,3 +100,27 @@ expectType<() => void>()(onDrain(() => {}))
 declare const bridgeStatus: BusBridgeStatus
 expectType<number>()(bridgeStatus.repeated)
 expectType<number>()(bridgeStatus.flushed)
+
+// ---- the primary handle without a cast (issue 52): isPrimary() narrows clusterize()'s result
+import { isPrimary } from 'clusterize-express'
+import type { WorkerHandle } from 'clusterize-express'
+declare const either: ReturnType<typeof clusterize>
+if (isPrimary(either)) {
+  expectType<PrimaryHandle>()(either)
+  expectType<Promise<ReloadResult>>()(either.reload())
+} else {
+  expectType<WorkerHandle>()(either)
+  expectType<number>()(either.id)
+}
+// @ts-expect-error a worker's handle has no reload() until narrowed
+either.reload()
+
+// ---- PM2 parity options: reload.cron, watch, defaultSessionStore 'redis'
+const pm2Options: ClusterizeOptions = { reload: { cron: '0 3 * * *' }, watch: { paths: ['src'], ignore: ['*.log'], debounceMs: 200 }, defaultSessionStore: 'redis' }
+void pm2Options
+clusterize('app.js', { watch: true })
+clusterize('app.js', { watch: ['src', 'config'] })
+// @ts-expect-error reload.cron is a cron expression string
+clusterize('app.js', { reload: { cron: 3 } })
+// @ts-expect-error defaultSessionStore is 'memory', 'cluster' or 'redis'
+clusterize('app.js', { defaultSessionStore: 'mongo' })
