@@ -278,7 +278,7 @@ function resolveConfig (options, env) {
   if (options.probes === undefined || options.probes === null || options.probes === false) {
     config.probes = null
   } else {
-    const probes = group('probes', options.probes, { port: undefined, host: '127.0.0.1', dashboard: undefined, token: undefined, controlToken: undefined, guardStats: undefined, maxStreams: 64, streamBufferBytes: 1024 * 1024, streamsPerMinute: 60 })
+    const probes = group('probes', options.probes, { port: undefined, host: '127.0.0.1', dashboard: undefined, token: undefined, controlToken: undefined, guardStats: undefined, maxStreams: 64, maxStreamsPerPeer: 8, streamBufferBytes: 1024 * 1024, streamsPerMinute: 60 })
     probes.port = parsePort('probes.port', probes.port)
     if (typeof probes.host !== 'string' || probes.host === '') throw fail('probes.host', 'a non-empty string', probes.host)
     for (const key of ['token', 'controlToken']) {
@@ -301,6 +301,7 @@ function resolveConfig (options, env) {
     // A token protects everything the dashboard shows unless the user opens /stats and /metrics again.
     if (probes.guardStats === undefined) probes.guardStats = Boolean(probes.token)
     checkInteger('probes.maxStreams', probes.maxStreams, 1, 100000)
+    checkInteger('probes.maxStreamsPerPeer', probes.maxStreamsPerPeer, 1, 100000)
     checkInteger('probes.streamBufferBytes', probes.streamBufferBytes, 1024, 1024 * 1024 * 1024)
     checkInteger('probes.streamsPerMinute', probes.streamsPerMinute, 1, 1000000)
     config.probes = probes

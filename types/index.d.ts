@@ -141,6 +141,8 @@ export interface ProbesOptions {
   guardStats?: boolean
   /** Dashboard event streams open at once; more get 503 with Retry-After. Default 64. */
   maxStreams?: number
+  /** Dashboard event streams open at once from one peer address, checked before `maxStreams` so one peer cannot take every slot; more get 429. Default 8. */
+  maxStreamsPerPeer?: number
   /** A stream whose client has not taken this many bytes is closed (a client that stopped reading). Default 1048576 (1 MiB), at least 1024. */
   streamBufferBytes?: number
   /** New dashboard event streams per peer address per minute; more get 429. Default 60. */
