@@ -8,6 +8,7 @@
 
 const { test, after } = require('node:test')
 const assert = require('node:assert')
+const net = require('net')
 const path = require('path')
 const { startCluster, stopAll, request } = require('./helpers/cluster')
 const { resolveConfig } = require('../lib/config')
@@ -74,4 +75,19 @@ test('probes options are checked at startup', () => {
   assert.strictEqual(probes.guardStats, true)
   assert.strictEqual(resolveConfig({ probes: { port: 0 } }, {}).probes.guardStats, false)
   assert.deepStrictEqual([probes.maxStreams, probes.streamBufferBytes, probes.streamsPerMinute], [64, 1048576, 60])
+})
+
+test('a probes port in use fails naming the probes port option, not a bare listen EADDRINUSE', async () => {
+  const holder = net.createServer()
+  await new Promise((resolve) => holder.listen(0, '127.0.0.1', resolve))
+  const taken = holder.address().port
+  try {
+    await assert.rejects(startCluster(fixture, { env: env({ workers: 1, probes: { port: taken } }) }), (err) => {
+      assert.match(err.message, new RegExp(`probes port ${taken} is already in use \\(EADDRINUSE\\)`))
+      assert.match(err.message, /option "probes\.port", CLI --probes-port/)
+      return true
+    })
+  } finally {
+    await new Promise((resolve) => holder.close(resolve))
+  }
 })

@@ -10,6 +10,10 @@ const crypto = require('crypto')
 const http = require('http')
 const { isLoopback } = require('../config')
 const { descriptorOf } = require('./inherit')
+const { explainListenError } = require('../errors')
+
+/** How a probes port that is taken is named in the error. */
+const PROBES_PORT = { what: 'probes port', option: 'option "probes.port", CLI --probes-port' }
 
 /**
  * @param {{ port: number, host: string, fd?: number, token?: string, guardStats?: boolean }} options
@@ -61,9 +65,9 @@ function startProbes (options, sources) {
   })
   server.keepAliveTimeout = 5000
   return new Promise((resolve, reject) => {
-    server.once('error', reject)
+    server.once('error', (err) => reject(explainListenError(err, options.port, PROBES_PORT)))
     server.listen(options.fd !== undefined ? { fd: options.fd } : { port: options.port, host: options.host }, () => {
-      server.removeListener('error', reject)
+      server.removeAllListeners('error')
       resolve({
         port: server.address().port,
         descriptor: () => descriptorOf(server._handle),
