@@ -337,6 +337,8 @@ export interface Heartbeat {
   webSockets: number
   poolQueue: number
   poolBusy: number
+  /** Log lines this worker could not write (its stdout/stderr reader went away or stalled), since it started. */
+  logDropped?: number
   generation?: number
 }
 
@@ -381,6 +383,8 @@ export interface ClusterStats {
   connections?: PrimaryConnectionStats
   /** The dashboard's event streams (when `probes.dashboard` is on). */
   dashboard?: DashboardStreamStats
+  /** The primary's own log output: lines dropped (its stdout/stderr or `--json` reader went away or stalled) and stream errors seen. */
+  output?: { dropped: number, failures: number }
 }
 
 export interface PrimaryConnectionStats {
@@ -403,7 +407,7 @@ export interface DashboardStreamStats {
   open: number
   /** Streams closed because their client stopped reading (`probes.streamBufferBytes`). */
   evicted: number
-  /** New streams refused: past `probes.maxStreams`, or `probes.streamsPerMinute` from one peer. */
+  /** New streams refused: past `probes.maxStreamsPerPeer` or `probes.streamsPerMinute` from one peer, or `probes.maxStreams`. */
   refused: number
   /** `/dashboard/history` requests refused: past `probes.streamsPerMinute` from one peer. */
   historyRefused: number

@@ -6,6 +6,7 @@
  */
 
 const { singletonStats } = require('../state/singleton-stats')
+const { outputStatus } = require('../safe-write')
 
 /**
  * @param {object} parts
@@ -56,7 +57,9 @@ function buildStats (parts) {
     sessions: parts.sessions,
     // Which worker runs each singleton() job: by the live workers' slots, spares and retiring ones included.
     singletons: singletonStats(parts.singletons, supervisor.liveRecords(), now),
-    dashboard: parts.dashboard
+    dashboard: parts.dashboard,
+    // Log lines the primary could not write: its stdout/stderr (or --json) reader went away or stalled.
+    output: outputStatus()
   }
 }
 
