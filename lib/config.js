@@ -13,6 +13,7 @@ const { createChecks } = require('./check-options')
 const { availableCpus } = require('./cpus')
 const { RELOAD_SIGNALS, UPGRADE_SIGNALS } = require('./signals')
 const { defaultMaxIdleConnections } = require('./fd-limit')
+const { defaultProbeConnections } = require('./primary/probe-connections')
 
 const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky', 'balanced']
 const SERIALIZATION = ['json', 'advanced']
@@ -278,7 +279,7 @@ function resolveConfig (options, env) {
   if (options.probes === undefined || options.probes === null || options.probes === false) {
     config.probes = null
   } else {
-    const probes = group('probes', options.probes, { port: undefined, host: '127.0.0.1', dashboard: undefined, token: undefined, controlToken: undefined, guardStats: undefined, maxStreams: 64, maxStreamsPerPeer: 8, streamBufferBytes: 1024 * 1024, streamsPerMinute: 60 })
+    const probes = group('probes', options.probes, { port: undefined, host: '127.0.0.1', dashboard: undefined, token: undefined, controlToken: undefined, guardStats: undefined, maxStreams: 64, maxStreamsPerPeer: 8, maxConnections: 'auto', streamBufferBytes: 1024 * 1024, streamsPerMinute: 60 })
     probes.port = parsePort('probes.port', probes.port)
     if (typeof probes.host !== 'string' || probes.host === '') throw fail('probes.host', 'a non-empty string', probes.host)
     for (const key of ['token', 'controlToken']) {
@@ -302,6 +303,9 @@ function resolveConfig (options, env) {
     if (probes.guardStats === undefined) probes.guardStats = Boolean(probes.token)
     checkInteger('probes.maxStreams', probes.maxStreams, 1, 100000)
     checkInteger('probes.maxStreamsPerPeer', probes.maxStreamsPerPeer, 1, 100000)
+    // 'auto': room for every stream plus 64, at most an eighth of the primary's open-file limit.
+    if (probes.maxConnections === 'auto') probes.maxConnections = defaultProbeConnections(probes.maxStreams)
+    else if (!Number.isInteger(probes.maxConnections) || probes.maxConnections < 1 || probes.maxConnections > 100000) throw fail('probes.maxConnections', "'auto' or an integer from 1 to 100000", probes.maxConnections)
     checkInteger('probes.streamBufferBytes', probes.streamBufferBytes, 1024, 1024 * 1024 * 1024)
     checkInteger('probes.streamsPerMinute', probes.streamsPerMinute, 1, 1000000)
     config.probes = probes

@@ -53,4 +53,18 @@ function defaultMaxIdleConnections (limit) {
   return Math.max(MIN_IDLE, Math.floor(limit / 2))
 }
 
-module.exports = { fdSoftLimit, defaultMaxIdleConnections }
+/**
+ * How many descriptors this process has open now (a read of /proc/self/fd).
+ * @returns {number|null} null where it cannot be read (no /proc, or out of descriptors to read it)
+ */
+function openDescriptors () {
+  try {
+    return fs.readdirSync('/proc/self/fd').length
+  } catch (err) {
+    // Out of descriptors to even open the directory: as near the limit as it gets.
+    if (err.code === 'EMFILE' || err.code === 'ENFILE') return Infinity
+    return null
+  }
+}
+
+module.exports = { fdSoftLimit, defaultMaxIdleConnections, openDescriptors }

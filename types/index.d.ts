@@ -141,6 +141,12 @@ export interface ProbesOptions {
   guardStats?: boolean
   /** Dashboard event streams open at once; more get 503 with Retry-After. Default 64. */
   maxStreams?: number
+  /**
+   * Probes connections open at once; beyond it idle ones are closed first (never-requested, then
+   * kept-alive), then newcomers refused. Default 'auto': maxStreams + 64, at most an eighth of the
+   * primary's open-file limit (at least 16).
+   */
+  maxConnections?: number | 'auto'
   /** Dashboard event streams open at once from one peer address, checked before `maxStreams` so one peer cannot take every slot; more get 429. Default 8. */
   maxStreamsPerPeer?: number
   /** A stream whose client has not taken this many bytes is closed (a client that stopped reading). Default 1048576 (1 MiB), at least 1024. */
@@ -383,6 +389,8 @@ export interface ClusterStats {
   connections?: PrimaryConnectionStats
   /** The dashboard's event streams (when `probes.dashboard` is on). */
   dashboard?: DashboardStreamStats
+  /** The probes server's connections: open now, idle ones closed to make room, newcomers refused, requests refused for a body (413). */
+  probes?: { open: number, shed: number, refused: number, bodyRefused: number }
   /** The primary's own log output: lines dropped (its stdout/stderr or `--json` reader went away or stalled) and stream errors seen. */
   output?: { dropped: number, failures: number }
 }

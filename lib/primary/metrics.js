@@ -206,6 +206,15 @@ function definePrimaryMetrics (client, registry, primaryStatus) {
     metric.inc({ queue: 'awaiting' }, connections.awaitingShed || 0)
     metric.inc({ queue: 'handoff' }, connections.handoffShed || 0)
   })
+  counter('clusterize_probes_connections_closed_total', 'Probes connections closed for probes.maxConnections or the primary\'s descriptor reserve: idle ones shed to make room (shed), newcomers refused with none idle (refused), requests with a body (body, 413)', ['reason'], (metric, status) => {
+    const probes = status.probes || {}
+    metric.inc({ reason: 'shed' }, probes.shed || 0)
+    metric.inc({ reason: 'refused' }, probes.refused || 0)
+    metric.inc({ reason: 'body' }, probes.bodyRefused || 0)
+  })
+  counter('clusterize_log_lines_dropped_total', 'Log lines the primary could not write: its stdout/stderr (or --json) reader went away or stopped reading', [], (metric, status) => {
+    metric.inc((status.output || {}).dropped || 0)
+  })
   new client.Gauge({
     name: 'clusterize_dashboard_streams',
     help: 'Open dashboard event streams',

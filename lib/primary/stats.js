@@ -58,6 +58,8 @@ function buildStats (parts) {
     // Which worker runs each singleton() job: by the live workers' slots, spares and retiring ones included.
     singletons: singletonStats(parts.singletons, supervisor.liveRecords(), now),
     dashboard: parts.dashboard,
+    // Probes connections open, and those closed or refused for probes.maxConnections and the descriptor reserve.
+    probes: parts.probes,
     // Log lines the primary could not write: its stdout/stderr (or --json) reader went away or stalled.
     output: outputStatus()
   }

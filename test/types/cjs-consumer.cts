@@ -94,7 +94,7 @@ sio.createAdapter({ coalesceWrites: false })
 sio.createAdapter({ coalesceWrites: 'yes' })
 
 // probes: token guards /stats and /metrics unless guardStats is false; stream limits.
-cz.clusterize(() => require('express')(), { probes: { port: 9090, host: '0.0.0.0', token: 'x'.repeat(32), guardStats: false, maxStreams: 16, maxStreamsPerPeer: 4, streamBufferBytes: 256 * 1024, streamsPerMinute: 30 } })
+cz.clusterize(() => require('express')(), { probes: { port: 9090, host: '0.0.0.0', token: 'x'.repeat(32), guardStats: false, maxStreams: 16, maxStreamsPerPeer: 4, maxConnections: 'auto', streamBufferBytes: 256 * 1024, streamsPerMinute: 30 } })
 // @ts-expect-error guardStats is a boolean
 cz.clusterize(() => require('express')(), { probes: { port: 9090, guardStats: 'yes' } })
 cz.clusterize(() => require('express')(), { reload: { signal: 'SIGHUP' } })
