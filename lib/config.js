@@ -94,6 +94,14 @@ const DEFAULTS = {
   keepAliveTimeout: 65000,
   headersTimeout: 66000,
   maxIdleConnections: 'auto',
+  /**
+   * A request whose body averages less than minBytesPerSecond since its head arrived, once
+   * graceMs has passed, gets 408 and is closed (lib/worker/slow-bodies.js); 0 turns it off.
+   */
+  slowBody: {
+    minBytesPerSecond: 240,
+    graceMs: 5000
+  },
   /** V8's largest semi-space for workers, in MB (lib/primary/worker-flags.js); 0: V8's default. */
   maxSemiSpaceMB: 16
 }
@@ -350,6 +358,10 @@ function resolveConfig (options, env) {
   // 'auto' is read here, once per process: each worker's own descriptor limit.
   if (maxIdle !== 'auto' && (!Number.isInteger(maxIdle) || maxIdle < 1)) throw fail('maxIdleConnections', "'auto' or an integer >= 1", maxIdle)
   config.maxIdleConnections = maxIdle === 'auto' ? defaultMaxIdleConnections() : maxIdle
+  const slowBody = group('slowBody', options.slowBody, DEFAULTS.slowBody)
+  checkInteger('slowBody.minBytesPerSecond', slowBody.minBytesPerSecond, 0, 1024 * 1024 * 1024)
+  checkInteger('slowBody.graceMs', slowBody.graceMs, 0, MAX_TIMER_MS)
+  config.slowBody = slowBody
   config.maxSemiSpaceMB = checkInteger('maxSemiSpaceMB', pick('maxSemiSpaceMB'), 0, 1024)
   return config
 }

@@ -20,6 +20,7 @@
 
 const debug = require('debug')('clusterize:drain')
 const { trackUpgrades } = require('../realtime/upgrades')
+const { watchSlowBodies } = require('./slow-bodies')
 
 const kActive = Symbol('clusterize.active')
 const kIdleSince = Symbol('clusterize.idleSince')
@@ -29,8 +30,10 @@ const kLongestPause = Symbol('clusterize.longestPause')
 
 /**
  * @param {import('http').Server} server
- * @param {{ idleCloseMs?: number, maxIdle?: number, log?: object }} [options]
+ * @param {{ idleCloseMs?: number, maxIdle?: number, slowBody?: { minBytesPerSecond: number, graceMs: number }, log?: object }} [options]
  *   `maxIdle`: idle connections kept at most (default: no bound);
+ *   `slowBody`: requests whose body arrives slower than this are closed (./slow-bodies.js), and
+ *   at most half of maxIdle such requests are held at once;
  *   `log`: told once when shedding starts
  */
 function trackConnections (server, options) {
@@ -44,6 +47,11 @@ function trackConnections (server, options) {
   const kept = new Set()
   const state = { inFlight: 0, served: 0, draining: false, shed: 0 }
   const upgrades = trackUpgrades(server)
+  const slowBodies = watchSlowBodies(server, Object.assign({ minBytesPerSecond: 0, graceMs: 0 }, options && options.slowBody, {
+    // Slow bodies hold descriptors as idle sockets do: they share the same budget, half each.
+    max: Number.isFinite(maxIdle) ? Math.max(8, Math.floor(maxIdle / 2)) : Infinity,
+    log
+  }))
   let idleTimer = null
   let onDrained = null
 
@@ -187,6 +195,8 @@ function trackConnections (server, options) {
     },
     /** Idle connections destroyed so far because more than maxIdle were idle. */
     get shed () { return state.shed },
+    /** Requests closed because their body arrived slower than slowBody.minBytesPerSecond. */
+    get slowBodyShed () { return slowBodies.shed },
     /** Open upgraded connections (WebSockets). */
     get upgraded () { return upgrades.count },
     get draining () { return state.draining }

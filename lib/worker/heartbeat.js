@@ -57,6 +57,7 @@ function createHealthSampler (tracker, options) {
       connections: tracker.connections,
       idleConnections: tracker.idle || 0,
       idleShed: tracker.shed || 0,
+      slowBodyShed: tracker.slowBodyShed || 0,
       webSockets: tracker.upgraded || 0,
       // Log lines this worker could not write (its stdout/stderr reader went away, or stalled).
       logDropped: outputStatus().dropped,
