@@ -155,6 +155,19 @@ export interface ProbesOptions {
   streamsPerMinute?: number
 }
 
+/**
+ * A request whose body has averaged less than `minBytesPerSecond` since its head arrived, once
+ * `graceMs` has passed, gets 408 and is closed. Time the app is not reading the body does not
+ * count. At most half of maxIdleConnections such requests are held per worker; past it the
+ * oldest below the rate are closed at once.
+ */
+export interface SlowBodyOptions {
+  /** Default 240 (bytes a second); 0 turns the check off (Node's requestTimeout still applies). */
+  minBytesPerSecond?: number
+  /** Default 5000. */
+  graceMs?: number
+}
+
 /** The app's prom-client metrics, aggregated across workers on the probes server's /metrics. */
 export interface MetricsOptions {
   /**
@@ -236,11 +249,14 @@ export interface ClusterizeOptions {
   /** Default 66000. A headersTimeout the app set on its own http.Server stays unless this option is given. */
   headersTimeout?: number
   /**
-   * Per process: idle connections (no request in flight) kept at most; beyond it the one idle
-   * the longest is closed. With sticky.sid, also the connections the primary holds for their
-   * request line. Default 'auto': half the open-file soft limit (1024 where it cannot be read).
+   * Per process: idle connections (no request in flight) kept at most; beyond it those that never
+   * sent a request are closed first (oldest first), then the kept-alive one idle the longest. With
+   * sticky.sid, also the connections the primary holds for their request line. Default 'auto':
+   * half the open-file soft limit (1024 where it cannot be read).
    */
   maxIdleConnections?: number | 'auto'
+  /** Requests whose body arrives too slowly (a slow-POST flood): see SlowBodyOptions. */
+  slowBody?: SlowBodyOptions
   /**
    * V8's largest semi-space for each worker, in MB (`--max-semi-space-size`): shorter
    * young-generation GC pauses than Node 24's default of 64 MB. Default 16 (Node 20 and 22's
@@ -337,6 +353,8 @@ export interface Heartbeat {
   idleConnections: number
   /** Idle connections closed because more than maxIdleConnections were idle, since the worker started. */
   idleShed: number
+  /** Requests closed because their body arrived slower than slowBody.minBytesPerSecond, since the worker started. */
+  slowBodyShed?: number
   /** The worker is out of file descriptors (EMFILE/ENFILE); rss is then the last one read. */
   fdExhausted: boolean
   /** Open upgraded connections (WebSockets). */

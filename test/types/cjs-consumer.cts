@@ -16,6 +16,9 @@ cz.clusterize(() => require('express')(), { port: { value: 1 } })
 cz.clusterize(() => require('express')(), { workers: 2, spare: 1, reload: { bakeMs: 3000 } })
 cz.clusterize(() => require('express')(), { maxIdleConnections: 'auto' })
 cz.clusterize(() => require('express')(), { maxIdleConnections: 2000 })
+cz.clusterize(() => require('express')(), { slowBody: { minBytesPerSecond: 1024, graceMs: 10000 } })
+// @ts-expect-error slowBody.minBytesPerSecond is a number
+cz.clusterize(() => require('express')(), { slowBody: { minBytesPerSecond: 'slow' } })
 // @ts-expect-error maxIdleConnections is a number or 'auto'
 cz.clusterize(() => require('express')(), { maxIdleConnections: 'lots' })
 cz.clusterize(() => require('express')(), { maxSemiSpaceMB: 0 })
