@@ -21,6 +21,7 @@ const debug = require('debug')('clusterize:scheduling')
 const protocol = require('../protocol')
 const { pickRendezvous } = require('./rendezvous')
 const { descriptorOf } = require('./inherit')
+const { createDescriptorReserve } = require('../fd-limit')
 
 /**
  * Connections held while no worker is ready (boot, crash of the only worker), at most; fewer
@@ -91,7 +92,7 @@ class Handoffs {
  *   lowers the bound on connections waiting for a ready worker (the newest
  *   are refused beyond it). `maxHandoff`: handles on their way to workers, at most (shared
  *   out among the ready workers; beyond a worker's share the newest are refused, except from a peer
- *   address that holds less than the mean of those on their way, up to twice the share). `log` is
+ *   address that holds less than the mean of those on their way, up to half a share more). `log` is
  *   told once when any of them starts
  * @param {import('./supervisor').Supervisor} supervisor
  * @param {{ isOverloaded: (record: object) => boolean }} health
@@ -111,6 +112,8 @@ function createDispatcher (options, supervisor, health) {
   // or answer its control socket. So at most `maxHandoff` (half its open-file limit), shared out
   // among the ready workers, are on their way (see handoffCount()).
   const maxHandoff = options.maxHandoff || Infinity
+  // Past a worker's share, other peers' connections still go only while the primary is not within its descriptor reserve.
+  const descriptors = Number.isFinite(maxHandoff) ? createDescriptorReserve() : null
   let handoffShed = 0
   const connMessage = protocol.conn()
   let listenHandle = null
@@ -156,8 +159,9 @@ function createDispatcher (options, supervisor, health) {
    * Each ready worker may have its share of the bound on its way to it: a worker that
    * stopped taking connections (stuck, 'sticky' clients hashed to it) fills only its own share.
    * At its share, a newcomer from a peer address that holds less than the mean of the addresses
-   * on their way still goes, up to twice the share: a reconnecting flood from one address is
-   * refused, the other clients of that worker are not.
+   * on their way still goes, up to half as much again and while the primary is not within its
+   * descriptor reserve: a reconnecting flood from one address is refused, the other clients of
+   * that worker are not.
    * @param {object} handle the newcomer's handle (its address is read only when the share is reached)
    */
   function handoffFull (record, readyCount, handle) {
@@ -165,7 +169,7 @@ function createDispatcher (options, supervisor, health) {
     const handoffs = handoffsOf(record)
     const size = handoffs.inFlight.size
     if (size < share) return false
-    if (size >= 2 * share) return true
+    if (size >= share + Math.ceil(share / 2) || (descriptors !== null && descriptors.low())) return true
     const address = handle[kPeer] !== undefined ? handle[kPeer] : peerAddress(handle)
     handle[kPeer] = address
     return (handoffs.byPeer.get(address) || 0) * handoffs.byPeer.size >= handoffs.recorded

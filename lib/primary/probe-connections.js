@@ -18,7 +18,7 @@
  */
 
 const debug = require('debug')('clusterize:probes')
-const { fdSoftLimit, openDescriptors } = require('../fd-limit')
+const { fdSoftLimit, createDescriptorReserve } = require('../fd-limit')
 
 /** A probe's request head must arrive within this. */
 const HEADERS_TIMEOUT_MS = 5000
@@ -30,8 +30,6 @@ const CHECK_INTERVAL_MS = 1000
 const MAX_BODY_BYTES = 4096
 /** Below this many probes connections, the descriptor count is not read at all. */
 const RESERVE_CHECK_FROM = 16
-/** How long a descriptor count is reused (reading /proc/self/fd costs a directory read). */
-const COUNT_TTL_MS = 250
 
 const kRequests = Symbol('clusterize.probeRequests')
 const kActive = Symbol('clusterize.probeActive')
@@ -51,28 +49,16 @@ function defaultProbeConnections (maxStreams, limit) {
 }
 
 /**
- * How many descriptors the primary keeps for itself: forking a worker takes
- * a few (its IPC channel, its stdio), each app connection handed off one
- * while on its way.
- * @param {number|null} limit
- * @returns {number}
- */
-function descriptorReserve (limit) {
-  return limit === null ? 0 : Math.max(32, Math.floor(limit / 8))
-}
-
-/**
  * Apply the bounds to a probes server (before it listens).
  * @param {import('http').Server} server
- * @param {{ maxConnections: number, log?: object, fdLimit?: number|null, countDescriptors?: () => number|null }} options
- *   `fdLimit` and `countDescriptors` default to this process's (for tests)
+ * @param {{ maxConnections: number, log?: object, descriptors?: { limit: number|null, reserve: number, low: () => boolean } }} options
+ *   `descriptors`: this process's reserve (../fd-limit.js createDescriptorReserve) by default
  * @returns {{ status: () => { open: number, shed: number, refused: number, bodyRefused: number }, refuseBody: (req: object, res: object) => boolean }}
  */
 function guardProbeConnections (server, options) {
   const maxConnections = options.maxConnections
-  const limit = options.fdLimit !== undefined ? options.fdLimit : fdSoftLimit()
-  const reserve = descriptorReserve(limit)
-  const countDescriptors = options.countDescriptors || openDescriptors
+  const descriptors = options.descriptors || createDescriptorReserve()
+  const { limit, reserve } = descriptors
   const log = options.log
   const sockets = new Set()
   // Idle sockets in idle-since order, those that never sent a complete request apart.
@@ -80,7 +66,6 @@ function guardProbeConnections (server, options) {
   const kept = new Set()
   const counts = { shed: 0, refused: 0, bodyRefused: 0 }
   let told = false
-  let counted = { at: 0, open: 0 }
 
   server.headersTimeout = HEADERS_TIMEOUT_MS
   server.requestTimeout = REQUEST_TIMEOUT_MS
@@ -142,10 +127,7 @@ function guardProbeConnections (server, options) {
   }
 
   function nearDescriptorLimit () {
-    if (limit === null || sockets.size < RESERVE_CHECK_FROM) return false
-    const now = Date.now()
-    if (now - counted.at > COUNT_TTL_MS) counted = { at: now, open: countDescriptors() }
-    return counted.open !== null && counted.open >= limit - reserve
+    return sockets.size >= RESERVE_CHECK_FROM && descriptors.low()
   }
 
   function tell () {
@@ -189,4 +171,4 @@ function first (set) {
   return undefined
 }
 
-module.exports = { guardProbeConnections, defaultProbeConnections, descriptorReserve, MAX_BODY_BYTES }
+module.exports = { guardProbeConnections, defaultProbeConnections, MAX_BODY_BYTES }

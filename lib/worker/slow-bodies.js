@@ -90,11 +90,15 @@ function watchSlowBodies (server, options) {
     }
   }
 
-  /** Past `max`: the oldest below the rate go at once, grace or not. */
+  /**
+   * Past `max`: the oldest below the rate go at once, grace or not; never one younger than
+   * MIN_WINDOW_MS (its next packet may simply not be in yet).
+   */
   function shedUnderPressure (now) {
     for (const watch of watched) {
       if (watched.size <= max) return
       if (done(watch)) continue
+      if (now - watch.since < MIN_WINDOW_MS) continue
       if (watch.rate(now) < minBytesPerSecond) shed(watch, `more than ${max} slow bodies`)
     }
   }
