@@ -9,8 +9,9 @@
  * - a request whose body has averaged less than `minBytesPerSecond` since
  *   its head arrived, once `graceMs` has passed, is answered 408 and closed;
  * - at most `max` such requests are held at once: past it, the oldest of
- *   those below the rate go at once, grace or not, so a reconnecting flood
- *   is shed before descriptors run out.
+ *   those below the rate go at once, grace or not (those younger than a
+ *   second only past twice `max`), so a reconnecting flood is shed before
+ *   descriptors run out.
  * Time the app is not reading the body (it paused the request, or has not
  * read what is buffered) does not count against the client: the clock
  * starts again when it reads.
@@ -60,6 +61,7 @@ function watchSlowBodies (server, options) {
   const checkMs = Math.max(50, Math.min(CHECK_MS, Math.floor(graceMs / 2) || CHECK_MS))
   let timer = null
   let told = false
+  let pressureScheduled = false
 
   server.prependListener('request', function watchBody (req, res) {
     if (!hasBody(req)) return
@@ -68,7 +70,14 @@ function watchSlowBodies (server, options) {
       timer = setInterval(check, checkMs)
       timer.unref()
     }
-    if (watched.size > max) shedUnderPressure(Date.now())
+    // Not now: the rest of this packet (often the whole body) is parsed after this event.
+    if (watched.size > max && !pressureScheduled) {
+      pressureScheduled = true
+      setImmediate(function shedOnce () {
+        pressureScheduled = false
+        shedUnderPressure(Date.now())
+      })
+    }
   })
 
   function check () {
@@ -91,14 +100,14 @@ function watchSlowBodies (server, options) {
   }
 
   /**
-   * Past `max`: the oldest below the rate go at once, grace or not; never one younger than
-   * MIN_WINDOW_MS (its next packet may simply not be in yet).
+   * Past `max`: the oldest below the rate go at once, grace or not, but not one younger than
+   * MIN_WINDOW_MS (its next packet may simply not be in yet) unless twice `max` are held.
    */
   function shedUnderPressure (now) {
     for (const watch of watched) {
       if (watched.size <= max) return
       if (done(watch)) continue
-      if (now - watch.since < MIN_WINDOW_MS) continue
+      if (now - watch.since < MIN_WINDOW_MS && watched.size <= 2 * max) continue
       if (watch.rate(now) < minBytesPerSecond) shed(watch, `more than ${max} slow bodies`)
     }
   }
