@@ -2,10 +2,12 @@
 
 /**
  * A log reader that goes away (a log shipper restarting) must not take the
- * service down: the CLI runs with `--json`, its stdout piped into a process
- * that reads one line and exits; the primary and its workers then log into a
- * pipe nobody reads (EPIPE) through a reload and a worker's crash, keep
- * serving, count the lines they dropped in /stats, and still shut down cleanly.
+ * service down: the CLI runs (with `--json`, or the default stderr logger)
+ * with its stdout and stderr piped into a process that reads one line and
+ * exits; the primary and its workers (whose app logs every request) then
+ * write into a pipe nobody reads (EPIPE) through a reload, a worker's crash
+ * and requests, keep serving, count the lines they dropped in /stats, and
+ * still shut down cleanly.
  */
 
 const { test, after } = require('node:test')
@@ -17,7 +19,10 @@ const path = require('path')
 const { freePort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
 const { isAlive } = require('../lib/process-alive')
-const { HELLO_APP, CLI_BIN, httpGet } = require('./helpers/cli')
+const { CLI_BIN, httpGet } = require('./helpers/cli')
+
+// Logs a line to stdout on every request: the workers write into the broken pipe too.
+const APP = path.join(__dirname, 'fixtures', 'logging-app.js')
 
 const tracked = new Set()
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'clusterize-output-'))
@@ -50,7 +55,7 @@ for (const [name, flags, firstLinePattern] of VARIANTS) {
     reader.stdout.on('data', (chunk) => { firstLine += chunk })
     const readerExited = new Promise((resolve) => reader.once('exit', resolve))
 
-    const cli = spawn(process.execPath, [CLI_BIN, HELLO_APP, ...flags, '--workers', '2', '--bake-ms', '0', '--host', '127.0.0.1',
+    const cli = spawn(process.execPath, [CLI_BIN, APP, ...flags, '--workers', '2', '--bake-ms', '0', '--host', '127.0.0.1',
       '--port', String(port), '--probes-port', String(probesPort), '--pid-file', pidFile], {
       cwd: tmp,
       env: Object.assign({}, process.env, { PORT: '', WORKERS: '', REDIS_URL: '', NO_COLOR: '1' }),
@@ -85,9 +90,15 @@ for (const [name, flags, firstLinePattern] of VARIANTS) {
     }, { timeoutMs: 60000, intervalMs: 100, what: what('the killed worker to be replaced') })
 
     assert.strictEqual(gone, null, 'the primary is still running')
-    const final = await stats()
+    const serving = await stats()
+    // Every request makes a worker write to its stdout, the same broken pipe.
+    for (let i = 0; i < 20; i++) assert.strictEqual((await httpGet(port, '/')).status, 200)
+    const final = await eventually(async () => {
+      const s = await stats()
+      return s.workers.some((w) => w.heartbeat && w.heartbeat.logDropped > 0) && s
+    }, { timeoutMs: 20000, intervalMs: 100, what: what('a worker counting the lines it dropped') })
+    assert.deepStrictEqual(final.workers.map((w) => w.pid).sort(), serving.workers.map((w) => w.pid).sort(), 'no worker died writing to the broken pipe')
     assert.ok(final.output.dropped > 0, `the primary counted the lines it dropped: ${JSON.stringify(final.output)}`)
-    for (let i = 0; i < 10; i++) assert.strictEqual((await httpGet(port, '/')).status, 200)
 
     process.kill(cli.pid, 'SIGTERM')
     assert.deepStrictEqual(await exited, { code: 0, signal: null }, what('a clean stop')())
