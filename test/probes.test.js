@@ -68,7 +68,9 @@ test('probes options are checked at startup', () => {
     [{ probes: { port: 0, token: TOKEN, guardStats: 'yes' } }, 'probes.guardStats', /true or false/],
     [{ probes: { port: 0, maxStreams: 0 } }, 'probes.maxStreams', /from 1 to/],
     [{ probes: { port: 0, streamBufferBytes: 10 } }, 'probes.streamBufferBytes', /from 1024 to/],
-    [{ probes: { port: 0, streamsPerMinute: 1.5 } }, 'probes.streamsPerMinute', /integer/]
+    [{ probes: { port: 0, streamsPerMinute: 1.5 } }, 'probes.streamsPerMinute', /integer/],
+    [{ probes: { port: 0, maxStreamsPerPeer: 0 } }, 'probes.maxStreamsPerPeer', /from 1 to/],
+    [{ probes: { port: 0, maxConnections: 'lots' } }, 'probes.maxConnections', /'auto' or an integer from 1 to 100000/]
   ]
   for (const [options, option, message] of bad) {
     assert.throws(() => resolveConfig(options, {}), (err) => err.name === 'ClusterizeOptionError' && err.option === option && message.test(err.message), option)
@@ -76,7 +78,11 @@ test('probes options are checked at startup', () => {
   const probes = resolveConfig({ probes: { port: 0, token: TOKEN } }, {}).probes
   assert.strictEqual(probes.guardStats, true)
   assert.strictEqual(resolveConfig({ probes: { port: 0 } }, {}).probes.guardStats, false)
-  assert.deepStrictEqual([probes.maxStreams, probes.streamBufferBytes, probes.streamsPerMinute], [64, 1048576, 60])
+  assert.deepStrictEqual([probes.maxStreams, probes.maxStreamsPerPeer, probes.streamBufferBytes, probes.streamsPerMinute], [64, 8, 1048576, 60])
+  // 'auto': maxStreams + 64, at most an eighth of the open-file limit (at least 16).
+  const { defaultProbeConnections } = require('../lib/primary/probe-connections')
+  assert.deepStrictEqual([defaultProbeConnections(64, 1048576), defaultProbeConnections(64, 1024), defaultProbeConnections(64, 256), defaultProbeConnections(64, 64), defaultProbeConnections(8, null)], [128, 128, 32, 16, 72])
+  assert.strictEqual(resolveConfig({ probes: { port: 0, maxConnections: 10 } }, {}).probes.maxConnections, 10)
 })
 
 test('a probes port in use fails naming the probes port option, not a bare listen EADDRINUSE', async () => {
