@@ -13,6 +13,7 @@ const { createChecks } = require('./check-options')
 const { availableCpus } = require('./cpus')
 const { RELOAD_SIGNALS, UPGRADE_SIGNALS } = require('./signals')
 const { defaultMaxIdleConnections } = require('./fd-limit')
+const { defaultProbeConnections } = require('./primary/probe-connections')
 
 const SCHEDULING = ['rr', 'none', 'reuseport', 'sticky', 'balanced']
 const SERIALIZATION = ['json', 'advanced']
@@ -102,6 +103,14 @@ const DEFAULTS = {
   keepAliveTimeout: 65000,
   headersTimeout: 66000,
   maxIdleConnections: 'auto',
+  /**
+   * A request whose body averages less than minBytesPerSecond since its head arrived, once
+   * graceMs has passed, gets 408 and is closed (lib/worker/slow-bodies.js); 0 turns it off.
+   */
+  slowBody: {
+    minBytesPerSecond: 240,
+    graceMs: 5000
+  },
   /** V8's largest semi-space for workers, in MB (lib/primary/worker-flags.js); 0: V8's default. */
   maxSemiSpaceMB: 16
 }
@@ -335,7 +344,7 @@ function resolveConfig (options, env) {
   if (options.probes === undefined || options.probes === null || options.probes === false) {
     config.probes = null
   } else {
-    const probes = group('probes', options.probes, { port: undefined, host: '127.0.0.1', dashboard: undefined, token: undefined, controlToken: undefined, guardStats: undefined, maxStreams: 64, streamBufferBytes: 1024 * 1024, streamsPerMinute: 60 })
+    const probes = group('probes', options.probes, { port: undefined, host: '127.0.0.1', dashboard: undefined, token: undefined, controlToken: undefined, guardStats: undefined, maxStreams: 64, maxStreamsPerPeer: 8, maxConnections: 'auto', streamBufferBytes: 1024 * 1024, streamsPerMinute: 60 })
     probes.port = parsePort('probes.port', probes.port)
     if (typeof probes.host !== 'string' || probes.host === '') throw fail('probes.host', 'a non-empty string', probes.host)
     for (const key of ['token', 'controlToken']) {
@@ -358,6 +367,10 @@ function resolveConfig (options, env) {
     // A token protects everything the dashboard shows unless the user opens /stats and /metrics again.
     if (probes.guardStats === undefined) probes.guardStats = Boolean(probes.token)
     checkInteger('probes.maxStreams', probes.maxStreams, 1, 100000)
+    checkInteger('probes.maxStreamsPerPeer', probes.maxStreamsPerPeer, 1, 100000)
+    // 'auto': room for every stream plus 64, at most an eighth of the primary's open-file limit.
+    if (probes.maxConnections === 'auto') probes.maxConnections = defaultProbeConnections(probes.maxStreams)
+    else if (!Number.isInteger(probes.maxConnections) || probes.maxConnections < 1 || probes.maxConnections > 100000) throw fail('probes.maxConnections', "'auto' or an integer from 1 to 100000", probes.maxConnections)
     checkInteger('probes.streamBufferBytes', probes.streamBufferBytes, 1024, 1024 * 1024 * 1024)
     checkInteger('probes.streamsPerMinute', probes.streamsPerMinute, 1, 1000000)
     config.probes = probes
@@ -403,6 +416,10 @@ function resolveConfig (options, env) {
   // 'auto' is read here, once per process: each worker's own descriptor limit.
   if (maxIdle !== 'auto' && (!Number.isInteger(maxIdle) || maxIdle < 1)) throw fail('maxIdleConnections', "'auto' or an integer >= 1", maxIdle)
   config.maxIdleConnections = maxIdle === 'auto' ? defaultMaxIdleConnections() : maxIdle
+  const slowBody = group('slowBody', options.slowBody, DEFAULTS.slowBody)
+  checkInteger('slowBody.minBytesPerSecond', slowBody.minBytesPerSecond, 0, 1024 * 1024 * 1024)
+  checkInteger('slowBody.graceMs', slowBody.graceMs, 0, MAX_TIMER_MS)
+  config.slowBody = slowBody
   config.maxSemiSpaceMB = checkInteger('maxSemiSpaceMB', pick('maxSemiSpaceMB'), 0, 1024)
   return config
 }

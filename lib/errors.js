@@ -65,11 +65,15 @@ class ClusterizeAppError extends ClusterizeError {
  * Make a listen error say what to do; EADDRINUSE names the port and the option.
  * @param {Error} err
  * @param {number} port
+ * @param {{ what: string, option: string }} [about] the port's name and how to set it;
+ *   default the app's port (option "port" or PORT)
  * @returns {Error} the same error
  */
-function explainListenError (err, port) {
+function explainListenError (err, port, about) {
   if (err && err.code === 'EADDRINUSE') {
-    err.message = `port ${port} is already in use (EADDRINUSE): stop the other server or choose another port (option "port" or PORT)`
+    const what = about ? about.what : 'port'
+    const option = about ? about.option : 'option "port" or PORT'
+    err.message = `${what} ${port} is already in use (EADDRINUSE): stop the other server or choose another port (${option})`
   }
   return err
 }

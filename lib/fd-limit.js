@@ -53,4 +53,55 @@ function defaultMaxIdleConnections (limit) {
   return Math.max(MIN_IDLE, Math.floor(limit / 2))
 }
 
-module.exports = { fdSoftLimit, defaultMaxIdleConnections }
+/**
+ * How many descriptors this process has open now (a read of /proc/self/fd).
+ * @returns {number|null} null where it cannot be read (no /proc, or out of descriptors to read it)
+ */
+function openDescriptors () {
+  try {
+    return fs.readdirSync('/proc/self/fd').length
+  } catch (err) {
+    // Out of descriptors to even open the directory: as near the limit as it gets.
+    if (err.code === 'EMFILE' || err.code === 'ENFILE') return Infinity
+    return null
+  }
+}
+
+/** How long a descriptor count is reused: reading /proc/self/fd costs a directory read. */
+const COUNT_TTL_MS = 250
+
+/**
+ * The descriptors a process keeps for itself: forking a worker takes a few
+ * (its IPC channel, its stdio), each app connection on its way to a worker one.
+ * @param {number|null} limit the open-file soft limit
+ * @returns {number} an eighth of it, at least 32 (0 when the limit is unknown)
+ */
+function descriptorReserve (limit) {
+  return limit === null ? 0 : Math.max(32, Math.floor(limit / 8))
+}
+
+/**
+ * A check of whether this process is within its reserve of the open-file limit, counting its
+ * open descriptors at most every COUNT_TTL_MS.
+ * @param {{ limit?: number|null, count?: () => number|null }} [options] this process's by default (for tests)
+ * @returns {{ limit: number|null, reserve: number, low: () => boolean }}
+ */
+function createDescriptorReserve (options) {
+  const limit = options && options.limit !== undefined ? options.limit : fdSoftLimit()
+  const count = (options && options.count) || openDescriptors
+  const reserve = descriptorReserve(limit)
+  let counted = { at: 0, open: null }
+  return {
+    limit,
+    reserve,
+    /** @returns {boolean} true when fewer than `reserve` descriptors are left */
+    low () {
+      if (limit === null) return false
+      const now = Date.now()
+      if (now - counted.at > COUNT_TTL_MS) counted = { at: now, open: count() }
+      return counted.open !== null && counted.open >= limit - reserve
+    }
+  }
+}
+
+module.exports = { fdSoftLimit, defaultMaxIdleConnections, openDescriptors, descriptorReserve, createDescriptorReserve }

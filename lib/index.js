@@ -8,6 +8,7 @@ const cluster = require('cluster')
 const { resolveConfig } = require('./config')
 const errors = require('./errors')
 const { lazyValue } = require('./lazy')
+const { guardStdio } = require('./safe-write')
 const offloadErrors = require('./pool/errors')
 const { SessionHttpError } = require('./session/http-error')
 const { SessionStoreUnavailableError } = require('./session/unavailable')
@@ -34,6 +35,8 @@ function clusterize (createApp, options) {
       'clusterize: the first argument must be a function returning an Express app (or a module path), got ' +
       (createApp === null ? 'null' : typeof createApp), 'createApp')
   }
+  // Before anything is logged: a stdout or stderr whose reader goes away must not end this process.
+  guardStdio()
   if (cluster.isWorker && process.env.CLUSTERIZE_WORKER_ID !== undefined) {
     return require('./worker').startWorker(createApp, resolveConfig(options))
   }

@@ -6,6 +6,8 @@
  * The default prints one readable line per lifecycle event on stderr.
  */
 
+const { writeSafely } = require('./safe-write')
+
 function formatFields (fields) {
   if (!fields) return ''
   let out = ''
@@ -20,7 +22,8 @@ function formatFields (fields) {
 function createDefaultSink (stream, prefix) {
   function write (level, fields, msg) {
     const tag = level === 'info' ? '' : level.toUpperCase() + ' '
-    stream.write(`[clusterize${prefix}] ${tag}${msg}${formatFields(fields)}\n`)
+    // A stderr whose reader went away (EPIPE) drops the line: it never takes the process down.
+    writeSafely(stream, `[clusterize${prefix}] ${tag}${msg}${formatFields(fields)}\n`)
   }
   return {
     debug () {},

@@ -46,9 +46,9 @@ async function startDashboard (limits) {
 }
 
 /** Open an event stream; resolves with the status and, for a 200, the hello and the request. */
-function openStream (port) {
+function openStream (port, localAddress) {
   return new Promise((resolve, reject) => {
-    const req = http.get({ host: '127.0.0.1', port, path: '/dashboard/events', agent: false }, (res) => {
+    const req = http.get({ host: '127.0.0.1', port, path: '/dashboard/events', agent: false, localAddress }, (res) => {
       if (res.statusCode !== 200) {
         let body = ''
         res.on('data', (chunk) => { body += chunk })
@@ -93,6 +93,28 @@ test('more streams than probes.maxStreams get 503 with Retry-After; a closed one
   assert.strictEqual(again.status, 200)
   second.req.destroy()
   again.req.destroy()
+})
+
+test('one peer cannot take every slot: past probes.maxStreamsPerPeer it gets 429 while another peer still gets a stream', async () => {
+  const { dashboard, port } = await startDashboard({ maxStreams: 4, maxStreamsPerPeer: 2 })
+  const mine = [await openStream(port), await openStream(port)]
+  for (const stream of mine) assert.strictEqual(stream.status, 200)
+  // Its third is refused for its own limit, before it could reach the shared cap.
+  for (let i = 0; i < 3; i++) {
+    const refused = await openStream(port)
+    assert.strictEqual(refused.status, 429)
+    assert.match(refused.body, /too many open dashboards from 127\.0\.0\.1 \(probes\.maxStreamsPerPeer is 2\)/)
+  }
+  assert.strictEqual(dashboard.clients, 2)
+  // Another peer (another loopback address) still has room under the cap.
+  const other = await openStream(port, '127.0.0.2')
+  assert.strictEqual(other.status, 200)
+  assert.strictEqual(dashboard.clients, 3)
+  mine[0].req.destroy()
+  await eventually(() => dashboard.clients === 2, { timeoutMs: 5000, what: 'the closed stream to be forgotten' })
+  const again = await openStream(port)
+  assert.strictEqual(again.status, 200, 'a closed stream gives its peer the place back')
+  for (const stream of [mine[1], other, again]) stream.req.destroy()
 })
 
 test('new streams from one peer beyond probes.streamsPerMinute get 429', async () => {

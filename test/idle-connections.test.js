@@ -165,7 +165,7 @@ test('under ulimit -n 256, more idle sockets than the limit allows are shed olde
       assert.ok(worker.heartbeat.idleConnections <= 128, `worker ${worker.id} keeps at most half its 256 descriptors idle (${worker.heartbeat.idleConnections})`)
     }
     assert.deepStrictEqual(cluster.events.filter((e) => e.event === 'worker:exit'), [], 'no worker exited')
-    assert.match(cluster.output, /idle connections: closing the ones idle the longest/)
+    assert.match(cluster.output, /idle connections: closing those that never sent a request first, then the ones idle the longest/)
   } finally {
     silent.destroy()
     half.destroy()
@@ -219,6 +219,61 @@ test("'sticky.sid' under ulimit -n 256: silent sockets the primary holds for the
     await cluster.stop()
   }
 })
+
+/** A raw keep-alive client: each ask() sends a GET on the same socket and resolves with the response head. */
+async function keptAlive (port) {
+  const socket = net.connect(port, '127.0.0.1')
+  const client = { socket, closed: false, data: '' }
+  socket.setEncoding('latin1')
+  socket.on('error', () => {})
+  socket.on('close', () => { client.closed = true })
+  await new Promise((resolve, reject) => { socket.once('connect', resolve); socket.once('error', reject) })
+  client.ask = async () => {
+    const from = client.data.length
+    socket.write('GET / HTTP/1.1\r\nHost: x\r\n\r\n')
+    socket.on('data', (chunk) => { client.data += chunk })
+    // The fixture answers a small JSON object: the response is whole at its closing brace.
+    await eventually(() => client.closed || client.data.indexOf('}', from) !== -1, { timeoutMs: 20000, what: 'a response on the kept-alive socket' })
+    if (client.closed) throw new Error('the kept-alive socket was closed: ' + client.data.slice(from))
+    return client.data.slice(from)
+  }
+  return client
+}
+
+const SHED_ORDER_MODES = [
+  ['rr', {}],
+  ['balanced', { scheduling: 'balanced' }],
+  ['reuseport', { scheduling: 'reuseport' }],
+  ['sticky', { scheduling: 'sticky' }]
+]
+
+for (const [name, options] of SHED_ORDER_MODES) {
+  const skip = name === 'reuseport' && !reusePortSupport().supported ? `reuseport needs Node >= 22.12 on Linux (${process.versions.node})` : false
+  test(`'${name}': with maxIdleConnections reached, a socket that never sent a request is shed before a kept-alive one that was answered`, { skip }, async () => {
+    const cluster = await startCluster(fixture, {
+      env: { CZ_TEST_OPTIONS: JSON.stringify(Object.assign({ workers: 1, maxIdleConnections: 3 }, options)) }
+    })
+    const kept = await keptAlive(cluster.port)
+    const fresh = []
+    try {
+      assert.match(await kept.ask(), /^HTTP\/1\.1 200 /)
+      // The kept-alive socket is now the one idle the longest; three silent ones make four idle.
+      for (let i = 0; i < 3; i++) fresh.push(await openIdle(cluster.port, 1, ''))
+      await eventually(() => fresh.some((f) => f.closed() === 1), {
+        timeoutMs: 20000,
+        what: () => `a silent socket shed (the kept-alive one ${kept.closed ? 'was closed' : 'is open'})\n--- cluster output ---\n${cluster.output}`
+      })
+      assert.strictEqual(kept.closed, false, 'the kept-alive client was not shed')
+      assert.match(await kept.ask(), /^HTTP\/1\.1 200 /, 'and its next request is answered on the same socket')
+      assert.strictEqual(fresh.filter((f) => f.closed() === 1).length, 1, 'one silent socket went, the oldest')
+      assert.strictEqual(fresh[0].closed(), 1)
+    } finally {
+      kept.socket.destroy()
+      for (const f of fresh) f.destroy()
+      await cluster.stop()
+    }
+  })
+}
 
 test('WebSockets are never shed as idle: 10 open WebSockets survive 100 idle sockets against maxIdleConnections: 5', async () => {
   const WebSocket = require('ws')

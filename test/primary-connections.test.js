@@ -29,9 +29,9 @@ after(async () => {
 })
 
 /** Open `count` connections that each send `head` and collect what comes back until they close. */
-async function openClients (port, count, head) {
+async function openClients (port, count, head, localAddress) {
   const sockets = await Promise.all(Array.from({ length: count }, () => new Promise((resolve) => {
-    const socket = net.connect(port, '127.0.0.1')
+    const socket = net.connect({ port, host: '127.0.0.1', localAddress })
     const entry = { socket, closed: false, data: '' }
     socket.setEncoding('latin1')
     socket.on('data', (chunk) => { entry.data += chunk })
@@ -151,3 +151,44 @@ test("'rr' under ulimit -n 128: while the only worker does not take connections,
     await cluster.stop()
   }
 })
+
+for (const mode of ['rr', 'sticky']) {
+  test(`'${mode}' under ulimit -n 256: a flood from one address fills only its part of a stuck worker's hand-off share; clients from another address still get through`, async () => {
+    const cluster = await startCluster(fixture, {
+      fdLimit: 256,
+      env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 1, scheduling: mode, health: { heartbeatTimeoutMs: 120000 }, probes: { port: 0 } }) }
+    })
+    const hold = path.join(tmp, `handoff-hold-peers-${mode}`)
+    fs.writeFileSync(hold, '')
+    const blocked = cluster.get(`/hold?file=${encodeURIComponent(hold)}`, { timeoutMs: 60000 })
+    await eventually(() => fs.existsSync(hold + '.held'), { what: () => 'the worker holding its event loop\n' + cluster.output })
+    const request = 'GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'
+    const flood = await openClients(cluster.port, 200, request)
+    let others = null
+    try {
+      let last = null
+      await eventually(async () => {
+        last = (await cluster.stats()).connections
+        return last.handoff + last.handoffShed === 199
+      }, { what: () => `the flood on its way or refused (${JSON.stringify(last)})\n${cluster.output}` })
+      // Half of 256 is the only worker's share; the first handle is the worker's at once.
+      assert.strictEqual(last.handoff, 128, 'the flood filled the share')
+      // Five clients from another loopback address: not refused for the flood's share.
+      others = await openClients(cluster.port, 5, request, '127.0.0.2')
+      await eventually(async () => {
+        last = (await cluster.stats()).connections
+        return last.handoff + last.handoffShed === 204
+      }, { what: () => `the other clients on their way or refused (${JSON.stringify(last)})\n${cluster.output}` })
+      assert.deepStrictEqual([last.handoff, last.handoffShed], [133, 71], 'the other address got through, the flood did not')
+      fs.rmSync(hold)
+      assert.strictEqual((await blocked).status, 200)
+      await eventually(() => others.closed() === 5, { timeoutMs: 30000, what: () => 'the other clients answered\n' + cluster.output })
+      assert.deepStrictEqual(others.sockets.map((e) => e.data.slice(0, 12)), Array(5).fill('HTTP/1.1 200'))
+    } finally {
+      flood.destroy()
+      if (others) others.destroy()
+      fs.rmSync(hold, { force: true })
+      await cluster.stop()
+    }
+  })
+}

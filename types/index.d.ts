@@ -162,10 +162,31 @@ export interface ProbesOptions {
   guardStats?: boolean
   /** Dashboard event streams open at once; more get 503 with Retry-After. Default 64. */
   maxStreams?: number
+  /**
+   * Probes connections open at once; beyond it idle ones are closed first (never-requested, then
+   * kept-alive), then newcomers refused. Default 'auto': maxStreams + 64, at most an eighth of the
+   * primary's open-file limit (at least 16).
+   */
+  maxConnections?: number | 'auto'
+  /** Dashboard event streams open at once from one peer address, checked before `maxStreams` so one peer cannot take every slot; more get 429. Default 8. */
+  maxStreamsPerPeer?: number
   /** A stream whose client has not taken this many bytes is closed (a client that stopped reading). Default 1048576 (1 MiB), at least 1024. */
   streamBufferBytes?: number
   /** New dashboard event streams per peer address per minute; more get 429. Default 60. */
   streamsPerMinute?: number
+}
+
+/**
+ * A request whose body has averaged less than `minBytesPerSecond` since its head arrived, once
+ * `graceMs` has passed, gets 408 and is closed. Time the app is not reading the body does not
+ * count. At most half of maxIdleConnections such requests are held per worker; past it the
+ * oldest below the rate are closed at once.
+ */
+export interface SlowBodyOptions {
+  /** Default 240 (bytes a second); 0 turns the check off (Node's requestTimeout still applies). */
+  minBytesPerSecond?: number
+  /** Default 5000. */
+  graceMs?: number
 }
 
 /** The app's prom-client metrics, aggregated across workers on the probes server's /metrics. */
@@ -253,11 +274,14 @@ export interface ClusterizeOptions {
   /** Default 66000. A headersTimeout the app set on its own http.Server stays unless this option is given. */
   headersTimeout?: number
   /**
-   * Per process: idle connections (no request in flight) kept at most; beyond it the one idle
-   * the longest is closed. With sticky.sid, also the connections the primary holds for their
-   * request line. Default 'auto': half the open-file soft limit (1024 where it cannot be read).
+   * Per process: idle connections (no request in flight) kept at most; beyond it those that never
+   * sent a request are closed first (oldest first), then the kept-alive one idle the longest. With
+   * sticky.sid, also the connections the primary holds for their request line. Default 'auto':
+   * half the open-file soft limit (1024 where it cannot be read).
    */
   maxIdleConnections?: number | 'auto'
+  /** Requests whose body arrives too slowly (a slow-POST flood): see SlowBodyOptions. */
+  slowBody?: SlowBodyOptions
   /**
    * V8's largest semi-space for each worker, in MB (`--max-semi-space-size`): shorter
    * young-generation GC pauses than Node 24's default of 64 MB. Default 16 (Node 20 and 22's
@@ -354,12 +378,16 @@ export interface Heartbeat {
   idleConnections: number
   /** Idle connections closed because more than maxIdleConnections were idle, since the worker started. */
   idleShed: number
+  /** Requests closed because their body arrived slower than slowBody.minBytesPerSecond, since the worker started. */
+  slowBodyShed?: number
   /** The worker is out of file descriptors (EMFILE/ENFILE); rss is then the last one read. */
   fdExhausted: boolean
   /** Open upgraded connections (WebSockets). */
   webSockets: number
   poolQueue: number
   poolBusy: number
+  /** Log lines this worker could not write (its stdout/stderr reader went away or stalled), since it started. */
+  logDropped?: number
   generation?: number
 }
 
@@ -409,6 +437,10 @@ export interface ClusterStats {
   connections?: PrimaryConnectionStats
   /** The dashboard's event streams (when `probes.dashboard` is on). */
   dashboard?: DashboardStreamStats
+  /** The probes server's connections: open now, idle ones closed to make room, newcomers refused, requests refused for a body (413). */
+  probes?: { open: number, shed: number, refused: number, bodyRefused: number }
+  /** The primary's own log output: lines dropped (its stdout/stderr or `--json` reader went away or stalled) and stream errors seen. */
+  output?: { dropped: number, failures: number }
 }
 
 export interface WorkerFailureCounts {
@@ -440,7 +472,7 @@ export interface DashboardStreamStats {
   open: number
   /** Streams closed because their client stopped reading (`probes.streamBufferBytes`). */
   evicted: number
-  /** New streams refused: past `probes.maxStreams`, or `probes.streamsPerMinute` from one peer. */
+  /** New streams refused: past `probes.maxStreamsPerPeer` or `probes.streamsPerMinute` from one peer, or `probes.maxStreams`. */
   refused: number
   /** `/dashboard/history` requests refused: past `probes.streamsPerMinute` from one peer. */
   historyRefused: number

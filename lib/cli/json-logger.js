@@ -5,6 +5,8 @@
  * `{ time, level, pid, msg, ...fields }`.
  */
 
+const { writeSafely, guardStream } = require('../safe-write')
+
 const LEVELS = ['debug', 'info', 'warn', 'error']
 
 /**
@@ -13,7 +15,7 @@ const LEVELS = ['debug', 'info', 'warn', 'error']
  * @returns {{ debug: Function, info: Function, warn: Function, error: Function }}
  */
 function createJsonLogger (stream, base) {
-  stream = stream || process.stdout
+  stream = guardStream(stream || process.stdout)
   const logger = {}
   for (const level of LEVELS) {
     logger[level] = function log (fields, msg) {
@@ -24,7 +26,8 @@ function createJsonLogger (stream, base) {
       }
       const line = Object.assign({ time: new Date().toISOString(), level, pid: process.pid, msg: String(msg) }, base)
       addFields(line, toPlain(fields))
-      stream.write(safeStringify(line) + '\n')
+      // A reader that went away (EPIPE: a log shipper restarting) costs the line, never the process.
+      writeSafely(stream, safeStringify(line) + '\n')
     }
   }
   return logger

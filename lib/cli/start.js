@@ -19,6 +19,7 @@ const { buildOptions, CliUsageError } = require('./args')
 const { isEcosystemFile, applyEcosystem, mergeOptions } = require('./ecosystem')
 const { CliRuntimeError } = require('./errors')
 const { createJsonLogger } = require('./json-logger')
+const { writeSafely } = require('../safe-write')
 const pidFile = require('./pid-file')
 const { writeMainPid, removeMainPid } = require('./main-pid-file')
 const { pidFilePath } = require('./control')
@@ -98,7 +99,7 @@ async function start (parsed, io) {
   if (flags.json) {
     options.logger.info({ port: info.port, probesPort: info.probesPort || null, pidFile: file, workers: stats.workers.map((w) => ({ id: w.id, pid: w.pid, generation: w.generation, state: w.state })) }, 'ready')
   } else {
-    io.stdout.write(formatBanner(stats, {
+    writeSafely(io.stdout, formatBanner(stats, {
       version,
       app: parsed.app,
       host: config.host,

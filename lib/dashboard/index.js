@@ -35,7 +35,7 @@ const KEEPALIVE_MS = 15000
 const HELLO_EVENTS = 10
 /** Worker-provided text (a boot error) is cut here, so one event stays small. */
 const MAX_TEXT = 500
-const STREAM_DEFAULTS = { maxStreams: 64, streamBufferBytes: 1024 * 1024, streamsPerMinute: 60 }
+const STREAM_DEFAULTS = { maxStreams: 64, maxStreamsPerPeer: 8, streamBufferBytes: 1024 * 1024, streamsPerMinute: 60 }
 
 /**
  * @param {object} options
@@ -162,7 +162,7 @@ function createDashboard (options) {
       return res.end(refusal.message)
     }
     res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-store', Connection: 'keep-alive', 'X-Accel-Buffering': 'no' })
-    clients.add(res)
+    clients.add(res, req)
     const latest = snapshots.length ? snapshots[snapshots.length - 1] : null
     clients.write(res, `event: hello\ndata: ${JSON.stringify({ controls: Boolean(probes.controlToken), intervalMs, events: events.slice(-HELLO_EVENTS), snapshot: latest })}\n\n`)
     debug('page connected (%d open)', clients.size)

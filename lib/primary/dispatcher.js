@@ -21,6 +21,7 @@ const debug = require('debug')('clusterize:scheduling')
 const protocol = require('../protocol')
 const { pickRendezvous } = require('./rendezvous')
 const { descriptorOf } = require('./inherit')
+const { createDescriptorReserve } = require('../fd-limit')
 
 /**
  * Connections held while no worker is ready (boot, crash of the only worker), at most; fewer
@@ -34,6 +35,9 @@ const FIRST_BYTES_TIMEOUT_MS = 10000
 const SID_SLOT = /[?&]sid=w(\d+)\./
 const REQUEST_LINE = /^[A-Z]+ (\S+) HTTP\/1\.[01]\r\n/
 
+const kPeer = Symbol('clusterize.peer')
+const kCounted = Symbol('clusterize.peerCounted')
+
 /** What the dispatcher tracks per worker. */
 class Handoffs {
   constructor () {
@@ -41,6 +45,42 @@ class Handoffs {
     this.total = 0
     /** Handles still on their way to it: written or queued, their write callback not yet called. */
     this.inFlight = new Set()
+    /**
+     * Of those, how many each peer address has: recorded once half the worker's share is on its
+     * way (the address costs a system call), so that at its share a flood from one address
+     * fills only its own part (see handoffFull()).
+     */
+    this.byPeer = new Map()
+    /** The sum of byPeer's counts. */
+    this.recorded = 0
+  }
+
+  /** @param {boolean} recordPeer count the handle's peer address too */
+  add (handle, recordPeer) {
+    this.inFlight.add(handle)
+    if (!recordPeer) return
+    const address = handle[kPeer] !== undefined ? handle[kPeer] : peerAddress(handle)
+    handle[kPeer] = address
+    handle[kCounted] = true
+    this.byPeer.set(address, (this.byPeer.get(address) || 0) + 1)
+    this.recorded++
+  }
+
+  delete (handle) {
+    this.inFlight.delete(handle)
+    if (handle[kCounted] !== true) return
+    handle[kCounted] = false
+    const address = handle[kPeer]
+    this.recorded--
+    const left = this.byPeer.get(address) - 1
+    if (left === 0) this.byPeer.delete(address)
+    else this.byPeer.set(address, left)
+  }
+
+  clear () {
+    this.inFlight.clear()
+    this.byPeer.clear()
+    this.recorded = 0
   }
 }
 
@@ -51,7 +91,8 @@ class Handoffs {
  *   request line, at most (the oldest goes first); default no bound. It also
  *   lowers the bound on connections waiting for a ready worker (the newest
  *   are refused beyond it). `maxHandoff`: handles on their way to workers, at most (shared
- *   out among the ready workers; the newest are refused beyond a worker's share). `log` is
+ *   out among the ready workers; beyond a worker's share the newest are refused, except from a peer
+ *   address that holds less than the mean of those on their way, up to half a share more). `log` is
  *   told once when any of them starts
  * @param {import('./supervisor').Supervisor} supervisor
  * @param {{ isOverloaded: (record: object) => boolean }} health
@@ -71,6 +112,8 @@ function createDispatcher (options, supervisor, health) {
   // or answer its control socket. So at most `maxHandoff` (half its open-file limit), shared out
   // among the ready workers, are on their way (see handoffCount()).
   const maxHandoff = options.maxHandoff || Infinity
+  // Past a worker's share, other peers' connections still go only while the primary is not within its descriptor reserve.
+  const descriptors = Number.isFinite(maxHandoff) ? createDescriptorReserve() : null
   let handoffShed = 0
   const connMessage = protocol.conn()
   let listenHandle = null
@@ -101,20 +144,35 @@ function createDispatcher (options, supervisor, health) {
       pending.push(handle)
       return
     }
-    if (handoffFull(record, ready.length)) {
+    if (handoffFull(record, ready.length, handle)) {
       handle.close()
       return countHandoffShed()
     }
-    hand(record, handle)
+    hand(record, handle, null, ready.length)
+  }
+
+  function shareOf (readyCount) {
+    return Math.max(1, Math.floor(maxHandoff / Math.max(1, readyCount)))
   }
 
   /**
    * Each ready worker may have its share of the bound on its way to it: a worker that
    * stopped taking connections (stuck, 'sticky' clients hashed to it) fills only its own share.
+   * At its share, a newcomer from a peer address that holds less than the mean of the addresses
+   * on their way still goes, up to half as much again and while the primary is not within its
+   * descriptor reserve: a reconnecting flood from one address is refused, the other clients of
+   * that worker are not.
+   * @param {object} handle the newcomer's handle (its address is read only when the share is reached)
    */
-  function handoffFull (record, readyCount) {
-    const share = Math.max(1, Math.floor(maxHandoff / Math.max(1, readyCount)))
-    return handoffsOf(record).inFlight.size >= share
+  function handoffFull (record, readyCount, handle) {
+    const share = shareOf(readyCount)
+    const handoffs = handoffsOf(record)
+    const size = handoffs.inFlight.size
+    if (size < share) return false
+    if (size >= share + Math.ceil(share / 2) || (descriptors !== null && descriptors.low())) return true
+    const address = handle[kPeer] !== undefined ? handle[kPeer] : peerAddress(handle)
+    handle[kPeer] = address
+    return (handoffs.byPeer.get(address) || 0) * handoffs.byPeer.size >= handoffs.recorded
   }
 
   /** Handles on their way to workers: written to a channel, their write callback not come yet. */
@@ -154,12 +212,13 @@ function createDispatcher (options, supervisor, health) {
       const ready = supervisor.readyRecords()
       const record = ready.length === 0 ? null : routeBySid(head.toString('latin1', 0, Math.min(head.length, 4096)), ready, socket.remoteAddress)
       if (!record || closed) return socket.destroy()
-      if (handoffFull(record, ready.length)) {
+      if (socket._handle) socket._handle[kPeer] = socket.remoteAddress || ''
+      if (socket._handle && handoffFull(record, ready.length, socket._handle)) {
         socket.destroy()
         return countHandoffShed()
       }
       const raw = detachHandle(socket)
-      if (raw !== null) hand(record, raw, protocol.connWithHead(head))
+      if (raw !== null) hand(record, raw, protocol.connWithHead(head), ready.length)
     })
   }
 
@@ -202,7 +261,10 @@ function createDispatcher (options, supervisor, health) {
   function choose (handle, ready) {
     if (ready.length === 0) return null
     // Stickiness wins over load: moving a client defeats the point.
-    if (options.mode === 'sticky') return pickRendezvous(peerAddress(handle), ready, slotOf)
+    if (options.mode === 'sticky') {
+      handle[kPeer] = peerAddress(handle)
+      return pickRendezvous(handle[kPeer], ready, slotOf)
+    }
     return chooseRoundRobin(ready)
   }
 
@@ -243,12 +305,13 @@ function createDispatcher (options, supervisor, health) {
    * the price of no extra message per connection. A worker that cannot take
    * the connection (not serving) closes it; the client sees a reset.
    */
-  function hand (record, handle, message) {
+  function hand (record, handle, message, readyCount) {
     const handoffs = handoffsOf(record)
     handoffs.total++
-    handoffs.inFlight.add(handle)
+    // Under pressure (half its share on its way), who is on their way counts: see handoffFull().
+    handoffs.add(handle, Number.isFinite(maxHandoff) && handoffs.inFlight.size * 2 >= shareOf(readyCount || 1))
     record.channel.postNow(message || connMessage, handle, function onHanded (err) {
-      handoffs.inFlight.delete(handle)
+      handoffs.delete(handle)
       handle.close()
       if (err) debug('handing a connection to worker %d failed: %s', record.id, err.message)
     })
@@ -259,7 +322,7 @@ function createDispatcher (options, supervisor, health) {
     const handoffs = byRecord.get(record)
     if (!handoffs) return
     for (const handle of handoffs.inFlight) handle.close()
-    handoffs.inFlight.clear()
+    handoffs.clear()
     byRecord.delete(record)
   }
 
@@ -269,7 +332,7 @@ function createDispatcher (options, supervisor, health) {
       const record = choose(handle, supervisor.readyRecords())
       if (!record) return
       pending.shift()
-      hand(record, handle)
+      hand(record, handle, null, supervisor.readyRecords().length)
     }
   }
 

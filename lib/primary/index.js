@@ -33,6 +33,7 @@ const upgrades = require('./upgrade')
 const { holdForHandover } = require('./handover')
 const { createLogger } = require('../logger')
 const { startReloadTriggers } = require('./reload-triggers')
+const { outputStatus } = require('../safe-write')
 
 /**
  * The handle returned by clusterize() in the primary.
@@ -206,7 +207,7 @@ function startPrimary (createApp, config) {
         ? require('../dashboard').createDashboard({ probes: config.probes, intervalMs: config.health.heartbeatMs, stats, handle, reload: handle.reload })
         : null
       parts.dashboard = dashboard
-      const probesOptions = inherited.probes !== null ? Object.assign({}, config.probes, { fd: inherited.probes }) : config.probes
+      const probesOptions = Object.assign({}, config.probes, { log }, inherited.probes !== null ? { fd: inherited.probes } : null)
       parts.probes = await require('./probes').startProbes(probesOptions, { stats, metrics, isLive, isReady, degradation: sessions.degradation, dashboard })
       state.probesPort = parts.probes.port
     }
@@ -330,12 +331,12 @@ function startPrimary (createApp, config) {
   }
 
   function stats () {
-    return buildStats({ supervisor, dispatcher: parts.dispatcher, balancer: parts.balancer, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: services.get('session').stats(), singletons: services.get('singleton'), dashboard: parts.dashboard ? parts.dashboard.streams : undefined })
+    return buildStats({ supervisor, dispatcher: parts.dispatcher, balancer: parts.balancer, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: services.get('session').stats(), singletons: services.get('singleton'), dashboard: parts.dashboard ? parts.dashboard.streams : undefined, probes: parts.probes ? parts.probes.status() : undefined })
   }
 
   /** The primary's own counters for /metrics: its held connections and the dashboard's streams. */
   function primaryStatus () {
-    return { connections: parts.dispatcher ? parts.dispatcher.status() : null, dashboard: parts.dashboard ? parts.dashboard.streams : null }
+    return { connections: parts.dispatcher ? parts.dispatcher.status() : null, dashboard: parts.dashboard ? parts.dashboard.streams : null, probes: parts.probes ? parts.probes.status() : null, output: outputStatus() }
   }
 }
 

@@ -101,6 +101,7 @@ function createMetrics (supervisor, busStatus, primaryStatus = () => ({ connecti
     perWorker('clusterize_worker_requests_in_flight', 'Requests being answered by each worker', (h) => h.inFlight)
     perWorker('clusterize_worker_websockets', 'Open upgraded connections (WebSockets) of each worker', (h) => h.webSockets || 0)
     perWorker('clusterize_worker_idle_connections', 'Connections with no request in flight on each worker', (h) => h.idleConnections || 0)
+    perWorker('clusterize_worker_slow_bodies_shed', 'Requests each worker answered 408 and closed because their body arrived slower than slowBody.minBytesPerSecond (since it started)', (h) => h.slowBodyShed || 0)
     perWorker('clusterize_worker_idle_connections_shed', 'Idle connections each worker closed because more than maxIdleConnections were idle (since it started)', (h) => h.idleShed || 0)
     perWorker('clusterize_worker_fd_exhausted', '1 while a worker is out of file descriptors (EMFILE/ENFILE); its RSS is then the last one read', (h) => (h.fdExhausted ? 1 : 0))
     perWorker('clusterize_worker_pool_queue_depth', 'Offload tasks waiting for a thread in each worker', (h) => h.poolQueue || 0)
@@ -215,6 +216,15 @@ function definePrimaryMetrics (client, registry, primaryStatus) {
     metric.inc({ queue: 'pending' }, connections.pendingShed || 0)
     metric.inc({ queue: 'awaiting' }, connections.awaitingShed || 0)
     metric.inc({ queue: 'handoff' }, connections.handoffShed || 0)
+  })
+  counter('clusterize_probes_connections_closed_total', 'Probes connections closed for probes.maxConnections or the primary\'s descriptor reserve: idle ones shed to make room (shed), newcomers refused with none idle (refused), requests with a body (body, 413)', ['reason'], (metric, status) => {
+    const probes = status.probes || {}
+    metric.inc({ reason: 'shed' }, probes.shed || 0)
+    metric.inc({ reason: 'refused' }, probes.refused || 0)
+    metric.inc({ reason: 'body' }, probes.bodyRefused || 0)
+  })
+  counter('clusterize_log_lines_dropped_total', 'Log lines the primary could not write: its stdout/stderr (or --json) reader went away or stopped reading', [], (metric, status) => {
+    metric.inc((status.output || {}).dropped || 0)
   })
   new client.Gauge({
     name: 'clusterize_dashboard_streams',

@@ -10,10 +10,16 @@ const crypto = require('crypto')
 const http = require('http')
 const { isLoopback } = require('../config')
 const { descriptorOf } = require('./inherit')
+const { explainListenError } = require('../errors')
+const { guardProbeConnections } = require('./probe-connections')
+
+/** How a probes port that is taken is named in the error. */
+const PROBES_PORT = { what: 'probes port', option: 'option "probes.port", CLI --probes-port' }
 
 /**
- * @param {{ port: number, host: string, fd?: number, token?: string, guardStats?: boolean }} options
- *   `fd`: an inherited listening socket to serve on instead of binding the port
+ * @param {{ port: number, host: string, fd?: number, token?: string, guardStats?: boolean, maxConnections?: number, log?: object }} options
+ *   `fd`: an inherited listening socket to serve on instead of binding the port;
+ *   `maxConnections`: probes connections open at once (see ./probe-connections.js)
  * @param {{ stats: Function, metrics: object, isLive: Function, isReady: Function, degradation: Function, dashboard?: object }} sources
  * @returns {Promise<{ port: number, close: () => Promise<void> }>}
  */
@@ -23,7 +29,9 @@ function startProbes (options, sources) {
   // still carry that name in Host, so a loopback server answers only to
   // loopback names.
   const checkHost = isLoopback(options.host)
+  let guard = null
   const server = http.createServer(function onProbe (req, res) {
+    if (guard.refuseBody(req, res)) return
     if (checkHost && !isLoopbackHostHeader(req.headers.host)) {
       return send(res, 403, 'text/plain', 'this probes server answers only to Host: localhost, 127.x.x.x or [::1]\n')
     }
@@ -59,13 +67,15 @@ function startProbes (options, sources) {
         return send(res, 404, 'text/plain', `not found: try /live, /ready, /stats${sources.dashboard ? ', /metrics or /dashboard' : ' or /metrics'}\n`)
     }
   })
-  server.keepAliveTimeout = 5000
+  guard = guardProbeConnections(server, { maxConnections: options.maxConnections || 128, log: options.log })
   return new Promise((resolve, reject) => {
-    server.once('error', reject)
+    server.once('error', (err) => reject(explainListenError(err, options.port, PROBES_PORT)))
     server.listen(options.fd !== undefined ? { fd: options.fd } : { port: options.port, host: options.host }, () => {
-      server.removeListener('error', reject)
+      server.removeAllListeners('error')
       resolve({
         port: server.address().port,
+        /** Open probes connections, and those closed or refused for the bounds. */
+        status: guard.status,
         descriptor: () => descriptorOf(server._handle),
         close: () => new Promise((resolve) => {
           if (sources.dashboard) sources.dashboard.close()

@@ -6,6 +6,7 @@
  */
 
 const { singletonStats } = require('../state/singleton-stats')
+const { outputStatus } = require('../safe-write')
 
 /**
  * @param {object} parts
@@ -61,7 +62,11 @@ function buildStats (parts) {
     sessions: parts.sessions,
     // Which worker runs each singleton() job: by the live workers' slots, spares and retiring ones included.
     singletons: singletonStats(parts.singletons, supervisor.liveRecords(), now),
-    dashboard: parts.dashboard
+    dashboard: parts.dashboard,
+    // Probes connections open, and those closed or refused for probes.maxConnections and the descriptor reserve.
+    probes: parts.probes,
+    // Log lines the primary could not write: its stdout/stderr (or --json) reader went away or stalled.
+    output: outputStatus()
   }
 }
 

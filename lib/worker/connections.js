@@ -10,13 +10,17 @@
  * most the server's keepAliveTimeout), or the deadline passes.
  *
  * It also bounds idle connections (no request in flight: kept alive between
- * requests, or still sending a request head): beyond `maxIdle`, the one idle
- * the longest is destroyed, so a flood of sockets that never send a request
- * cannot take every file descriptor and starve the clients being served.
+ * requests, or still sending a request head): beyond `maxIdle` one is
+ * destroyed, so a flood of sockets that never send a request cannot take
+ * every file descriptor and starve the clients being served. Sockets that
+ * never sent a complete request go first, oldest first; a kept-alive socket
+ * that has been answered goes only when no such socket is left (then the one
+ * idle the longest): a reconnecting flood costs the clients being served nothing.
  */
 
 const debug = require('debug')('clusterize:drain')
 const { trackUpgrades } = require('../realtime/upgrades')
+const { watchSlowBodies } = require('./slow-bodies')
 
 const kActive = Symbol('clusterize.active')
 const kIdleSince = Symbol('clusterize.idleSince')
@@ -26,8 +30,10 @@ const kLongestPause = Symbol('clusterize.longestPause')
 
 /**
  * @param {import('http').Server} server
- * @param {{ idleCloseMs?: number, maxIdle?: number, log?: object }} [options]
+ * @param {{ idleCloseMs?: number, maxIdle?: number, slowBody?: { minBytesPerSecond: number, graceMs: number }, log?: object }} [options]
  *   `maxIdle`: idle connections kept at most (default: no bound);
+ *   `slowBody`: requests whose body arrives slower than this are closed (./slow-bodies.js), and
+ *   at most half of maxIdle such requests are held at once;
  *   `log`: told once when shedding starts
  */
 function trackConnections (server, options) {
@@ -35,10 +41,17 @@ function trackConnections (server, options) {
   const maxIdle = (options && options.maxIdle) || Infinity
   const log = options && options.log
   const sockets = new Set()
-  // Insertion order is idle-since order: a socket moves to the end whenever it becomes idle.
-  const idle = new Set()
+  // Idle sockets, in idle-since order (a socket moves to the end whenever it becomes idle):
+  // those that never sent a complete request, and kept-alive ones that have been answered.
+  const fresh = new Set()
+  const kept = new Set()
   const state = { inFlight: 0, served: 0, draining: false, shed: 0 }
   const upgrades = trackUpgrades(server)
+  const slowBodies = watchSlowBodies(server, Object.assign({ minBytesPerSecond: 0, graceMs: 0 }, options && options.slowBody, {
+    // Slow bodies hold descriptors as idle sockets do: they share the same budget, half each.
+    max: Number.isFinite(maxIdle) ? Math.max(8, Math.floor(maxIdle / 2)) : Infinity,
+    log
+  }))
   let idleTimer = null
   let onDrained = null
 
@@ -49,29 +62,35 @@ function trackConnections (server, options) {
     socket[kLongestPause] = 0
     // 'close' fires once: one shared listener, no closure per connection.
     socket.on('close', onSocketClose)
-    idle.add(socket)
-    if (idle.size > maxIdle) shedIdle()
+    fresh.add(socket)
+    if (fresh.size + kept.size > maxIdle) shedIdle()
   })
 
   function onSocketClose () {
     sockets.delete(this)
-    idle.delete(this)
+    fresh.delete(this)
+    kept.delete(this)
     checkDrained()
   }
 
-  /** Destroy the longest-idle sockets until at most maxIdle are idle. */
+  /** Destroy idle sockets until at most maxIdle are: never-requested ones first, then kept-alive ones. */
   function shedIdle () {
-    for (const socket of idle) {
-      if (idle.size <= maxIdle) break
-      idle.delete(socket)
+    shedFrom(fresh)
+    shedFrom(kept)
+    if (state.shed > 0 && !state.shedLogged) {
+      state.shedLogged = true
+      if (log) log.warn(`more than ${maxIdle} idle connections: closing those that never sent a request first, then the ones idle the longest (option maxIdleConnections); counted in stats as idleShed`, { pid: process.pid })
+    }
+  }
+
+  function shedFrom (set) {
+    for (const socket of set) {
+      if (fresh.size + kept.size <= maxIdle) return
+      set.delete(socket)
       // An upgraded connection left HTTP: it is the app's, never idle here.
       if (upgrades.has(socket)) continue
       state.shed++
       socket.destroy()
-    }
-    if (state.shed > 0 && !state.shedLogged) {
-      state.shedLogged = true
-      if (log) log.warn(`more than ${maxIdle} idle connections: closing the ones idle the longest (option maxIdleConnections); counted in stats as idleShed`, { pid: process.pid })
     }
   }
 
@@ -80,7 +99,8 @@ function trackConnections (server, options) {
     const socket = req.socket
     state.inFlight++
     if (socket[kActive]++ === 0) {
-      idle.delete(socket)
+      fresh.delete(socket)
+      kept.delete(socket)
       const pause = Date.now() - socket[kIdleSince]
       if (pause > socket[kLongestPause]) socket[kLongestPause] = pause
     }
@@ -99,8 +119,8 @@ function trackConnections (server, options) {
     state.served++
     socket[kIdleSince] = Date.now()
     if (--socket[kActive] === 0 && sockets.has(socket) && !socket.destroyed) {
-      idle.add(socket)
-      if (idle.size > maxIdle) shedIdle()
+      kept.add(socket)
+      if (fresh.size + kept.size > maxIdle) shedIdle()
     }
   }
 
@@ -169,11 +189,14 @@ function trackConnections (server, options) {
     get connections () { return sockets.size },
     /** Connections with no request in flight (upgraded ones are dropped from the count here, once per heartbeat). */
     get idle () {
-      for (const socket of idle) if (upgrades.has(socket)) idle.delete(socket)
-      return idle.size
+      for (const socket of fresh) if (upgrades.has(socket)) fresh.delete(socket)
+      for (const socket of kept) if (upgrades.has(socket)) kept.delete(socket)
+      return fresh.size + kept.size
     },
     /** Idle connections destroyed so far because more than maxIdle were idle. */
     get shed () { return state.shed },
+    /** Requests closed because their body arrived slower than slowBody.minBytesPerSecond. */
+    get slowBodyShed () { return slowBodies.shed },
     /** Open upgraded connections (WebSockets). */
     get upgraded () { return upgrades.count },
     get draining () { return state.draining }

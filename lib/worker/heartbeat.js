@@ -11,6 +11,7 @@ const os = require('os')
 const { monitorEventLoopDelay, performance } = require('perf_hooks')
 const poolRegistry = require('../pool/registry')
 const { oldGenerationLimit } = require('./heap-limit')
+const { outputStatus } = require('../safe-write')
 
 /** Always there to open, and opening it touches no disk. */
 const DEV_NULL = os.devNull
@@ -56,7 +57,10 @@ function createHealthSampler (tracker, options) {
       connections: tracker.connections,
       idleConnections: tracker.idle || 0,
       idleShed: tracker.shed || 0,
+      slowBodyShed: tracker.slowBodyShed || 0,
       webSockets: tracker.upgraded || 0,
+      // Log lines this worker could not write (its stdout/stderr reader went away, or stalled).
+      logDropped: outputStatus().dropped,
       poolQueue: poolRegistry.queueDepth(),
       poolBusy: poolRegistry.busyThreads()
     }

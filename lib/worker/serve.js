@@ -35,7 +35,7 @@ async function prepareServer (createApp, config, own) {
   applyServerTimeouts(server, config)
   // Before any connection: handed-off connections reach a server that never listens (see ./server-timeouts.js).
   enforceServerTimeouts(server)
-  const tracker = trackConnections(server, { maxIdle: config.maxIdleConnections, log: own && own.log })
+  const tracker = trackConnections(server, { maxIdle: config.maxIdleConnections, slowBody: config.slowBody, log: own && own.log })
   return { app, server, tracker, listenedByApp: listened }
 }
 

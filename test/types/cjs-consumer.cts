@@ -16,6 +16,9 @@ cz.clusterize(() => require('express')(), { port: { value: 1 } })
 cz.clusterize(() => require('express')(), { workers: 2, spare: 1, reload: { bakeMs: 3000 } })
 cz.clusterize(() => require('express')(), { maxIdleConnections: 'auto' })
 cz.clusterize(() => require('express')(), { maxIdleConnections: 2000 })
+cz.clusterize(() => require('express')(), { slowBody: { minBytesPerSecond: 1024, graceMs: 10000 } })
+// @ts-expect-error slowBody.minBytesPerSecond is a number
+cz.clusterize(() => require('express')(), { slowBody: { minBytesPerSecond: 'slow' } })
 // @ts-expect-error maxIdleConnections is a number or 'auto'
 cz.clusterize(() => require('express')(), { maxIdleConnections: 'lots' })
 cz.clusterize(() => require('express')(), { maxSemiSpaceMB: 0 })
@@ -94,7 +97,7 @@ sio.createAdapter({ coalesceWrites: false })
 sio.createAdapter({ coalesceWrites: 'yes' })
 
 // probes: token guards /stats and /metrics unless guardStats is false; stream limits.
-cz.clusterize(() => require('express')(), { probes: { port: 9090, host: '0.0.0.0', token: 'x'.repeat(32), guardStats: false, maxStreams: 16, streamBufferBytes: 256 * 1024, streamsPerMinute: 30 } })
+cz.clusterize(() => require('express')(), { probes: { port: 9090, host: '0.0.0.0', token: 'x'.repeat(32), guardStats: false, maxStreams: 16, maxStreamsPerPeer: 4, maxConnections: 'auto', streamBufferBytes: 256 * 1024, streamsPerMinute: 30 } })
 // @ts-expect-error guardStats is a boolean
 cz.clusterize(() => require('express')(), { probes: { port: 9090, guardStats: 'yes' } })
 cz.clusterize(() => require('express')(), { reload: { signal: 'SIGHUP' } })
