@@ -447,8 +447,13 @@ export interface ClusterSessionLeaseStats {
   granted: number
   /** Leases revoked before another worker's write, a destroy, a touch or a clear. */
   revoked: number
-  /** Revocations the holder did not answer (a stuck or dying worker): the write waited for the lease to run out. */
-  expiredRevocations: number
+  /** Leases that ran out on sessions nobody used since, revoked in the background so their records can go. */
+  released: number
+  /**
+   * Revocations waiting for their holder's answer now. A lease ends only on that answer or on the
+   * holder's exit, never on time alone: a hung holder keeps one waiting until the hang detector kills it.
+   */
+  revoking: number
 }
 
 export interface ReadyInfo {

@@ -40,7 +40,8 @@ handle.once('upgrade:done', (result) => expectType<string | undefined>()(result.
 const sessionStats = handle.stats().sessions
 if (sessionStats) expectType<ClusterSessionLeaseStats | null>()(sessionStats.leases)
 declare const leaseStats: ClusterSessionLeaseStats
-expectType<number>()(leaseStats.expiredRevocations)
+expectType<number>()(leaseStats.released)
+expectType<number>()(leaseStats.revoking)
 const leaseOptions: ClusterizeOptions = { clusterStore: { leaseMs: 0, maxSessions: 10 } }
 expectType<number | undefined>()(leaseOptions.clusterStore?.leaseMs)
 if (handle.upgrade) handle.upgrade({ node: '/usr/bin/node', args: ['--workers', '4'] }).then((result) => expectType<UpgradeResult>()(result))
