@@ -16,6 +16,8 @@ function createLocalLeaseBackend (now) {
       return Promise.resolve(last)
     },
     keep () {},
+    /** This primary alone hands names out: a holder keeps one until this primary says otherwise. */
+    validFor () { return null },
     drop () {},
     close () {}
   }

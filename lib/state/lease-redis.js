@@ -20,6 +20,10 @@
  * - tokens come from Redis's clock (TIME) and grow by at least one per
  *   claim, so they grow across a Redis restart too.
  * Each holder must stop when its signal aborts: the margin is leaseMs/3.
+ * The holder's worker does not rely on this primary to tell it: it aborts by
+ * itself when it has not confirmed the lease (validFor) within the same bound,
+ * counted from before it asked (lib/state/singleton.js), so a primary that
+ * stalls past the TTL cannot leave its worker running beside the next host's.
  */
 
 const crypto = require('crypto')
@@ -109,6 +113,19 @@ function createRedisLeaseBackend (client, options) {
     return Number(await client.czLeaseRenew(leaseKey(name), hostId, leaseMs)) === 1
   }
 
+  /**
+   * How long this host may still count `name` as its own, in ms from now: until leaseMs - leaseMs/3
+   * after the *send* time of the last renewal that succeeded (the key lives at least leaseMs from
+   * then), leaving leaseMs/3 for the holder to stop before the key can expire. 0 once lost.
+   * @param {string} name
+   * @returns {number}
+   */
+  function validFor (name) {
+    const entry = kept.get(name)
+    if (!entry || entry.lost) return 0
+    return Math.max(0, entry.lastOk + entry.leaseMs - marginOf(entry.leaseMs) - now())
+  }
+
   function keep (name, leaseMs, onLost) {
     let entry = kept.get(name)
     if (!entry) {
@@ -118,7 +135,7 @@ function createRedisLeaseBackend (client, options) {
     entry.onLost = onLost
     entry.lost = false
     if (entry.timer !== null) return
-    const every = Math.max(10, Math.floor(leaseMs / 3))
+    const every = marginOf(leaseMs)
     entry.timer = setInterval(function renew () {
       if (entry.lost) return
       const at = now()
@@ -153,7 +170,12 @@ function createRedisLeaseBackend (client, options) {
     for (const name of Array.from(kept.keys())) drop(name)
   }
 
-  return { kind: 'redis', claim, keep, drop, close, hostId }
+  return { kind: 'redis', claim, keep, drop, close, validFor, hostId }
+}
+
+/** The renewal period, and the time a holder has to stop before the key can expire. */
+function marginOf (leaseMs) {
+  return Math.max(10, Math.floor(leaseMs / 3))
 }
 
 module.exports = { createRedisLeaseBackend }
