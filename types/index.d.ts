@@ -379,6 +379,17 @@ export interface ClusterStats {
   connections?: PrimaryConnectionStats
   /** The dashboard's event streams (when `probes.dashboard` is on). */
   dashboard?: DashboardStreamStats
+  /** What the bounds of the stores the primary holds evicted or refused since it started. */
+  bounds?: PrimaryBoundStats
+}
+
+export interface PrimaryBoundStats {
+  /** Sessions evicted for `clusterStore.maxSessions` / `maxTotalBytes`. */
+  sessionsEvicted: number
+  /** Hits of new rate-limit clients refused because the primary's counters were full (500,000 clients). */
+  rateLimitKeysRefused: number
+  /** socket.io recovery sessions dropped for `recovery.maxSessions`. */
+  recoverySessionsDropped: number
 }
 
 export interface PrimaryConnectionStats {

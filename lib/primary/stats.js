@@ -20,6 +20,8 @@ const { singletonStats } = require('../state/singleton-stats')
  * @param {object} [parts.sessions] what the cluster session store holds
  * @param {object} [parts.dashboard] the dashboard's stream counters, when it is on
  * @param {{ list: () => object[] }} [parts.singletons] the singleton service's api
+ * @param {{ sessionsEvicted: number, rateLimitKeysRefused: number, recoverySessionsDropped: number }} [parts.bounds]
+ *   what the bounds of the primary's stores evicted or refused since it started
  * @returns {object}
  */
 function buildStats (parts) {
@@ -56,7 +58,9 @@ function buildStats (parts) {
     sessions: parts.sessions,
     // Which worker runs each singleton() job: by the live workers' slots, spares and retiring ones included.
     singletons: singletonStats(parts.singletons, supervisor.liveRecords(), now),
-    dashboard: parts.dashboard
+    dashboard: parts.dashboard,
+    // clusterStore.maxSessions/maxTotalBytes evictions, rate-limit keys refused when full, recovery.maxSessions drops.
+    bounds: parts.bounds
   }
 }
 

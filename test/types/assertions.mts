@@ -8,7 +8,7 @@ import {
 import type {
   PrimaryHandle, ClusterizeOptions, ReloadStartEvent, ReloadResult, BridgeUpEvent, BridgeDownEvent,
   SessionDownEvent, SessionUpEvent, WorkerExitEvent, ClusterizeBusErrorCode, UpgradeResult, UpgradeStartEvent,
-  PrimaryConnectionStats, ClusterSessionLeaseStats
+  PrimaryConnectionStats, ClusterSessionLeaseStats, PrimaryBoundStats
 } from 'clusterize-express'
 import { expectType } from './expect.mjs'
 
@@ -32,6 +32,8 @@ handle.on('upgrade:done', (result) => expectType<UpgradeResult>()(result))
 
 // ---- stats: what the primary holds itself and what it refused for its bounds
 expectType<PrimaryConnectionStats | undefined>()(handle.stats().connections)
+expectType<PrimaryBoundStats | undefined>()(handle.stats().bounds)
+expectType<number>()((handle.stats().bounds as PrimaryBoundStats).rateLimitKeysRefused)
 declare const held: PrimaryConnectionStats
 expectType<number>()(held.handoff)
 expectType<number>()(held.handoffShed)
