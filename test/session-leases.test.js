@@ -366,7 +366,7 @@ describe('read leases in a worker (LeaseCache)', () => {
     cache.prune()
   })
 
-  it('the process\'s cache answers revocations through its client even when first made without one, once per client', () => {
+  it('the process\'s cache answers revocations through its client even when first made without one, once per client', async () => {
     // The test fixture reads the cache's hits with no client; a store's later call brings the client.
     const first = sharedLeaseCache()
     const handlers = []
@@ -377,11 +377,34 @@ describe('read leases in a worker (LeaseCache)', () => {
     assert.equal(handlers.length, 1, 'registered once for this client')
     first.keep('k', '{}', Date.now() + 60000, 7, 60000, performance.now())
     handlers[0]('revoke', ['k', 7])
+    handlers[0]('revoke', ['j', 9])
     assert.equal(first.read('k'), undefined, 'the revoked copy is gone')
-    assert.deepEqual(acks, [['revoked', [7]]])
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.deepEqual(acks, [['revoked', [7, 9]]], 'the revocations of one message answered together')
     handlers[0]('revoke', 'malformed')
     handlers[0]('other', ['k', 8])
-    assert.deepEqual(acks, [['revoked', [7]]], 'nothing acknowledged for a malformed or foreign push')
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.deepEqual(acks, [['revoked', [7, 9]]], 'nothing acknowledged for a malformed or foreign push')
+  })
+
+  it('an acknowledgement the channel refuses (backpressure) is sent again until it goes: the primary waits for it', async () => {
+    const handlers = []
+    const acks = []
+    let refuse = 2
+    const client = {
+      onPush: (handler) => handlers.push(handler),
+      notify (method, data) {
+        if (refuse-- > 0) throw Object.assign(new Error('full'), { code: 'ERR_CLUSTERIZE_BUS_BACKPRESSURE' })
+        acks.push([method, data])
+        return true
+      }
+    }
+    sharedLeaseCache(client)
+    handlers[0]('revoke', ['x', 11])
+    await eventually(() => acks.length === 1, { timeoutMs: 20000, what: 'the acknowledgement sent again' })
+    handlers[0]('revoke', ['y', 12])
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.deepEqual(acks, [['revoked', [11]], ['revoked', [12]]])
   })
 
   it('a reply read while this worker\'s own write or clear of the key is out keeps nothing', () => {

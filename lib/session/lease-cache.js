@@ -233,18 +233,26 @@ function answerRevocations (leases, client) {
   let unsent = []
   let retryMs = 0
   let retryTimer = null
+  let scheduled = false
   client.onPush(function onSessionPush (method, data) {
     if (method !== 'revoke') return
     const grant = leases.revoke(data)
     if (grant === null) return
     unsent.push(grant)
-    if (retryTimer === null) acknowledge()
+    // The revocations of one message (a batch) are answered together, once they are all handled;
+    // every save answered under these leases was posted before this point.
+    if (retryTimer === null && !scheduled) {
+      scheduled = true
+      queueMicrotask(acknowledge)
+    }
   })
   // The primary lets the lease go only on this answer (or this process's exit), never on time:
   // an acknowledgement refused now is sent again until it goes. Sent later, it is still behind
   // every save this process answered under the lease (one channel, in order).
   function acknowledge () {
     retryTimer = null
+    scheduled = false
+    if (unsent.length === 0) return
     const grants = unsent
     unsent = []
     try {

@@ -45,6 +45,8 @@ const FIRST_BACKOFF_MS = 1000
 const MAX_BACKOFF_MS = 60000
 /** Exited workers remembered (they get no grant): a pid reused later only loses its leases. */
 const MAX_EXITED_REMEMBERED = 4096
+/** Leases that ran out revoked per prune at most: a primary with many idle sessions sends no burst. */
+const MAX_RELEASED_PER_PRUNE = 10000
 
 class SessionLeases {
   /**
@@ -257,10 +259,12 @@ class SessionLeases {
    */
   prune () {
     const now = this.now()
+    let released = 0
     for (const [key, record] of this.records) {
       if (record.revoking !== null || now - record.at <= FORGET_AFTER_MS || record.quietUntil > now) continue
       if (record.holder === 0) this.records.delete(key)
-      else if (!(record.until > now)) {
+      else if (!(record.until > now) && released < MAX_RELEASED_PER_PRUNE) {
+        released++
         this.released++
         this.revoke(key, record, true)
       }
