@@ -29,6 +29,7 @@
 const crypto = require('crypto')
 const os = require('os')
 const debug = require('debug')('clusterize:singleton')
+const { performance } = require('perf_hooks')
 const { whenReady } = require('./redis-ready')
 
 const CLAIM = `
@@ -58,12 +59,13 @@ return 0`
 
 /**
  * @param {object} client ioredis client (fail fast: no offline queue, a command timeout)
- * @param {{ namespace: string, hostId?: string, log?: object, now?: () => number }} options
+ * @param {{ namespace: string, hostId?: string, log?: object, now?: () => number }} options now: a monotonic clock in ms
  */
 function createRedisLeaseBackend (client, options) {
   const ns = options.namespace
   const hostId = options.hostId || `${os.hostname()}:${process.pid}:${crypto.randomBytes(6).toString('hex')}`
-  const now = options.now || Date.now
+  // Monotonic: every use is a duration from a renewal's send time, which a wall-clock step must not stretch.
+  const now = options.now || (() => performance.now())
   if (typeof client.czLeaseClaim !== 'function') {
     client.defineCommand('czLeaseClaim', { numberOfKeys: 2, lua: CLAIM })
     client.defineCommand('czLeaseRenew', { numberOfKeys: 1, lua: RENEW })
