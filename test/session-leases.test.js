@@ -555,7 +555,7 @@ describe('read leases in a 2-worker cluster', () => {
     await cluster.waitFor(async () => (await cluster.stats()).sessions.leases.revoking > 0)
     const res = await written
     assert.deepEqual([res.status, res.json && res.json.pid], [503, undefined], 'not answered while the holder may still have an answered save unread: the store timed out')
-    assert.equal((await cluster.stats()).sessions.leases.revoking, 1, 'the revocation still waits for the stuck holder')
+    assert.ok((await cluster.stats()).sessions.leases.revoking >= 1, 'the revocation still waits for the stuck holder')
     await blocked
     const read = await cluster.get('/count', { agent: b.agent, headers })
     assert.deepEqual([read.json.pid, read.json.visits], [b.pid, ++expected], 'once the holder answered, the other worker reads and writes')
