@@ -301,6 +301,48 @@ describe('singleton jobs across two clusters on one Redis: a host that dies', as
   })
 })
 
+describe('singleton jobs across two clusters on one Redis: the holder\'s primary stalls (issue 51)', async () => {
+  const options = await redisTestOptions()
+  const channel = uniquePrefix('singleton-primary-stalls')
+  after(async () => { if (!options.skip) await deletePrefix(channel) })
+
+  it('SIGSTOP of the holder\'s primary: its worker aborts the job by itself before the other host starts it; never two holders by their tokens', { skip: options.skip }, async () => {
+    const file = path.join(scratch, 'ticks-primary-stalls')
+    const bus = { redis: REDIS_URL, channel }
+    const leaseMs = 3000
+    const a = await start({ bus }, { CZ_TICKS_FILE: file, CZ_LABEL: 'a', CZ_LEASE_MS: String(leaseMs) })
+    const b = await start({ bus }, { CZ_TICKS_FILE: file, CZ_LABEL: 'b', CZ_LEASE_MS: String(leaseMs) })
+    let stalled = null
+    try {
+      await eventually(() => readTicks(file).filter((e) => e.what === 'tick').length >= 5, { what: 'five ticks', timeoutMs: 30000 })
+      const holder = readTicks(file).filter((e) => e.what === 'start').pop()
+      stalled = holder.label === 'a' ? a : b
+      // The primary stops; its worker, running the job, does not.
+      stalled.signal('SIGSTOP')
+      await eventually(() => readTicks(file).some((e) => e.what === 'start' && e.token > holder.token), { what: 'the other host taking over', timeoutMs: 30000, intervalMs: 20 })
+      const next = readTicks(file).filter((e) => e.what === 'start').pop()
+      assert.notEqual(next.label, holder.label, 'the other host runs it while the holder\'s primary is stopped')
+      await eventually(() => readTicks(file).filter((e) => e.what === 'tick' && e.token === next.token).length >= 5, { what: 'the new holder ticking', timeoutMs: 30000 })
+      const stop = readTicks(file).find((e) => e.what === 'stop' && e.token === holder.token)
+      assert.ok(stop, 'the old holder aborted its job with its primary stopped')
+      assert.equal(stop.reason, 'lease-lost')
+      stalled.signal('SIGCONT')
+      stalled = null
+      // The resumed host finds the name held elsewhere and leaves it there.
+      await eventually(async () => {
+        const list = (await (holder.label === 'a' ? a : b).stats()).singletons
+        return list.length === 1 && list[0].state === 'held-elsewhere'
+      }, { what: 'the resumed host to see the job held elsewhere', timeoutMs: 30000 })
+      assert.ok(readTicks(file).filter((e) => e.what === 'tick' && e.token === next.token).length >= 5)
+    } finally {
+      if (stalled) stalled.signal('SIGCONT')
+      await Promise.all([a.stop(), b.stop()])
+    }
+    // File order is time order: no tick of a token after the next token started.
+    assertOneWriter(readTicks(file))
+  })
+})
+
 describe('node-cron distributed: true on a real cluster', () => {
   it('2 workers, no env var: each fire runs once across the cluster', async () => {
     const file = path.join(scratch, 'cron-fires')

@@ -52,6 +52,43 @@ describe('clusterStore and recovery options', () => {
   })
 })
 
+/** A logger that keeps what it was told (the primary's logger has this shape). */
+function recordingLog () {
+  const lines = []
+  return { lines, warn (message) { lines.push(message) }, info () {}, error () {} }
+}
+
+describe('the primary\'s bounds are counted and logged once when first reached', () => {
+  it('rate-limit counters: new keys refused when full', () => {
+    const { createRateLimitService } = require('../lib/state/rate-limit-service')
+    const log = recordingLog()
+    const { counters } = createRateLimitService({ maxKeys: 2, log })
+    counters.increment('a', 60000)
+    counters.increment('b', 60000)
+    for (const key of ['c', 'd', 'e']) assert.throws(() => counters.increment(key, 60000), { code: 'ERR_CLUSTERIZE_RATE_LIMIT_FULL' })
+    counters.increment('a', 60000)
+    assert.strictEqual(counters.refused, 3)
+    assert.strictEqual(log.lines.length, 1)
+    assert.match(log.lines[0], /counters are full \(2 clients/)
+  })
+
+  it('socket.io recovery: live sessions dropped for recovery.maxSessions (expired ones are not counted)', () => {
+    const log = recordingLog()
+    const config = resolveConfig({ recovery: { maxSessions: 2 } })
+    const service = new RecoveryService({ broadcast () {} }, recoveryOptions(config, log))
+    const state = service.namespace('/')
+    const now = Date.now()
+    for (const pid of ['p1', 'p2', 'p3', 'p4']) state.persist({ sid: 'sid-' + pid, pid, rooms: [], data: {} }, now)
+    assert.strictEqual(service.stats().sessionsDropped, 2)
+    assert.strictEqual(state.sessions.size, 2)
+    state.persist({ sid: 'late', pid: 'p5', rooms: [], data: {} }, now + state.maxDisconnectionDuration * 3)
+    assert.strictEqual(service.stats().sessionsDropped, 2, 'sessions that expired are not dropped by the bound')
+    assert.strictEqual(log.lines.length, 1)
+    assert.match(log.lines[0], /recovery\.maxSessions \(2\) reached/)
+    service.close()
+  })
+})
+
 describe('2-worker cluster with clusterize({ clusterStore })', () => {
   let cluster
   before(async () => {
@@ -73,6 +110,14 @@ describe('2-worker cluster with clusterize({ clusterStore })', () => {
     assert.equal(stats.sessions.maxTotalBytes, 200 * 1024)
     assert.equal(stats.sessions.sessions, 2)
     assert.equal(stats.sessions.evicted, 1)
+    // Counted in /stats and /metrics, logged once however often it evicts.
+    assert.deepStrictEqual(stats.bounds, { sessionsEvicted: 1, rateLimitKeysRefused: 0, recoverySessionsDropped: 0 })
+    for (let i = 0; i < 2; i++) assert.equal((await cluster.get('/big?kb=1', { method: 'POST' })).status, 200)
+    const metrics = (await cluster.probe('/metrics')).body
+    assert.match(metrics, /^clusterize_primary_bound_reached_total\{bound="sessions"\} 3$/m)
+    assert.match(metrics, /^clusterize_primary_bound_reached_total\{bound="rate_limit_keys"\} 0$/m)
+    await cluster.waitOutput(/clusterStore\.maxSessions \(2\) or clusterStore\.maxTotalBytes \(204800\) reached/)
+    assert.equal(cluster.output.match(/clusterStore\.maxSessions \(2\) or clusterStore\.maxTotalBytes/g).length, 1, 'logged once')
     const big = await cluster.get('/big?kb=300', { method: 'POST' })
     assert.equal(big.status, 413, big.body)
     assert.match(big.json.error, /^session too large: .*clusterStore\.maxTotalBytes/)

@@ -11,11 +11,14 @@
 const { describe, it, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const http = require('http')
+const fs = require('fs')
+const os = require('os')
 const path = require('path')
-const { SessionLeases, answerWithLeases } = require('../lib/session/leases')
+const { SessionLeases, answerWithLeases, FORGET_AFTER_MS } = require('../lib/session/leases')
 const { LeaseCache, sharedLeaseCache } = require('../lib/session/lease-cache')
 const { SessionBackend } = require('../lib/session/cluster-backend')
 const { startCluster } = require('./helpers/cluster')
+const { eventually } = require('./helpers/wait')
 
 const A = 101
 const B = 202
@@ -82,13 +85,22 @@ describe('read leases in the primary (SessionLeases)', () => {
     }
   })
 
-  it('a holder that never answers delays a write only until its lease runs out', async () => {
+  it('a holder that does not answer holds another worker\'s access past its lease, until it answers', async () => {
     const leases = new SessionLeases({ leaseMs: 40, push: () => true })
     try {
       leases.grant('s', A)
-      leases.grant('s', A)
-      await leases.beforeAccess('s', B)
-      assert.equal(leases.stats().expiredRevocations, 1)
+      const grant = leases.grant('s', A)
+      const wait = leases.beforeAccess('s', B)
+      let settled = false
+      wait.then(() => { settled = true })
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      assert.equal(settled, false, 'the lease ran out, but a save the holder answered may still be in its pipe')
+      assert.equal(leases.stats().revoking, 1)
+      leases.prune()
+      assert.equal(leases.beforeAccess('s', B), wait, 'still the same revocation')
+      leases.acknowledged(A, [grant])
+      await wait
+      assert.equal(leases.stats().revoking, 0)
       assert.equal(leases.beforeAccess('s', B), null)
     } finally {
       leases.close()
@@ -107,31 +119,84 @@ describe('read leases in the primary (SessionLeases)', () => {
     } finally {
       leases.close()
     }
+    // Gone from the host (it exited), its last messages not read yet: wait for forget().
     const gone = new SessionLeases({ leaseMs: 60000, push: () => false })
     try {
       gone.grant('t', A)
       gone.grant('t', A)
-      await gone.beforeAccess('t', B)
+      const waiting = gone.beforeAccess('t', B)
+      let settled = false
+      waiting.then(() => { settled = true })
+      await new Promise((resolve) => setImmediate(resolve))
+      assert.equal(settled, false, 'not before its last messages are read')
+      gone.forget(A)
+      await waiting
       assert.equal(gone.beforeAccess('t', B), null)
+      gone.grant('u', A)
+      assert.equal(gone.grant('u', A), 0, 'a forgotten worker gets no lease')
     } finally {
       gone.close()
     }
   })
 
-  it('an expired lease needs no revocation', () => {
+  it('a request that waited for a revocation takes no lease (its worker may have exited meanwhile)', async () => {
+    const { backend, leases, pushed } = backendWithLeases()
+    try {
+      const expires = Date.now() + 60000
+      answerWithLeases(backend, leases, { op: 'set', sid: 'x', sess: '{"n":1}', expires, lease: 1 }, A)
+      const held = answerWithLeases(backend, leases, { op: 'get', sid: 'x', lease: 1 }, A)
+      assert.ok(Array.isArray(held))
+      answerWithLeases(backend, leases, { op: 'get', sid: 'x', lease: 1 }, B)
+      const read = answerWithLeases(backend, leases, { op: 'get', sid: 'x', lease: 1 }, B)
+      assert.ok(read instanceof Promise)
+      leases.forget(A)
+      assert.equal(await read, '{"n":1}', 'the JSON alone, no grant')
+      assert.deepEqual(pushed, [['x', held[2]]])
+    } finally {
+      leases.close()
+      backend.close()
+    }
+  })
+
+  it('a lease that ran out is revoked too before another worker\'s access, with no back-off', async () => {
     const { leases, pushed, advance } = recordingLeases()
     try {
       leases.grant('s', A)
-      leases.grant('s', A)
+      const grant = leases.grant('s', A)
       advance(1001)
+      const wait = leases.beforeAccess('s', B)
+      assert.ok(wait instanceof Promise, 'the holder may have answered saves still unread in its pipe')
+      assert.deepEqual(pushed, [{ pid: A, method: 'revoke', data: ['s', grant] }])
+      leases.acknowledged(A, [grant])
+      await wait
       assert.equal(leases.beforeAccess('s', B), null)
-      assert.deepEqual(pushed, [])
+      assert.equal(leases.grant('s', B), 0, 'B\'s first access')
+      assert.ok(leases.grant('s', B) > 0, 'not contended: no back-off, B holds it from its second access')
     } finally {
       leases.close()
     }
   })
 
-  it('clear() revokes every other worker\'s leases first; eviction tells the holder without waiting', async () => {
+  it('a lease that ran out on a session nobody uses is revoked in the background, then its record goes', async () => {
+    const { leases, pushed, advance } = recordingLeases()
+    try {
+      leases.grant('s', A)
+      const grant = leases.grant('s', A)
+      advance(FORGET_AFTER_MS + 1)
+      leases.prune()
+      assert.deepEqual(pushed, [{ pid: A, method: 'revoke', data: ['s', grant] }])
+      assert.equal(leases.stats().released, 1)
+      assert.equal(leases.records.size, 1, 'kept until the holder answers')
+      leases.acknowledged(A, [grant])
+      await new Promise((resolve) => setImmediate(resolve))
+      leases.prune()
+      assert.equal(leases.records.size, 0)
+    } finally {
+      leases.close()
+    }
+  })
+
+  it('clear() revokes every other worker\'s leases first; eviction revokes without holding up the write that evicted', async () => {
     const { leases, pushed } = recordingLeases()
     try {
       for (const key of ['a', 'b']) { leases.grant(key, A); leases.grant(key, A) }
@@ -149,6 +214,10 @@ describe('read leases in the primary (SessionLeases)', () => {
       const d = leases.grant('d', A)
       leases.evicted('d')
       assert.deepEqual(pushed, [{ pid: A, method: 'revoke', data: ['d', d] }])
+      const next = leases.beforeAccess('d', B)
+      assert.ok(next instanceof Promise, 'the next access of an evicted session waits for its holder: it may resave it')
+      leases.acknowledged(A, [d])
+      await next
       assert.ok(c > 0)
     } finally {
       leases.close()
@@ -266,7 +335,7 @@ describe('read leases in the session service', () => {
     const off = sessionService.start({ config: resolveConfig({ clusterStore: { leaseMs: 0 } }), push })
     const inProcess = sessionService.start({ config: resolveConfig({}) })
     try {
-      assert.deepEqual(on.api.stats().leases, { leaseMs: 1000, granted: 0, revoked: 0, expiredRevocations: 0 })
+      assert.deepEqual(on.api.stats().leases, { leaseMs: 1000, granted: 0, revoked: 0, released: 0, revoking: 0 })
       assert.equal(off.api.stats().leases, null)
       assert.equal(inProcess.api.stats().leases, null)
       const msg = { op: 'set', sid: 'z', sess: '{}', expires: Date.now() + 60000, lease: 1 }
@@ -297,7 +366,7 @@ describe('read leases in a worker (LeaseCache)', () => {
     cache.prune()
   })
 
-  it('the process\'s cache answers revocations through its client even when first made without one, once per client', () => {
+  it('the process\'s cache answers revocations through its client even when first made without one, once per client', async () => {
     // The test fixture reads the cache's hits with no client; a store's later call brings the client.
     const first = sharedLeaseCache()
     const handlers = []
@@ -308,11 +377,34 @@ describe('read leases in a worker (LeaseCache)', () => {
     assert.equal(handlers.length, 1, 'registered once for this client')
     first.keep('k', '{}', Date.now() + 60000, 7, 60000, performance.now())
     handlers[0]('revoke', ['k', 7])
+    handlers[0]('revoke', ['j', 9])
     assert.equal(first.read('k'), undefined, 'the revoked copy is gone')
-    assert.deepEqual(acks, [['revoked', [7]]])
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.deepEqual(acks, [['revoked', [7, 9]]], 'the revocations of one message answered together')
     handlers[0]('revoke', 'malformed')
     handlers[0]('other', ['k', 8])
-    assert.deepEqual(acks, [['revoked', [7]]], 'nothing acknowledged for a malformed or foreign push')
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.deepEqual(acks, [['revoked', [7, 9]]], 'nothing acknowledged for a malformed or foreign push')
+  })
+
+  it('an acknowledgement the channel refuses (backpressure) is sent again until it goes: the primary waits for it', async () => {
+    const handlers = []
+    const acks = []
+    let refuse = 2
+    const client = {
+      onPush: (handler) => handlers.push(handler),
+      notify (method, data) {
+        if (refuse-- > 0) throw Object.assign(new Error('full'), { code: 'ERR_CLUSTERIZE_BUS_BACKPRESSURE' })
+        acks.push([method, data])
+        return true
+      }
+    }
+    sharedLeaseCache(client)
+    handlers[0]('revoke', ['x', 11])
+    await eventually(() => acks.length === 1, { timeoutMs: 20000, what: 'the acknowledgement sent again' })
+    handlers[0]('revoke', ['y', 12])
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.deepEqual(acks, [['revoked', [11]], ['revoked', [12]]])
   })
 
   it('a reply read while this worker\'s own write or clear of the key is out keeps nothing', () => {
@@ -450,24 +542,25 @@ describe('read leases in a 2-worker cluster', () => {
     assert.ok(stats.sessions.leases.revoked > 0, 'writes on the other worker revoked them')
   })
 
-  it('a holder whose event loop is stuck delays another worker\'s write only until its lease runs out, then reads the new data', async () => {
+  it('a holder whose event loop is stuck holds another worker\'s access past its lease (503 after timeoutMs), then everyone reads the new data', async () => {
     const [a, b] = conns
     const login = await cluster.get('/login?user=hang', { method: 'POST', agent: a.agent })
     const headers = { cookie: cookieFrom(login) }
     let expected = 0
-    const expiredBefore = (await cluster.stats()).sessions.leases.expiredRevocations
     for (let i = 0; i < 3; i++) assert.equal((await cluster.get('/count', { agent: a.agent, headers })).json.visits, ++expected)
-    // Stuck for longer than its lease (1.5 s); the write comes well within that lease.
-    const blocked = cluster.get('/block?ms=3500', { agent: a.agent })
-    await new Promise((resolve) => setTimeout(resolve, 100))
-    const written = await cluster.get('/count', { agent: b.agent, headers })
-    assert.equal(written.json.pid, b.pid)
-    assert.equal(written.json.visits, ++expected, 'the write on the other worker went through')
+    // Stuck for 6 s: past its lease (1.5 s) and the other worker's store timeout (2 s).
+    const blocked = cluster.get('/block?ms=6000', { agent: a.agent })
+    await sleep(100)
+    const written = cluster.get('/count', { agent: b.agent, headers })
+    await cluster.waitFor(async () => (await cluster.stats()).sessions.leases.revoking > 0)
+    const res = await written
+    assert.deepEqual([res.status, res.json && res.json.pid], [503, undefined], 'not answered while the holder may still have an answered save unread: the store timed out')
+    assert.ok((await cluster.stats()).sessions.leases.revoking >= 1, 'the revocation still waits for the stuck holder')
     await blocked
-    const read = await cluster.get('/count', { agent: a.agent, headers })
-    assert.equal(read.json.pid, a.pid)
-    assert.equal(read.json.visits, ++expected, 'the stuck holder did not answer from its old copy')
-    assert.ok((await cluster.stats()).sessions.leases.expiredRevocations > expiredBefore, 'the revocation ran out, unanswered')
+    const read = await cluster.get('/count', { agent: b.agent, headers })
+    assert.deepEqual([read.json.pid, read.json.visits], [b.pid, ++expected], 'once the holder answered, the other worker reads and writes')
+    const again = await cluster.get('/count', { agent: a.agent, headers })
+    assert.deepEqual([again.json.pid, again.json.visits], [a.pid, ++expected], 'the holder did not answer from its old copy')
   })
 
   it('logout on one worker is seen at once by a worker holding a lease', async () => {
@@ -492,7 +585,9 @@ describe('saves under a read lease: answered once written, never lost once answe
   let cluster
   let conns = []
   before(async () => {
-    cluster = await startCluster(FIXTURE, { env: { CZ_TEST_OPTIONS: JSON.stringify({ clusterStore: { leaseMs: 1500 } }) } })
+    // Rare heartbeats: while the primary is stalled, only what a test sends fills the workers' pipes.
+    const options = { clusterStore: { leaseMs: 1500 }, health: { heartbeatMs: 60000, heartbeatTimeoutMs: 120000 } }
+    cluster = await startCluster(FIXTURE, { env: { CZ_TEST_OPTIONS: JSON.stringify(options) } })
   })
   after(async () => {
     for (const conn of conns) conn.agent.destroy()
@@ -531,6 +626,84 @@ describe('saves under a read lease: answered once written, never lost once answe
     return { got: [res.json.pid, res.json.visits], expected: [b.pid, ++session.visits] }
   }
 
+  /** One more kept-alive connection, on worker `pid`. */
+  async function connectionOn (pid) {
+    for (let i = 0; i < 40; i++) {
+      const conn = connection()
+      const res = await cluster.get('/plain', { agent: conn.agent })
+      if (res.json.pid === pid) {
+        conns.push(conn)
+        return conn
+      }
+      conn.agent.destroy()
+    }
+    assert.fail(`no connection landed on worker ${pid}`)
+  }
+
+  /**
+   * Issue 51's reproduction: worker a holds the lease on a session; the primary stalls; worker b
+   * gets a request first, so its pipe holds unread data; a answers a save from its lease; after
+   * the lease time (1.5 s) the same client's next request goes to b; the primary runs again.
+   * b must read the save a answered.
+   * @param {{ begin: Function, end: Function }} stall
+   */
+  async function saveThenReadElsewhereAfterLease (stall) {
+    const [a, b] = await freshConnections()
+    const other = await connectionOn(b.pid)
+    const session = await leasedSession(cluster, a)
+    let first
+    let read
+    await stall.begin(b)
+    try {
+      // A new session saved on b: b's pipe to the primary holds unread data before a's save.
+      first = cluster.get('/count', { agent: other.agent }).catch((err) => err)
+      await sleep(300)
+      const saved = await answeredWithin(cluster.get('/count', { agent: a.agent, headers: session.headers }), 5000)
+      assert.ifError(saved instanceof Error ? saved : null)
+      assert.deepEqual([saved.status, saved.json.pid, saved.json.visits], [200, a.pid, ++session.visits], 'answered from the lease with the primary stalled')
+      // Past the lease by the primary's clock, and by a's own.
+      await sleep(1800)
+      read = cluster.get('/count', { agent: b.agent, headers: session.headers })
+      await sleep(300)
+    } finally {
+      await stall.end()
+    }
+    const res = await read
+    await first
+    assert.deepEqual([res.status, res.json.pid, res.json.visits], [200, b.pid, ++session.visits], 'b read the save a answered while the primary was stalled')
+    const after = await cluster.get('/count', { agent: a.agent, headers: session.headers })
+    assert.deepEqual([after.json.pid, after.json.visits], [a.pid, ++session.visits], 'and a reads b\'s save')
+  }
+
+  it('a save answered from a lease while the primary is stopped (SIGSTOP) past the lease is read by the next worker (issue 51)', async () => {
+    await saveThenReadElsewhereAfterLease({
+      begin () { cluster.signal('SIGSTOP') },
+      end () { cluster.signal('SIGCONT') }
+    })
+  })
+
+  it('a save answered from a lease while an app\'s bus handler blocks the primary past the lease is read by the next worker (issue 51)', async () => {
+    const flag = path.join(os.tmpdir(), `cz-block-primary-${process.pid}-${Date.now()}`)
+    let blocking
+    try {
+      await saveThenReadElsewhereAfterLease({
+        async begin (b) {
+          const blocker = await connectionOn(b.pid)
+          blocking = cluster.get(`/block-primary?flag=${encodeURIComponent(flag)}`, { agent: blocker.agent }).catch((err) => err)
+          // The handler marks when it starts blocking.
+          await eventually(() => fs.existsSync(flag + '.blocking'), { timeoutMs: 20000, what: 'the primary\'s handler to block' })
+        },
+        async end () {
+          fs.writeFileSync(flag, '')
+          await blocking
+        }
+      })
+    } finally {
+      fs.writeFileSync(flag, '')
+      for (const file of [flag, flag + '.blocking']) fs.rmSync(file, { force: true })
+    }
+  })
+
   it('the holder answers a save while the primary is stopped; another worker\'s read waits until it is applied', async () => {
     const { got, expected } = await saveWithPrimaryStopped(false)
     assert.deepEqual(got, expected, 'the other worker read the answered save')
@@ -563,13 +736,16 @@ describe('saves under a read lease: answered once written, never lost once answe
     assert.deepEqual([res.status, res.json.visits], [200, ++session.visits], 'the session kept its last answered save')
   })
 
-  it('a holder that hangs right after answering a save delays another worker only until its lease runs out, and the save is there', async () => {
+  it('a holder that hangs right after answering a save: another worker waits for it (or times out), then reads the save', async () => {
     const [a, b] = await freshConnections()
     const session = await leasedSession(cluster, a)
     const saved = await cluster.get('/count-then-block?ms=3000', { agent: a.agent, headers: session.headers })
     assert.equal(saved.json.visits, ++session.visits)
-    const res = await cluster.get('/count', { agent: b.agent, headers: session.headers })
-    assert.deepEqual([res.json.pid, res.json.visits], [b.pid, ++session.visits], 'the hung holder\'s answered save was applied')
+    const during = await cluster.get('/count', { agent: b.agent, headers: session.headers })
+    if (during.status === 200) assert.deepEqual([during.json.pid, during.json.visits], [b.pid, ++session.visits], 'the hung holder\'s answered save was applied')
+    else assert.equal(during.status, 503, 'or the store gave up waiting for the hung holder')
     await sleep(3000)
+    const res = await cluster.get('/count', { agent: b.agent, headers: session.headers })
+    assert.deepEqual([res.status, res.json.pid, res.json.visits], [200, b.pid, ++session.visits], 'the hung holder\'s answered save was applied')
   })
 })

@@ -115,6 +115,17 @@ describe('LeaseTable (one host)', () => {
     table.close()
   })
 
+  it('confirm: the holder with its token holds it, with no time bound on one host; anyone else, or after release, does not', async () => {
+    const table = new LeaseTable(createLocalLeaseBackend())
+    const granted = await table.acquire('c', 1, { waitMs: 1000, leaseMs: 1000 })
+    assert.deepEqual(table.confirm('c', 1, granted.token), { held: true, validMs: null })
+    assert.deepEqual(table.confirm('c', 2, granted.token), { held: false, validMs: 0 })
+    assert.deepEqual(table.confirm('c', 1, granted.token + 1), { held: false, validMs: 0 })
+    table.release('c', 1, granted.token)
+    assert.deepEqual(table.confirm('c', 1, granted.token), { held: false, validMs: 0 })
+    table.close()
+  })
+
   it('the service refuses malformed requests', () => {
     const handlers = singletonHandlers(new LeaseTable(createLocalLeaseBackend()))
     const caller = { id: 1, pid: 1, generation: 1 }
@@ -270,7 +281,12 @@ describe('LeaseTable across hosts (Redis)', async () => {
       const granted = await host.acquire('first-use', 1, timing)
       assert.equal(granted.granted, true)
       // Watches answer held: false as soon as the lease is lost; three lease times of renewals.
-      for (let i = 0; i < 3; i++) assert.deepEqual(await host.watch('first-use', 1, granted.token, timing.leaseMs), { held: true })
+      for (let i = 0; i < 3; i++) {
+        assert.deepEqual(await host.watch('first-use', 1, granted.token, timing.leaseMs), { held: true })
+        // The holder's worker may count on it for at most two thirds of a lease from the last renewal sent.
+        const { held, validMs } = host.confirm('first-use', 1, granted.token)
+        assert.ok(held && validMs > 0 && validMs <= timing.leaseMs - Math.floor(timing.leaseMs / 3), `confirmed for ${validMs} ms`)
+      }
       assert.equal(host.list()[0].revoked, false)
     } finally {
       host.close()

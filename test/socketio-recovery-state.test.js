@@ -91,7 +91,7 @@ test('a restore that arrives before the old worker persisted the socket waits fo
   sent.length = 0
   service.onQueueMessage({ op: 'pub', n: '/', m: broadcast('v', { type: 2, data: ['m', 3] }, toAll) }, { host: 'other' })
   assert.deepStrictEqual(sent.map((s) => s.options.scope), ['host'])
-  assert.deepStrictEqual(service.stats(), { namespaces: 1, packets: 3, sessions: 0, live: 0 })
+  assert.deepStrictEqual(service.stats(), { namespaces: 1, packets: 3, sessions: 0, sessionsDropped: 0, live: 0 })
 })
 
 test("a restore waits for a draining old worker past liveWaitMs (it persists or exits); for a serving one, liveWaitMs bounds the wait", async () => {

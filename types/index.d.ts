@@ -441,6 +441,8 @@ export interface ClusterStats {
   probes?: { open: number, shed: number, refused: number, bodyRefused: number }
   /** The primary's own log output: lines dropped (its stdout/stderr or `--json` reader went away or stalled) and stream errors seen. */
   output?: { dropped: number, failures: number }
+  /** What the bounds of the stores the primary holds evicted or refused since it started. */
+  bounds?: PrimaryBoundStats
 }
 
 export interface WorkerFailureCounts {
@@ -450,6 +452,15 @@ export interface WorkerFailureCounts {
   start: number
   /** Processes that could not be spawned (EMFILE, EAGAIN...). */
   fork: number
+}
+
+export interface PrimaryBoundStats {
+  /** Sessions evicted for `clusterStore.maxSessions` / `maxTotalBytes`. */
+  sessionsEvicted: number
+  /** Hits of new rate-limit clients refused because the primary's counters were full (500,000 clients). */
+  rateLimitKeysRefused: number
+  /** socket.io recovery sessions dropped for `recovery.maxSessions`. */
+  recoverySessionsDropped: number
 }
 
 export interface PrimaryConnectionStats {
@@ -518,8 +529,13 @@ export interface ClusterSessionLeaseStats {
   granted: number
   /** Leases revoked before another worker's write, a destroy, a touch or a clear. */
   revoked: number
-  /** Revocations the holder did not answer (a stuck or dying worker): the write waited for the lease to run out. */
-  expiredRevocations: number
+  /** Leases that ran out on sessions nobody used since, revoked in the background so their records can go. */
+  released: number
+  /**
+   * Revocations waiting for their holder's answer now. A lease ends only on that answer or on the
+   * holder's exit, never on time alone: a hung holder keeps one waiting until the hang detector kills it.
+   */
+  revoking: number
 }
 
 export interface ReadyInfo {

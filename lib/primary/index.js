@@ -331,12 +331,24 @@ function startPrimary (createApp, config) {
   }
 
   function stats () {
-    return buildStats({ supervisor, dispatcher: parts.dispatcher, balancer: parts.balancer, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: services.get('session').stats(), singletons: services.get('singleton'), dashboard: parts.dashboard ? parts.dashboard.streams : undefined, probes: parts.probes ? parts.probes.status() : undefined })
+    return buildStats({ supervisor, dispatcher: parts.dispatcher, balancer: parts.balancer, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: services.get('session').stats(), singletons: services.get('singleton'), dashboard: parts.dashboard ? parts.dashboard.streams : undefined, probes: parts.probes ? parts.probes.status() : undefined, bounds: boundsStatus() })
   }
 
   /** The primary's own counters for /metrics: its held connections and the dashboard's streams. */
   function primaryStatus () {
-    return { connections: parts.dispatcher ? parts.dispatcher.status() : null, dashboard: parts.dashboard ? parts.dashboard.streams : null, probes: parts.probes ? parts.probes.status() : null, output: outputStatus() }
+    return { connections: parts.dispatcher ? parts.dispatcher.status() : null, dashboard: parts.dashboard ? parts.dashboard.streams : null, probes: parts.probes ? parts.probes.status() : null, output: outputStatus(), bounds: boundsStatus() }
+  }
+
+  /** What the bounds of the stores this primary holds turned away or evicted since it started. */
+  function boundsStatus () {
+    const sessions = services.get('session')
+    const rateLimit = services.get('rate-limit')
+    const recovery = services.get('recovery')
+    return {
+      sessionsEvicted: sessions ? sessions.evicted : 0,
+      rateLimitKeysRefused: rateLimit && typeof rateLimit.refused === 'function' ? rateLimit.refused() : 0,
+      recoverySessionsDropped: (recovery && recovery.stats().sessionsDropped) || 0
+    }
   }
 }
 

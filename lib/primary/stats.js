@@ -21,6 +21,8 @@ const { outputStatus } = require('../safe-write')
  * @param {object} [parts.sessions] what the cluster session store holds
  * @param {object} [parts.dashboard] the dashboard's stream counters, when it is on
  * @param {{ list: () => object[] }} [parts.singletons] the singleton service's api
+ * @param {{ sessionsEvicted: number, rateLimitKeysRefused: number, recoverySessionsDropped: number }} [parts.bounds]
+ *   what the bounds of the primary's stores evicted or refused since it started
  * @returns {object}
  */
 function buildStats (parts) {
@@ -66,7 +68,9 @@ function buildStats (parts) {
     // Probes connections open, and those closed or refused for probes.maxConnections and the descriptor reserve.
     probes: parts.probes,
     // Log lines the primary could not write: its stdout/stderr (or --json) reader went away or stalled.
-    output: outputStatus()
+    output: outputStatus(),
+    // clusterStore.maxSessions/maxTotalBytes evictions, rate-limit keys refused when full, recovery.maxSessions drops.
+    bounds: parts.bounds
   }
 }
 

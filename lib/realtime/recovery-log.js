@@ -110,6 +110,9 @@ class NamespaceState {
     this.maxPackets = (bounds && bounds.maxPackets) || DEFAULTS.maxPackets
     this.maxSessions = (bounds && bounds.maxSessions) || DEFAULTS.maxSessions
     this.configured = false
+    /** Live sessions dropped at maxSessions, and who is told the first time (MemoryLog). */
+    this.sessionsDropped = 0
+    this.onBound = null
     /** With bus.redis: packets were numbered here (Redis unreachable) since the last stream entry. */
     this.mixed = false
     /** With bus.redis: stream offsets up to this id cannot be recovered exactly (packets were numbered here after them). */
@@ -145,6 +148,11 @@ class NamespaceState {
     for (const [pid, entry] of this.sessions) {
       if (entry.expiresAt >= now && this.sessions.size <= this.maxSessions) break
       this.sessions.delete(pid)
+      // Still live: dropped for the bound (recovery.maxSessions), its client connects as a new socket.
+      if (entry.expiresAt >= now) {
+        this.sessionsDropped++
+        if (this.onBound) this.onBound(this)
+      }
     }
   }
 
@@ -229,6 +237,7 @@ class MemoryLog {
     let state = this.namespaces.get(name)
     if (state === undefined) {
       state = new NamespaceState(name, this.bounds)
+      if (this.hooks.bound) state.onBound = this.hooks.bound
       this.namespaces.set(name, state)
     }
     return state
@@ -277,11 +286,13 @@ class MemoryLog {
   stats () {
     let packets = 0
     let sessions = 0
+    let sessionsDropped = 0
     for (const state of this.namespaces.values()) {
       packets += state.size
       sessions += state.sessions.size
+      sessionsDropped += state.sessionsDropped
     }
-    return { namespaces: this.namespaces.size, packets, sessions }
+    return { namespaces: this.namespaces.size, packets, sessions, sessionsDropped }
   }
 
   close () { return Promise.resolve() }

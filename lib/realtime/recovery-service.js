@@ -79,8 +79,19 @@ class RecoveryService {
         bus.broadcast(NAMESPACE_TOPIC_PREFIX + name, message, { scope: 'host' })
         if (this.downstream !== null) this.downstream(name, message)
       },
-      forward: (data) => bus.broadcast(QUEUE_TOPIC, data, { scope: 'remote' })
+      forward: (data) => bus.broadcast(QUEUE_TOPIC, data, { scope: 'remote' }),
+      bound: (state) => {
+        if (this.boundLogged) return
+        this.boundLogged = true
+        const log = this.options.log
+        if (log) {
+          log.warn(`socket.io recovery: recovery.maxSessions (${state.maxSessions}) reached in namespace "${state.name}": the oldest disconnected sessions are dropped ` +
+            '(their clients reconnect as new sockets). Counted in /stats bounds.recoverySessionsDropped and ' +
+            'clusterize_primary_bound_reached_total{bound="recovery_sessions"}; this is logged once.')
+        }
+      }
     }
+    this.boundLogged = false
     this.hooks = hooks
     // A primary upgrade (./recovery-handover.js): the old primary relays to the new one, which
     // numbers for both and sends the packets down; the new one holds its workers' calls until then.

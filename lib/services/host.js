@@ -332,7 +332,9 @@ const LAST_MESSAGES_WAIT_MS = 1000
  * as soon as it is reaped, which can be before the messages it wrote just before
  * it died are read (a session save it answered under a lease, ./session/leases.js);
  * they are read before the channel closes. A channel that stays open (its end
- * inherited by a process the worker started) is given up on after a second.
+ * inherited by a process the worker started) is given up on after a second, and
+ * then only after the loop has polled its pipes once more: a primary that stalled
+ * runs its timers first when it wakes, before it reads what the dead worker wrote.
  * @param {{ worker?: { isConnected?: Function, once?: Function, removeListener?: Function } }} record
  * @param {() => void} fn
  */
@@ -340,7 +342,7 @@ function afterLastMessages (record, fn) {
   const worker = record.worker
   if (!worker || typeof worker.isConnected !== 'function' || !worker.isConnected()) return fn()
   let done = false
-  const timer = setTimeout(run, LAST_MESSAGES_WAIT_MS)
+  const timer = setTimeout(function stillOpen () { setImmediate(run) }, LAST_MESSAGES_WAIT_MS)
   timer.unref()
   worker.once('disconnect', run)
   function run () {

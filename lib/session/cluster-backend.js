@@ -50,6 +50,8 @@ class SessionBackend {
     this.forward = null
     /** The workers' read leases on these sessions (./leases.js), when the primary grants them; told of evictions. */
     this.leases = null
+    /** The primary's logger (the session service sets it): one line the first time the bounds evict. */
+    this.log = null
     const every = options.sweepIntervalMs === undefined ? DEFAULT_SWEEP_INTERVAL_MS : options.sweepIntervalMs
     if (every > 0) {
       this.timer = setInterval(() => this.sweep(), every)
@@ -299,6 +301,11 @@ class SessionBackend {
       if (entry !== undefined && entry.expires === expires) {
         this.remove(sid, entry)
         this.evicted++
+        if (this.evicted === 1 && this.log !== null) {
+          this.log.warn(`cluster session store: clusterStore.maxSessions (${this.maxSessions}) or clusterStore.maxTotalBytes (${this.maxTotalBytes}) reached: ` +
+            'the sessions closest to expiry are evicted to make room (their users are logged out). Counted in /stats sessions.evicted and ' +
+            'clusterize_primary_bound_reached_total{bound="sessions"}; this is logged once. Raise the bound, or use the Redis store.')
+        }
         if (this.leases !== null) this.leases.evicted(sid)
         debug('maxSessions (%d) or maxTotalBytes (%d) reached: evicted session expiring at %d', this.maxSessions, this.maxTotalBytes, expires)
       }

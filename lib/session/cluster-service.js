@@ -49,6 +49,7 @@ const sessionService = {
     // Leases save workers a round trip; in-process calls (workers: 0) have none to save.
     const leases = leaseMs > 0 && context && typeof context.push === 'function' ? new SessionLeases({ leaseMs, push: context.push }) : null
     backend.leases = leases
+    backend.log = (context && context.log) || null
     debug('cluster session backend started (maxSessions %d, leases %d ms)', backend.maxSessions, leaseMs)
     return {
       requests: sessionRequests(backend, leases),

@@ -224,18 +224,48 @@ function sharedLeaseCache (client) {
   return shared
 }
 
+/** First wait before acknowledging again when the channel was too full to take an acknowledgement. */
+const ACK_RETRY_MS = 10
+const ACK_RETRY_MAX_MS = 1000
+
 function answerRevocations (leases, client) {
+  /** Grants revoked here whose acknowledgement the channel refused (backpressure): sent again later. */
+  let unsent = []
+  let retryMs = 0
+  let retryTimer = null
+  let scheduled = false
   client.onPush(function onSessionPush (method, data) {
     if (method !== 'revoke') return
     const grant = leases.revoke(data)
     if (grant === null) return
-    try {
-      client.notify('revoked', [grant])
-    } catch (err) {
-      // Unanswered, the primary waits for the lease to run out instead.
-      debug('lease %d: revocation not acknowledged: %s', grant, err.message)
+    unsent.push(grant)
+    // The revocations of one message (a batch) are answered together, once they are all handled;
+    // every save answered under these leases was posted before this point.
+    if (retryTimer === null && !scheduled) {
+      scheduled = true
+      queueMicrotask(acknowledge)
     }
   })
+  // The primary lets the lease go only on this answer (or this process's exit), never on time:
+  // an acknowledgement refused now is sent again until it goes. Sent later, it is still behind
+  // every save this process answered under the lease (one channel, in order).
+  function acknowledge () {
+    retryTimer = null
+    scheduled = false
+    if (unsent.length === 0) return
+    const grants = unsent
+    unsent = []
+    try {
+      if (client.notify('revoked', grants) === false) return // no channel: the primary sees this process exit
+      retryMs = 0
+    } catch (err) {
+      unsent = grants.concat(unsent)
+      retryMs = Math.min(retryMs === 0 ? ACK_RETRY_MS : retryMs * 2, ACK_RETRY_MAX_MS)
+      debug('leases %j: revocation not acknowledged yet (%s), again in %d ms', grants, err.message, retryMs)
+      retryTimer = setTimeout(acknowledge, retryMs)
+      retryTimer.unref()
+    }
+  }
 }
 
 /**

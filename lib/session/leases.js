@@ -13,20 +13,25 @@
  *   through the primary, in the order the holder sent them;
  * - before another worker's read or write of the session is answered (or a
  *   destroy, touch, clear or all()), the holder is told to drop its copy (a
- *   push), and the other worker's request waits for its answer, for its exit
- *   (once its last messages are read), or for the lease to run out,
- *   whichever comes first. The answer travels behind the holder's saves, so
- *   they are applied first; the holder's own requests go ahead meanwhile;
- * - a worker counts its lease from before it asked, so it always ends first
- *   in the worker: a hung holder delays others by at most `leaseMs`, and a
- *   save it answered was in the primary's pipe before then (a lease that ran
- *   out is let go only after the pipes are read once more).
+ *   push), and the other worker's request waits for its answer, or for its
+ *   exit once its last messages are read. The answer travels behind the
+ *   holder's saves on the same pipe, so they are applied first; the holder's
+ *   own requests go ahead meanwhile.
+ * - Never on time alone: a lease that ran out by this process's clock still
+ *   waits for that answer. The holder's clock bounds when it *answered* a save,
+ *   not when this process *reads* it: after a stall of this process (a long GC,
+ *   a CPU quota, an app's bus handler that blocks) such a save can still be
+ *   unread in the holder's pipe while another worker's request is read first.
+ *   A hung holder therefore delays the session's other readers until it
+ *   answers or the hang detector kills it (health.heartbeatTimeoutMs).
  * A lease is granted only to the worker that made the session's previous
- * access too, and a session whose lease had to be revoked gets none for a
- * while (1 s, doubling with each revocation up to a minute, back to 1 s after
- * a minute without one): sessions whose requests spread over workers (a browser's
- * several connections under round robin) soon stop holding leases, so their
- * writes stop waiting for revocations, and cost what they cost without.
+ * access too, and a session whose live lease had to be revoked gets none for
+ * a while (1 s, doubling with each revocation up to a minute, back to 1 s
+ * after a minute without one): sessions whose requests spread over workers (a
+ * browser's several connections under round robin) soon stop holding leases,
+ * so their writes stop waiting for revocations, and cost what they cost
+ * without. Leases that ran out on sessions nobody used since are revoked in
+ * the background (prune), so their records can go.
  */
 
 const debug = require('debug')('clusterize:session')
@@ -38,12 +43,17 @@ const FORGET_AFTER_MS = 10000
 /** No lease for this long after a session's first revocation; doubled with each one after. */
 const FIRST_BACKOFF_MS = 1000
 const MAX_BACKOFF_MS = 60000
+/** Exited workers remembered (they get no grant): a pid reused later only loses its leases. */
+const MAX_EXITED_REMEMBERED = 4096
+/** Leases that ran out revoked per prune at most: a primary with many idle sessions sends no burst. */
+const MAX_RELEASED_PER_PRUNE = 10000
 
 class SessionLeases {
   /**
    * @param {object} options
    * @param {number} options.leaseMs how long a lease lasts (> 0)
-   * @param {(pid: number, method: string, data: *) => boolean} options.push tell a worker (false: it is gone)
+   * @param {(pid: number, method: string, data: *) => boolean} options.push tell a worker (false: it is
+   *   gone; its leases end when forget(pid) is called, once its last messages are read)
    * @param {() => number} [options.now] a monotonic clock in ms, for tests
    */
   constructor (options) {
@@ -54,18 +64,22 @@ class SessionLeases {
     this.records = new Map()
     /** Revocations waiting for their holder, by grant. */
     this.waiting = new Map()
+    /** Pids forget() was called for: no grant goes to them. */
+    this.exited = new Set()
     this.seq = 0
     /** A clear() is revoking every lease: no grant until it is applied. */
     this.clearing = 0
     this.granted = 0
     this.revoked = 0
-    this.expiredRevocations = 0
+    this.released = 0
     this.timer = setInterval(() => this.prune(), Math.max(FORGET_AFTER_MS, this.leaseMs * 2))
     this.timer.unref()
   }
 
   /**
    * `pid` read or wrote `key` and found (or left) the session there: the lease granted, 0 for none.
+   * Called only while answering a message of `pid` as it is read (never after a wait), so `pid`
+   * has not been forgotten yet unless it is a pid reused after an exit.
    * @param {string} key
    * @param {number} pid
    * @returns {number}
@@ -80,9 +94,10 @@ class SessionLeases {
     const again = record.last === pid
     record.last = pid
     record.at = now
-    if (record.revoking !== null || this.clearing > 0 || record.quietUntil > now) return 0
-    const held = record.holder !== 0 && record.until > now
-    if (held ? record.holder !== pid : !again) return 0
+    if (record.revoking !== null || this.clearing > 0 || record.quietUntil > now || this.exited.has(pid)) return 0
+    // beforeAccess() left the lease with `pid` or with nobody.
+    if (record.holder !== 0 && record.holder !== pid) return 0
+    if (record.holder !== pid && !again) return 0
     record.holder = pid
     record.until = now + this.leaseMs
     record.grant = ++this.seq
@@ -94,7 +109,8 @@ class SessionLeases {
    * Before `pid` reads or writes `key`: null when it may go ahead now, else a
    * Promise that settles once another worker's lease on it is gone (ask again
    * then). The holder goes ahead even while its lease is being revoked: what
-   * it sends is ordered before its answer to the revocation.
+   * it sends is ordered before its answer to the revocation. A lease that ran
+   * out is revoked too: its holder may have answered saves still unread in its pipe.
    * @param {string} key
    * @param {number} pid
    * @returns {Promise<void>|null}
@@ -105,16 +121,13 @@ class SessionLeases {
     if (record.holder === pid) return null
     if (record.revoking !== null) return record.revoking
     if (record.holder === 0) return null
-    if (!(record.until > this.now())) {
-      record.holder = 0
-      return null
-    }
     return this.revoke(key, record)
   }
 
   /**
    * `pid` touched `key`: the primary rewrote its cookie, so no copy of it is
-   * current, the toucher's included (it dropped its own when it asked).
+   * current, the toucher's included (it dropped its own when it asked, and its
+   * saves under the lease were sent, so read, before the touch).
    * @param {string} key
    */
   touched (key) {
@@ -129,17 +142,16 @@ class SessionLeases {
   }
 
   /**
-   * The backend evicted `key` to make room: its holder drops its copy, unwaited
-   * (the write that made room is another session's).
+   * The backend evicted `key` to make room: its holder drops its copy. The write
+   * that made room (another session's) does not wait, but the next access of
+   * `key` does, so a save the holder answered is read before anyone sees the session gone.
    * @param {string} key
    */
   evicted (key) {
     const record = this.records.get(key)
-    if (record === undefined) return
-    if (record.revoking === null && record.holder !== 0 && record.until > this.now()) {
-      this.push(record.holder, 'revoke', [key, record.grant])
-    }
-    if (record.revoking === null) this.records.delete(key)
+    if (record === undefined || record.revoking !== null) return
+    if (record.holder === 0) this.records.delete(key)
+    else this.revoke(key, record, true)
   }
 
   /**
@@ -174,6 +186,7 @@ class SessionLeases {
    * Revoke every lease and grant none until resume(): a primary upgrade hands the
    * sessions over once this settles, so every save a holder answered is in the
    * snapshot or forwarded with the writes after it, before the new primary serves.
+   * A hung holder holds this up until it answers or exits.
    * @returns {Promise<void>}
    */
   suspend () {
@@ -186,14 +199,13 @@ class SessionLeases {
     if (this.clearing > 0) this.clearing--
   }
 
-  /** Revoke every live lease not held by `pid`: the revocations (and those already under way). */
+  /** Revoke every lease not held by `pid`, run out or not: the revocations (and those already under way). */
   revokeOthers (pid) {
-    const now = this.now()
     const revoking = []
     for (const [key, record] of this.records) {
       if (record.revoking !== null) {
         if (record.holder !== pid) revoking.push(record.revoking)
-      } else if (record.holder !== 0 && record.holder !== pid && record.until > now) {
+      } else if (record.holder !== 0 && record.holder !== pid) {
         revoking.push(this.revoke(key, record))
       }
     }
@@ -219,10 +231,13 @@ class SessionLeases {
   }
 
   /**
-   * A worker exited: its leases end, and writes waiting on them go ahead.
+   * A worker exited and its last messages were read (lib/services/host.js): its
+   * leases end, and requests waiting on them go ahead.
    * @param {number} pid
    */
   forget (pid) {
+    this.exited.add(pid)
+    if (this.exited.size > MAX_EXITED_REMEMBERED) this.exited.delete(this.exited.values().next().value)
     for (const waiting of this.waiting.values()) if (waiting.holder === pid) waiting.settle()
     for (const record of this.records.values()) {
       if (record.holder === pid && record.revoking === null) record.holder = 0
@@ -230,16 +245,29 @@ class SessionLeases {
     }
   }
 
-  /** @returns {{ granted: number, revoked: number, expiredRevocations: number, leaseMs: number }} */
+  /**
+   * @returns {{ leaseMs: number, granted: number, revoked: number, released: number, revoking: number }}
+   *   `revoking`: revocations waiting for their holder now (a hung holder keeps one waiting)
+   */
   stats () {
-    return { leaseMs: this.leaseMs, granted: this.granted, revoked: this.revoked, expiredRevocations: this.expiredRevocations }
+    return { leaseMs: this.leaseMs, granted: this.granted, revoked: this.revoked, released: this.released, revoking: this.waiting.size }
   }
 
-  /** Drop records of sessions nobody has read for a while and that hold no lease. */
+  /**
+   * Drop records of sessions nobody has used for a while and that hold no lease;
+   * a lease that ran out on such a session is revoked first (its record goes at a later prune).
+   */
   prune () {
     const now = this.now()
+    let released = 0
     for (const [key, record] of this.records) {
-      if (record.revoking === null && !(record.holder !== 0 && record.until > now) && now - record.at > FORGET_AFTER_MS && !(record.quietUntil > now)) this.records.delete(key)
+      if (record.revoking !== null || now - record.at <= FORGET_AFTER_MS || record.quietUntil > now) continue
+      if (record.holder === 0) this.records.delete(key)
+      else if (!(record.until > now) && released < MAX_RELEASED_PER_PRUNE) {
+        released++
+        this.released++
+        this.revoke(key, record, true)
+      }
     }
   }
 
@@ -249,23 +277,30 @@ class SessionLeases {
     this.records.clear()
   }
 
-  /** Tell the holder to drop its copy; settles on its answer, its exit or the lease's end. */
-  revoke (key, record) {
+  /**
+   * Tell the holder to drop its copy; settles on its answer or on its exit once its
+   * last messages are read (forget), never on time.
+   * @param {string} key
+   * @param {LeaseRecord} record
+   * @param {boolean} [quiet] not for another worker's access (eviction, prune): no back-off
+   * @returns {Promise<void>}
+   */
+  revoke (key, record, quiet) {
     const holder = record.holder
     const grant = record.grant
     const leases = this
     const now = this.now()
-    // Contended: back off, longer each time, unless the last revocation was long ago.
-    record.backoff = record.backoff === 0 || now - record.quietUntil > MAX_BACKOFF_MS ? FIRST_BACKOFF_MS : Math.min(record.backoff * 2, MAX_BACKOFF_MS)
-    record.quietUntil = now + record.backoff
+    if (!quiet && record.until > now) {
+      // Contended: back off, longer each time, unless the last revocation was long ago.
+      record.backoff = record.backoff === 0 || now - record.quietUntil > MAX_BACKOFF_MS ? FIRST_BACKOFF_MS : Math.min(record.backoff * 2, MAX_BACKOFF_MS)
+      record.quietUntil = now + record.backoff
+    }
     let resolve
-    let timer = null
     const waiting = {
       holder,
       settle () {
         if (leases.waiting.get(grant) !== waiting) return
         leases.waiting.delete(grant)
-        clearTimeout(timer)
         record.revoking = null
         if (record.grant === grant) record.holder = 0
         resolve()
@@ -273,23 +308,14 @@ class SessionLeases {
     }
     record.revoking = new Promise(function revoking (settled) { resolve = settled })
     this.waiting.set(grant, waiting)
-    this.revoked++
-    const until = record.until
-    timer = setTimeout(function leaseRanOut () {
-      // Timers count from the loop's cached time and may fire early by this clock: wait it out.
-      const left = until - leases.now()
-      if (left > 0) {
-        timer = setTimeout(leaseRanOut, Math.ceil(left))
-        return
-      }
-      leases.expiredRevocations++
-      debug('lease %d of worker %d: no answer to its revocation, it ran out', grant, holder)
-      // Timers run before the loop reads its pipes: a save the holder wrote before its lease
-      // ended (and may have answered) is read first, in this turn's poll phase.
-      setImmediate(function afterPipesRead () { waiting.settle() })
-    }, Math.max(0, Math.ceil(until - this.now())))
+    if (!quiet) this.revoked++
     const revoking = record.revoking
-    if (!this.push(holder, 'revoke', [key, grant])) waiting.settle()
+    if (!this.push(holder, 'revoke', [key, grant])) {
+      // Gone from the host: its exit is being handled, and forget() comes once its last
+      // messages are read. Already forgotten (no grant reaches such a pid): nothing is in flight.
+      if (this.exited.has(holder)) waiting.settle()
+      else debug('lease %d of worker %d: the worker is gone; waiting until its last messages are read', grant, holder)
+    }
     return revoking
   }
 }
@@ -299,7 +325,10 @@ class LeaseRecord {
     /** The pid of the session's last reader or writer (0: none known). */
     this.last = pid
     this.at = now
-    /** The pid holding the lease, 0 for none; it is live while `until` is ahead. */
+    /**
+     * The pid holding the lease, 0 for none. It may answer reads until `until`, and its
+     * lease ends only when it answers a revocation or exits, even after `until`.
+     */
     this.holder = 0
     this.until = 0
     this.grant = 0
@@ -322,25 +351,34 @@ class LeaseRecord {
  * @returns {*} the answer, or a Promise of it
  */
 function answerWithLeases (backend, leases, msg, pid) {
+  return answerLeased(backend, leases, msg, pid, false)
+}
+
+/**
+ * answerWithLeases(); `waited`: the request waited for a revocation, so `pid` may
+ * have exited meanwhile: it gets no lease (a grant goes only to a worker whose
+ * message is being read, so never to one already forgotten).
+ */
+function answerLeased (backend, leases, msg, pid, waited) {
   const op = msg && msg.op
   if (op === SESSION_OP.GET) {
     const key = keyOf(prefixOf(msg), msg.sid)
     // The holder may have answered saves the primary has not read yet: revoke first.
     const wait = leases.beforeAccess(key, pid)
-    if (wait !== null) return wait.then(() => answerWithLeases(backend, leases, msg, pid))
+    if (wait !== null) return wait.then(() => answerLeased(backend, leases, msg, pid, true))
     const json = backend.dispatch(msg)
-    if (json === null || msg.lease !== 1) return json
+    if (json === null || msg.lease !== 1 || waited) return json
     const grant = leases.grant(key, pid)
     return grant === 0 ? json : [json, backend.expiresOf(key), grant, leases.leaseMs]
   }
   if (op === SESSION_OP.SET || op === SESSION_OP.TOUCH || op === SESSION_OP.DESTROY) {
     const key = keyOf(prefixOf(msg), msg.sid)
     const wait = leases.beforeAccess(key, pid)
-    if (wait !== null) return wait.then(() => answerWithLeases(backend, leases, msg, pid))
+    if (wait !== null) return wait.then(() => answerLeased(backend, leases, msg, pid, true))
     const answer = backend.dispatch(msg)
     if (op === SESSION_OP.TOUCH) leases.touched(key)
     else if (op === SESSION_OP.DESTROY) leases.destroyed(key)
-    else if (msg.lease === 1 && backend.expiresOf(key) !== 0) {
+    else if (msg.lease === 1 && !waited && backend.expiresOf(key) !== 0) {
       const grant = leases.grant(key, pid)
       if (grant !== 0) return [grant, leases.leaseMs]
     }
@@ -348,7 +386,7 @@ function answerWithLeases (backend, leases, msg, pid) {
   }
   if (op === SESSION_OP.CLEAR) {
     const wait = leases.beforeClear(pid)
-    if (wait !== null) return wait.then(() => answerWithLeases(backend, leases, msg, pid))
+    if (wait !== null) return wait.then(() => answerLeased(backend, leases, msg, pid, true))
     const answer = backend.dispatch(msg)
     leases.cleared()
     return answer

@@ -20,6 +20,8 @@ function createLocalLeaseBackend (now) {
       if (Number.isSafeInteger(token) && token > last) last = token
     },
     keep () {},
+    /** This primary alone hands names out: a holder keeps one until this primary says otherwise. */
+    validFor () { return null },
     drop () {},
     close () {}
   }

@@ -20,11 +20,16 @@
  * - tokens come from Redis's clock (TIME) and grow by at least one per
  *   claim, so they grow across a Redis restart too.
  * Each holder must stop when its signal aborts: the margin is leaseMs/3.
+ * The holder's worker does not rely on this primary to tell it: it aborts by
+ * itself when it has not confirmed the lease (validFor) within the same bound,
+ * counted from before it asked (lib/state/singleton.js), so a primary that
+ * stalls past the TTL cannot leave its worker running beside the next host's.
  */
 
 const crypto = require('crypto')
 const os = require('os')
 const debug = require('debug')('clusterize:singleton')
+const { performance } = require('perf_hooks')
 const { whenReady } = require('./redis-ready')
 
 const CLAIM = `
@@ -54,12 +59,13 @@ return 0`
 
 /**
  * @param {object} client ioredis client (fail fast: no offline queue, a command timeout)
- * @param {{ namespace: string, hostId?: string, log?: object, now?: () => number }} options
+ * @param {{ namespace: string, hostId?: string, log?: object, now?: () => number }} options now: a monotonic clock in ms
  */
 function createRedisLeaseBackend (client, options) {
   const ns = options.namespace
   const hostId = options.hostId || `${os.hostname()}:${process.pid}:${crypto.randomBytes(6).toString('hex')}`
-  const now = options.now || Date.now
+  // Monotonic: every use is a duration from a renewal's send time, which a wall-clock step must not stretch.
+  const now = options.now || (() => performance.now())
   if (typeof client.czLeaseClaim !== 'function') {
     client.defineCommand('czLeaseClaim', { numberOfKeys: 2, lua: CLAIM })
     client.defineCommand('czLeaseRenew', { numberOfKeys: 1, lua: RENEW })
@@ -109,6 +115,19 @@ function createRedisLeaseBackend (client, options) {
     return Number(await client.czLeaseRenew(leaseKey(name), hostId, leaseMs)) === 1
   }
 
+  /**
+   * How long this host may still count `name` as its own, in ms from now: until leaseMs - leaseMs/3
+   * after the *send* time of the last renewal that succeeded (the key lives at least leaseMs from
+   * then), leaving leaseMs/3 for the holder to stop before the key can expire. 0 once lost.
+   * @param {string} name
+   * @returns {number}
+   */
+  function validFor (name) {
+    const entry = kept.get(name)
+    if (!entry || entry.lost) return 0
+    return Math.max(0, entry.lastOk + entry.leaseMs - marginOf(entry.leaseMs) - now())
+  }
+
   function keep (name, leaseMs, onLost) {
     let entry = kept.get(name)
     if (!entry) {
@@ -118,7 +137,7 @@ function createRedisLeaseBackend (client, options) {
     entry.onLost = onLost
     entry.lost = false
     if (entry.timer !== null) return
-    const every = Math.max(10, Math.floor(leaseMs / 3))
+    const every = marginOf(leaseMs)
     entry.timer = setInterval(function renew () {
       if (entry.lost) return
       const at = now()
@@ -153,7 +172,12 @@ function createRedisLeaseBackend (client, options) {
     for (const name of Array.from(kept.keys())) drop(name)
   }
 
-  return { kind: 'redis', claim, keep, drop, close, hostId }
+  return { kind: 'redis', claim, keep, drop, close, validFor, hostId }
+}
+
+/** The renewal period, and the time a holder has to stop before the key can expire. */
+function marginOf (leaseMs) {
+  return Math.max(10, Math.floor(leaseMs / 3))
 }
 
 module.exports = { createRedisLeaseBackend }

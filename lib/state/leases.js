@@ -96,6 +96,22 @@ class LeaseTable {
   }
 
   /**
+   * Does `owner` still hold `name` with `token`, and for how long at least (ms from now)?
+   * Answered at once: the holder's worker asks every few moments and aborts its job by itself
+   * when no answer comes in time (lib/state/singleton.js). `validMs` null: no bound (one host,
+   * where only this primary hands the name out).
+   * @returns {{ held: boolean, validMs: number|null }}
+   */
+  confirm (name, owner, token) {
+    const entry = this.names.get(name)
+    const holder = entry && entry.holder
+    if (!holder || holder.owner !== owner || holder.token !== token || holder.revoked) return { held: false, validMs: 0 }
+    const validMs = typeof this.backend.validFor === 'function' ? this.backend.validFor(name) : null
+    if (validMs === 0) return { held: false, validMs: 0 }
+    return { held: true, validMs }
+  }
+
+  /**
    * The holder is done (its job stopped, its worker drained). Ignored from anyone else.
    * @returns {boolean} whether it was the holder
    */

@@ -21,11 +21,15 @@ const DEFAULT_MAX_KEYS = 500000
 
 class RateLimitCounters {
   /**
-   * @param {{ maxKeys?: number, now?: () => number }} [options] now: the clock (tests)
+   * @param {{ maxKeys?: number, now?: () => number, log?: object }} [options] now: the clock (tests);
+   *   log: the primary's logger (one line the first time the bound refuses a key)
    */
   constructor (options) {
     options = options || {}
     this.maxKeys = options.maxKeys || DEFAULT_MAX_KEYS
+    this.log = options.log || null
+    /** New keys refused because the counters were full. */
+    this.refused = 0
     this.now = options.now || Date.now
     /** key -> { hits, resetAt } */
     this.clients = new Map()
@@ -45,6 +49,11 @@ class RateLimitCounters {
     if (client === undefined) {
       this.sweep(now)
       if (this.clients.size >= this.maxKeys) {
+        if (++this.refused === 1 && this.log !== null) {
+          this.log.warn(`rate limits: the primary's counters are full (${this.maxKeys} clients in their window): hits of new clients are refused ` +
+            '(express-rate-limit\'s passOnStoreError decides whether they pass). Counted in /stats bounds.rateLimitKeysRefused and ' +
+            'clusterize_primary_bound_reached_total{bound="rate_limit_keys"}; this is logged once. Use bus.redis to keep the counts in Redis.')
+        }
         throw new ClusterizeError(`the primary's rate-limit counters are full (${this.maxKeys} clients in their window): ` +
           'this hit is not counted (express-rate-limit\'s passOnStoreError decides whether it passes)', 'ERR_CLUSTERIZE_RATE_LIMIT_FULL')
       }

@@ -29,7 +29,7 @@ const MAX_KEY_LENGTH = 1024
 const MAX_WINDOW_MS = 2 ** 31 - 1
 
 /**
- * @param {{ redis?: object, keyPrefix?: string, maxKeys?: number, now?: () => number }} [options]
+ * @param {{ redis?: object, keyPrefix?: string, maxKeys?: number, now?: () => number, log?: object }} [options]
  *   redis: the app-state connection the primary opened, { client, commands, cluster }
  *   (./redis-client.js connectState; counts shared by every host);
  *   keyPrefix: put before every Redis key
@@ -39,7 +39,7 @@ function createRateLimitService (options) {
   options = options || {}
   const counters = options.redis
     ? new RedisRateLimitCounters(options.redis, { keyPrefix: options.keyPrefix, now: options.now })
-    : new RateLimitCounters({ maxKeys: options.maxKeys, now: options.now })
+    : new RateLimitCounters({ maxKeys: options.maxKeys, now: options.now, log: options.log })
   const handlers = {
     [RATE_OP.INCREMENT]: function increment (data) {
       return counters.increment(checkKey(data), checkWindow(data))
@@ -89,7 +89,7 @@ const rateLimitService = {
   start: function startRateLimitService (context) {
     const { lazyStateBackend } = require('./redis-client')
     const service = lazyStateBackend(context, function buildRateLimit (connection, namespace) {
-      return createRateLimitService(connection ? { redis: connection, keyPrefix: namespace + ':rl:' } : {})
+      return createRateLimitService(connection ? { redis: connection, keyPrefix: namespace + ':rl:' } : { log: context && context.log })
     })
     const requests = {}
     for (const op of Object.values(RATE_OP)) {
@@ -101,6 +101,11 @@ const rateLimitService = {
         size () {
           const built = service.built()
           return built === null ? 0 : built.counters.size
+        },
+        /** New keys refused at the bound (this host's counters; Redis's have none). */
+        refused () {
+          const built = service.built()
+          return built === null ? 0 : (built.counters.refused || 0)
         }
       },
       handover: {

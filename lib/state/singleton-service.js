@@ -14,7 +14,7 @@ const { createLocalLeaseBackend } = require('./lease-local')
 const { exportLeases, importLeases } = require('./singleton-handover')
 
 const SERVICE = 'singleton'
-const SINGLETON_OP = Object.freeze({ ACQUIRE: 'acquire', WATCH: 'watch', RELEASE: 'release' })
+const SINGLETON_OP = Object.freeze({ ACQUIRE: 'acquire', WATCH: 'watch', CONFIRM: 'confirm', RELEASE: 'release' })
 const MAX_NAME_LENGTH = 200
 const MAX_WAIT_MS = 60000
 const MIN_LEASE_MS = 100
@@ -31,6 +31,9 @@ function singletonHandlers (table) {
     },
     [SINGLETON_OP.WATCH]: function watch (data, caller) {
       return table.watch(checkName(data), caller.pid, checkToken(data), checkMs(data, 'waitMs', 1, MAX_WAIT_MS))
+    },
+    [SINGLETON_OP.CONFIRM]: function confirm (data, caller) {
+      return table.confirm(checkName(data), caller.pid, checkToken(data))
     },
     [SINGLETON_OP.RELEASE]: function release (data, caller) {
       return table.release(checkName(data), caller.pid, checkToken(data))
@@ -57,6 +60,7 @@ const singletonService = {
     for (const [op, fn] of Object.entries(singletonHandlers({
       acquire: (...args) => tables.current().acquire(...args),
       watch: (...args) => tables.current().watch(...args),
+      confirm: (...args) => tables.current().confirm(...args),
       release: (...args) => tables.current().release(...args)
     }))) requests[op] = fn
     return {

@@ -17,9 +17,19 @@
  *   writes of a stale holder).
  * - start() that throws or rejects: logged, the lease released, and the
  *   job started again (on whichever worker gets it) after a short pause.
+ * - With a lease that can run out (bus.redis: another host takes the name
+ *   once its key expires), the holder does not wait for its primary to say
+ *   the lease is lost: a primary that stalls (GC, CPU quota, SIGSTOP) says
+ *   nothing. It confirms the lease every leaseMs/6; each answer says how long
+ *   the lease is still this host's, and the worker counts that from before
+ *   it asked. When that time passes with no newer answer, the signal aborts,
+ *   whatever the primary is doing, still leaving leaseMs/3 before the key can
+ *   expire and another host start (./lease-redis.js). A run starts only after
+ *   its first confirmation.
  */
 
 const debug = require('debug')('clusterize:singleton')
+const { performance } = require('perf_hooks')
 const { ClusterizeError, ClusterizeOptionError } = require('../errors')
 const { serviceClient } = require('./client')
 const { runInSingleton } = require('./singleton-context')
@@ -32,6 +42,8 @@ const POLL_MS = 5000
 const POLL_GRACE_MS = 2000
 const RETRY_MS = 500
 const RESTART_PAUSE_MS = 1000
+/** Confirmations per lease: a few chances to renew the bound before it runs out. */
+const CONFIRMS_PER_LEASE = 6
 
 /** The singletons of this process, by name: one each (two would hold one lease as one owner). */
 const running = new Map()
@@ -135,10 +147,19 @@ class SingletonJob {
   async hold (token) {
     const controller = new AbortController()
     let ended
-    const run = { token, controller, failed: false, done: new Promise((resolve) => { ended = resolve }) }
+    const run = { token, controller, failed: false, deadline: null, deadlineTimer: null, done: new Promise((resolve) => { ended = resolve }) }
+    // Start only with a bound on how long the lease is ours, counted from before asking.
+    const first = await this.confirm(run)
+    if (first === null || !first.held || this.stopped) {
+      debug('%s: token %d not confirmed, not started: %s', this.name, token, first === null ? 'no answer' : (first.held ? 'stopped' : 'not held'))
+      await this.release(token)
+      ended()
+      return false
+    }
     this.current = run
     debug('%s: running here (pid %d, token %d)', this.name, process.pid, token)
-    this.watch(run).catch((err) => debug('%s: watch stopped: %s', this.name, err && err.message))
+    if (run.deadline === null) this.watch(run).catch((err) => debug('%s: watch stopped: %s', this.name, err && err.message))
+    else this.keepConfirming(run).catch((err) => debug('%s: confirmations stopped: %s', this.name, err && err.message))
     let outcome
     try {
       // Its timers and callbacks inherit the context: the cron pitfall checks see they are coordinated.
@@ -155,12 +176,72 @@ class SingletonJob {
       if (controller.signal.aborted) return resolve()
       controller.signal.addEventListener('abort', resolve, { once: true })
     })
+    clearTimeout(run.deadlineTimer)
     // The next holder starts only once this run is over.
     await settled
     this.current = null
     await this.release(token)
     ended()
     return run.failed
+  }
+
+  /**
+   * Ask the primary whether `run` still holds the lease and for how long; move its deadline
+   * (counted from before asking) when the lease can run out.
+   * @returns {Promise<{ held: boolean, validMs: number|null }|null>} null: no answer
+   */
+  async confirm (run) {
+    const askedAt = performance.now()
+    let answer
+    try {
+      answer = await this.request(SINGLETON_OP.CONFIRM, { token: run.token }, Math.max(1000, this.leaseMs))
+    } catch (err) {
+      debug('%s: confirmation failed: %s', this.name, err && err.message)
+      return null
+    }
+    if (!answer || answer.held !== true) return { held: false, validMs: 0 }
+    if (typeof answer.validMs === 'number') this.extend(run, askedAt + answer.validMs)
+    return answer
+  }
+
+  /** The lease is ours until `deadline` (performance.now()) at least: abort the run then, unless confirmed again. */
+  extend (run, deadline) {
+    if (run.deadline !== null && deadline <= run.deadline) return
+    run.deadline = deadline
+    clearTimeout(run.deadlineTimer)
+    if (run.controller.signal.aborted) return
+    run.deadlineTimer = setTimeout(() => {
+      if (run.controller.signal.aborted) return
+      this.warn(`singleton "${this.name}": the lease (token ${run.token}) could not be confirmed in time (the primary did not answer): stopping the job in this worker before another host may take it`)
+      this.abort(run, 'lease-lost')
+    }, Math.max(0, deadline - performance.now()))
+    run.deadlineTimer.unref()
+  }
+
+  /** A lease that can run out: confirm it every leaseMs/6; abort the run when it is lost. */
+  async keepConfirming (run) {
+    const signal = run.controller.signal
+    const every = Math.max(10, Math.floor(this.leaseMs / CONFIRMS_PER_LEASE))
+    while (!signal.aborted) {
+      await new Promise((resolve) => {
+        const timer = setTimeout(function due () {
+          signal.removeEventListener('abort', aborted)
+          resolve()
+        }, every)
+        timer.unref()
+        function aborted () {
+          clearTimeout(timer)
+          resolve()
+        }
+        signal.addEventListener('abort', aborted, { once: true })
+      })
+      if (signal.aborted) return
+      const answer = await this.confirm(run)
+      if (answer !== null && !answer.held && !signal.aborted) {
+        this.warn(`singleton "${this.name}": the lease was lost (token ${run.token}): stopping the job in this worker`)
+        this.abort(run, 'lease-lost')
+      }
+    }
   }
 
   /** Long-poll the primary: abort the run when the lease is taken away. */

@@ -8,7 +8,7 @@ import {
 import type {
   PrimaryHandle, ClusterizeOptions, ReloadStartEvent, ReloadResult, BridgeUpEvent, BridgeDownEvent,
   SessionDownEvent, SessionUpEvent, WorkerExitEvent, ClusterizeBusErrorCode, UpgradeResult, UpgradeStartEvent,
-  PrimaryConnectionStats, ClusterSessionLeaseStats, WorkerFailureCounts, BusBridgeStatus
+  PrimaryConnectionStats, ClusterSessionLeaseStats, WorkerFailureCounts, BusBridgeStatus, PrimaryBoundStats
 } from 'clusterize-express'
 import { expectType } from './expect.mjs'
 
@@ -32,6 +32,8 @@ handle.on('upgrade:done', (result) => expectType<UpgradeResult>()(result))
 
 // ---- stats: what the primary holds itself and what it refused for its bounds
 expectType<PrimaryConnectionStats | undefined>()(handle.stats().connections)
+expectType<PrimaryBoundStats | undefined>()(handle.stats().bounds)
+expectType<number>()((handle.stats().bounds as PrimaryBoundStats).rateLimitKeysRefused)
 declare const held: PrimaryConnectionStats
 expectType<number>()(held.handoff)
 expectType<number>()(held.handoffShed)
@@ -48,7 +50,8 @@ handle.once('upgrade:done', (result) => expectType<string | undefined>()(result.
 const sessionStats = handle.stats().sessions
 if (sessionStats) expectType<ClusterSessionLeaseStats | null>()(sessionStats.leases)
 declare const leaseStats: ClusterSessionLeaseStats
-expectType<number>()(leaseStats.expiredRevocations)
+expectType<number>()(leaseStats.released)
+expectType<number>()(leaseStats.revoking)
 const leaseOptions: ClusterizeOptions = { clusterStore: { leaseMs: 0, maxSessions: 10 } }
 expectType<number | undefined>()(leaseOptions.clusterStore?.leaseMs)
 if (handle.upgrade) handle.upgrade({ node: '/usr/bin/node', args: ['--workers', '4'] }).then((result) => expectType<UpgradeResult>()(result))
