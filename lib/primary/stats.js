@@ -20,6 +20,7 @@ const { singletonStats } = require('../state/singleton-stats')
  * @param {object} [parts.sessions] what the cluster session store holds
  * @param {object} [parts.dashboard] the dashboard's stream counters, when it is on
  * @param {{ list: () => object[] }} [parts.singletons] the singleton service's api
+ * @param {object} [parts.scaling] the worker count and what sets it (./autoscale.js)
  * @returns {object}
  */
 function buildStats (parts) {
@@ -49,6 +50,8 @@ function buildStats (parts) {
     crashLooping: supervisor.crashLooping,
     shuttingDown: state.shuttingDown,
     reloads: state.reloads,
+    // How many worker slots there are and what sets the count (scale(), 'auto' and the CPU quota, dynamic workers).
+    scaling: parts.scaling,
     workers,
     // Connections the primary holds itself ('rr', 'sticky') and those it closed for the bounds.
     connections: dispatcher ? dispatcher.status() : undefined,

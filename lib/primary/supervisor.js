@@ -216,7 +216,8 @@ class Supervisor extends EventEmitter {
     if (delayMs > 0) this.log.info(`restarting worker ${slot} in ${delayMs} ms`)
     const timer = setTimeout(() => {
       this.respawnTimers.delete(timer)
-      if (this.stopped || this.crashLooping || this.slots[slot]) return
+      // A slot scaled away meanwhile (./scaling.js) is not served any more.
+      if (this.stopped || this.crashLooping || slot >= this.slots.length || this.slots[slot]) return
       this.restarts[slot]++
       this.slots[slot] = this.spawn(slot, this.codeGeneration)
     }, delayMs)
