@@ -140,3 +140,30 @@ test('scale() refuses a count it cannot run, naming the range; a slot scaled awa
     await cluster.stop()
   }
 })
+
+test('dynamic workers: a CPU-busy worker brings a second one, idleness retires it (short windows via options)', async () => {
+  const { availableCpus } = require('../lib/cpus')
+  const canAdd = availableCpus() >= 2
+  const cluster = await startCluster(fixture, { env: env({ workers: { min: 1, max: 2, upAfterMs: 1500, downAfterMs: 3000 }, health: { heartbeatMs: 500 } }) })
+  try {
+    assert.strictEqual((await cluster.stats()).scaling.mode, 'dynamic')
+    // The one worker's event loop is saturated for 8 s (in 300 ms chunks: it still beats).
+    await cluster.get('/hog?ms=8000&chunk=300')
+    if (!canAdd) {
+      // One usable CPU: the cap holds the count, and the log says why.
+      await cluster.waitOutput(/dynamic workers: not adding a worker: .*already at the cap \(1\)/)
+      return
+    }
+    const up = await cluster.waitEvent('scale:done', (r) => r.to === 2, 30000)
+    assert.deepStrictEqual([up.data.ok, up.data.from, up.data.why], [true, 1, 'load'])
+    assert.match(cluster.output, /dynamic workers: adding a worker \(1 -> 2\): mean event-loop utilization [01]\.\d+ >= 0\.75 for 1500 ms/)
+    const down = await cluster.waitEvent('scale:done', (r) => r.to === 1, 40000)
+    assert.deepStrictEqual([down.data.ok, down.data.from, down.data.why], [true, 2, 'load'])
+    assert.match(cluster.output, /dynamic workers: retiring a worker \(2 -> 1\): mean event-loop utilization 0\.\d+ <= 0\.25 for 3000 ms/)
+    const stats = await cluster.stats()
+    assert.strictEqual(stats.scaling.workers, 1)
+    assert.deepStrictEqual(stats.workers.map((w) => w.id), [0])
+  } finally {
+    await cluster.stop()
+  }
+})
