@@ -21,6 +21,7 @@ const Pending = require('./pending')
 const PoolMetrics = require('./metrics')
 const StartupBackoff = require('./backoff')
 const { PoolThread } = require('./thread')
+const { activeSpanContext } = require('../telemetry')
 const { QueueFullError, TaskAbortedError, TaskTimeoutError, ThreadStartupError, PoolClosedError } = require('./errors')
 const { Task, removeItem } = require('./records')
 
@@ -112,6 +113,8 @@ class Pool {
     const promise = new Promise((resolve, reject) => {
       t = new Task(call.entry, args, transfer, call.timeoutMs, signal, call.terminateOnAbort, resolve, reject)
     })
+    // Read here, in the caller's async context (a request's span), not when a thread frees up.
+    t.trace = activeSpanContext()
     if (signal !== null) {
       t.onAbort = () => this._abort(t)
       signal.addEventListener('abort', t.onAbort, { once: true })

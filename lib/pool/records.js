@@ -23,6 +23,8 @@ class Task {
     this.thread = null
     this.done = false
     this.onAbort = null
+    /** The caller's active OpenTelemetry span context, or undefined (../telemetry.js). */
+    this.trace = undefined
   }
 
   /**

@@ -13,6 +13,7 @@ const { pathToFileURL } = require('node:url')
 const fs = require('node:fs')
 const os = require('node:os')
 const { TASK, RESULT, STATUS, READY } = require('./messages')
+const { runWithSpanContext } = require('../telemetry')
 
 const kTransfer = Symbol.for('clusterize.offload.transfer')
 const NOT_DEFINED_RE = /^([\p{L}\p{Nl}$_][\p{L}\p{Nl}\p{Mn}\p{Mc}\p{Nd}\p{Pc}$\u200c\u200d]*) is not defined$/u
@@ -136,6 +137,8 @@ function getEntry (msg) {
 
 function runTask (msg) {
   if (msg[TASK.FLUSH] === true) cache.clear()
+  const args = msg[TASK.ARGS]
+  const trace = msg[TASK.TRACE]
   let entry
   let result
   try {
@@ -146,10 +149,11 @@ function runTask (msg) {
       return settleAsync(pending.then((loaded) => {
         cache.set(msg[TASK.ENTRY], loaded)
         entry = loaded
-        return loaded.fn.apply(undefined, msg[TASK.ARGS])
+        return runWithSpanContext(trace, () => loaded.fn.apply(undefined, args))
       }), { get source () { return entry && entry.source } })
     }
-    result = entry.fn.apply(undefined, msg[TASK.ARGS])
+    // The caller's span (a request's) is the parent of the spans the task starts.
+    result = trace === undefined ? entry.fn.apply(undefined, args) : runWithSpanContext(trace, () => entry.fn.apply(undefined, args))
   } catch (err) {
     return replyError(err, entry)
   }

@@ -85,6 +85,7 @@ class PoolThread extends EventEmitter {
     let isNew = false
     msg[TASK.ENTRY] = entry.id
     msg[TASK.ARGS] = t.args
+    msg[TASK.TRACE] = t.trace
     if (known.has(entry.id)) {
       msg[TASK.DEF] = undefined
     } else {
@@ -103,7 +104,7 @@ class PoolThread extends EventEmitter {
       msg[TASK.ARGS] = msg[TASK.DEF] = undefined
       throw err
     }
-    msg[TASK.ARGS] = msg[TASK.DEF] = undefined
+    msg[TASK.ARGS] = msg[TASK.DEF] = msg[TASK.TRACE] = undefined
     msg[TASK.FLUSH] = false
     const startedAt = now()
     t.startedAt = startedAt

@@ -33,6 +33,7 @@ const { createSocketPasser, inheritedScheduling } = require('./pass-sockets')
 const upgrades = require('./upgrade')
 const { createLogger } = require('../logger')
 const { ClusterizeError } = require('../errors')
+const { withResourceAttributes } = require('../telemetry')
 
 /**
  * The handle returned by clusterize() in the primary.
@@ -60,7 +61,7 @@ function startPrimary (createApp, config) {
   const state = { mode, listenMode, port: inherited.port !== null ? inherited.port : config.port, probesPort: undefined, shuttingDown: false, reloads: 0, readySettled: false }
   const parts = { dispatcher: null, balancer: null, probes: null, health: null, dashboard: null }
   // listenFd: with 'none', workers listen on the inherited socket through node:cluster.
-  const runtime = { listenMode, port: state.port, listenFd: listenMode === 'cluster' ? inherited.http : null, route: null, fork: (env) => cluster.fork(env) }
+  const runtime = { listenMode, port: state.port, listenFd: listenMode === 'cluster' ? inherited.http : null, route: null, fork: (env) => cluster.fork(withResourceAttributes(env, process.env.OTEL_RESOURCE_ATTRIBUTES)) }
   const supervisor = new Supervisor(config, log, runtime)
   // The app's own prom-client metrics come from the metrics service (lib/state/metrics), started below.
   const metrics = createMetrics(supervisor, () => busRuntime.status(), primaryStatus, () => services.get('metrics'))
