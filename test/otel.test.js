@@ -19,6 +19,7 @@ const os = require('os')
 const path = require('path')
 const { startCluster, stopAll } = require('./helpers/cluster')
 const { eventually } = require('./helpers/wait')
+const { withResourceAttributes } = require('../lib/telemetry')
 
 const TRACING = path.join(__dirname, 'fixtures/otel/tracing.js')
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-otel-'))
@@ -124,4 +125,12 @@ test('the same http and Express spans from every worker as without clusterize, w
   } finally {
     await cluster.stop()
   }
+})
+
+test('the worker attributes come after the app\'s own OTEL_RESOURCE_ATTRIBUTES', () => {
+  const env = { CLUSTERIZE_WORKER_ID: '3', CLUSTERIZE_GENERATION: '2' }
+  assert.strictEqual(withResourceAttributes(env, 'service.name=shop,deployment.environment=prod').OTEL_RESOURCE_ATTRIBUTES,
+    'service.name=shop,deployment.environment=prod,clusterize.worker.slot=3,clusterize.worker.generation=2')
+  assert.strictEqual(withResourceAttributes(env, undefined).OTEL_RESOURCE_ATTRIBUTES, 'clusterize.worker.slot=3,clusterize.worker.generation=2')
+  assert.strictEqual(env.OTEL_RESOURCE_ATTRIBUTES, undefined, 'the fork environment given is not changed')
 })

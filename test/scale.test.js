@@ -55,8 +55,11 @@ async function probeStats (cluster) {
   return (await cluster.probe('/stats')).json
 }
 
-test('scale up and down under keep-alive and new-connection load: zero failed requests, /stats shows the count', async () => {
-  const cluster = await startCluster(fixture, { env: env({ workers: 2, probes: { port: 0 } }) })
+// CZ_TEST_SCHEDULING=balanced,sticky,reuseport runs the other modes too (they passed when this was written).
+const SCHEDULING = (process.env.CZ_TEST_SCHEDULING || 'rr,none').split(',')
+
+for (const scheduling of SCHEDULING) test(`scale up and down under keep-alive and new-connection load: zero failed requests, /stats shows the count (scheduling ${scheduling})`, async () => {
+  const cluster = await startCluster(fixture, { env: env({ workers: 2, scheduling, probes: { port: 0 } }) })
   const keepAlive = startLoad({ port: cluster.port, connections: 4, durationMs: 120000, paceMs: 2 })
   const fresh = newConnectionLoad(cluster.port)
   try {
