@@ -118,7 +118,7 @@ test('--reload-signal SIGHUP is recorded in the pid file and sent when there is 
   assert.ok(!fs.existsSync(pidFile))
 })
 
-test('with --workers 0 (no probes server) status answers through the socket; reload says why it was skipped, exit 1', async () => {
+test('with --workers 0 (no probes server) status answers through the socket; reload and scale say why they were skipped, exit 1', async () => {
   const pidFile = path.join(tmp, 'single.pid')
   const port = await freePort()
   primary = startPrimary(pidFile, port, ['--workers', '0'])
@@ -132,6 +132,9 @@ test('with --workers 0 (no probes server) status answers through the socket; rel
   const reload = await run(['reload', '--pid-file', pidFile])
   assert.strictEqual(reload.code, 1)
   assert.match(reload.stdout, /reload stopped: reload needs workers: single-process mode/)
+  const scale = await run(['scale', '+1', '--pid-file', pidFile])
+  assert.strictEqual(scale.code, 1)
+  assert.match(scale.stderr, /scale needs workers: this primary runs in single-process mode \(--workers 0\); restart it with --workers N/)
 
   const stop = await run(['stop', '--pid-file', pidFile])
   assert.strictEqual(stop.code, 0, stop.stderr)

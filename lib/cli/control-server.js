@@ -85,6 +85,7 @@ async function startControlServer (socketPath, handle, options) {
           return { ok: true, result: await handle.upgrade({ node: request.node, args: request.args }) }
         }
         case 'scale': {
+          if (typeof handle.scale !== 'function') return { ok: false, error: 'scale needs workers: this primary runs in single-process mode (--workers 0); restart it with --workers N' }
           const count = scaleTarget(request, handle.stats())
           if (typeof count === 'string') return { ok: false, error: count }
           return { ok: true, result: await handle.scale(count) }
