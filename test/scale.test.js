@@ -170,3 +170,26 @@ test('dynamic workers: a CPU-busy worker brings a second one, idleness retires i
     await cluster.stop()
   }
 })
+
+test('dynamic workers add none while the cgroup memory limit has no room for one more worker\'s RSS, and say so', async () => {
+  const fs = require('fs')
+  const os = require('os')
+  // A cgroup v2 tree the primary reads instead of /sys/fs/cgroup: no CPU quota, 1 MiB of memory left.
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-scale-cgroup-'))
+  fs.writeFileSync(path.join(root, 'cgroup.controllers'), 'cpu memory')
+  fs.writeFileSync(path.join(root, 'cpu.max'), 'max 100000')
+  fs.writeFileSync(path.join(root, 'memory.max'), String(512 * 1024 * 1024))
+  fs.writeFileSync(path.join(root, 'memory.current'), String(511 * 1024 * 1024))
+  const cluster = await startCluster(fixture, {
+    env: Object.assign(env({ workers: { min: 1, max: 2, upAfterMs: 1000, downAfterMs: 600000 }, health: { heartbeatMs: 500 } }), { CLUSTERIZE_CGROUP_ROOT: root })
+  })
+  try {
+    await cluster.get('/hog?ms=6000&chunk=300')
+    await cluster.waitOutput(/dynamic workers: not adding a worker: mean event-loop utilization [01]\.\d+ >= 0\.75, but memory has no room for one more worker/)
+    assert.strictEqual((await cluster.stats()).scaling.workers, 1)
+    assert.ok(!/dynamic workers: adding a worker/.test(cluster.output), cluster.output)
+  } finally {
+    await cluster.stop()
+    fs.rmSync(root, { recursive: true, force: true })
+  }
+})
