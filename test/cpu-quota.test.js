@@ -39,8 +39,9 @@ function write (file, text) {
  * A cgroup of this test's own, and how to set its CPU quota and move a process into it.
  * @returns {{ mode: string, env: object, setCpus: (cpus: number|null) => void, enter: (pid: number) => void }}
  */
+let made = 0
 function makeCgroup () {
-  const name = `clusterize-test-${process.pid}`
+  const name = `clusterize-test-${process.pid}-${++made}`
   // CZ_TEST_FAKE_CGROUP=1 runs the fallback on a machine that would allow the real thing.
   const real = process.env.CZ_TEST_FAKE_CGROUP !== '1'
   const v1 = '/sys/fs/cgroup/cpu'
@@ -77,7 +78,7 @@ function makeCgroup () {
     } catch {}
   }
   // Not allowed here: a cgroup v2 tree in a directory, read through CLUSTERIZE_CGROUP_ROOT.
-  const root = path.join(tmp, 'cgroup')
+  const root = path.join(tmp, `cgroup-${made}`)
   fs.mkdirSync(root)
   write(path.join(root, 'cgroup.controllers'), 'cpu memory')
   write(path.join(root, 'cpu.max'), 'max 100000')
@@ -119,6 +120,30 @@ test("workers: 'auto' follows the CPU quota live: down when it shrinks, back up 
     assert.deepStrictEqual([up.data.ok, up.data.from, up.data.why], [true, 1, 'cpu quota'])
     assert.strictEqual((await cluster.stats()).scaling.workers, cpus)
     assert.strictEqual((await cluster.stats()).workers.filter((w) => w.state === 'ready').length, cpus)
+  } finally {
+    await cluster.stop()
+  }
+})
+
+test('dynamic workers with max \'auto\': a quota that shrinks retires the workers above it at once; lifted, the load decides again', { skip: availableCpus() < 2 && 'needs 2 usable CPUs to see a quota take one away' }, async (t) => {
+  const cgroup = makeCgroup()
+  t.diagnostic(`quota written into ${cgroup.mode}`)
+  const options = { workers: { min: 1, max: 'auto', upAfterMs: 600000, downAfterMs: 600000 } }
+  const cluster = await startCluster(fixture, { env: Object.assign({ CZ_TEST_OPTIONS: JSON.stringify(options), CLUSTERIZE_CPU_QUOTA_POLL_MS: '200' }, cgroup.env) })
+  try {
+    const up = await cluster.command({ type: 'cz-test:scale', count: 2 }, 'cz-test:scaled', 90000)
+    assert.strictEqual(up.result.ok, true, up.result.reason)
+    cgroup.enter(cluster.pid)
+    cgroup.setCpus(1)
+    const down = await cluster.waitEvent('scale:done', (r) => r.to === 1, 30000)
+    assert.deepStrictEqual([down.data.ok, down.data.from, down.data.why], [true, 2, 'cpu quota'])
+    assert.match(cluster.output, /CPU quota changed: \d+ -> 1 CPUs; dynamic workers may now run up to 1/)
+    assert.match(cluster.output, /dynamic workers: retiring a worker \(2 -> 1\): the cap is 1/)
+    cgroup.setCpus(null)
+    await cluster.waitOutput(/CPU quota changed: 1 -> \d+ CPUs; dynamic workers may now run up to \d+/)
+    const stats = await cluster.stats()
+    assert.strictEqual(stats.scaling.workers, 1, 'idle: nothing is added when the quota is lifted')
+    assert.strictEqual(stats.scaling.max, availableCpus())
   } finally {
     await cluster.stop()
   }

@@ -68,12 +68,12 @@ test('at the cap (workers.max or the CPU quota), or without memory room for one 
 test('a cap that shrinks (the CPU quota) brings the count down at once; a count below min is raised at once', () => {
   const policy = createScalePolicy(Object.assign({}, OPTIONS, { min: 2 }))
   const down = policy.decide({ now: 0, count: 6, elu: [0.9], cap: 3 })
-  assert.deepStrictEqual([down.action, down.target], ['down', 3])
+  assert.deepStrictEqual([down.action, down.target, down.cause], ['down', 3, 'cap'])
   // min wins over a cap below it.
   const floor = policy.decide({ now: 0, count: 2, elu: [0.9], cap: 1 })
   assert.strictEqual(floor.action, 'hold')
   const up = policy.decide({ now: 0, count: 1, elu: [], cap: 4 })
-  assert.deepStrictEqual([up.action, up.target], ['up', 2])
+  assert.deepStrictEqual([up.action, up.target, up.cause], ['up', 2, 'min'])
 })
 
 test('no heartbeat yet, no judgement; a change restarts both windows', () => {

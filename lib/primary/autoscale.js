@@ -93,8 +93,9 @@ function startAutoscale (parts) {
     }
     lastHeld = null
     lastDecision = { at: now, from: count, to: decision.target, reason: decision.reason }
-    log.info(`dynamic workers: ${decision.action === 'up' ? 'adding' : 'retiring'} a worker (${count} -> ${decision.target}): ${decision.reason}`)
-    change(decision.target, 'load')
+    log.info(`dynamic workers: ${decision.action === 'up' ? 'adding' : 'retiring'} ${Math.abs(decision.target - count) === 1 ? 'a worker' : 'workers'} (${count} -> ${decision.target}): ${decision.reason}`)
+    // Above the cap only when the CPU quota shrank: scale() refuses counts above workers.max.
+    change(decision.target, decision.cause === 'cap' ? 'cpu quota' : decision.cause === 'min' ? 'workers.min' : 'load')
   }
 
   /** Room for one more worker of the largest measured RSS. */

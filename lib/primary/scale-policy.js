@@ -17,7 +17,7 @@
 
 /**
  * @param {{ min: number, upElu: number, downElu: number, upAfterMs: number, downAfterMs: number }} options
- * @returns {{ decide: (sample: { now: number, count: number, elu: number[], cap: number, memoryRoom?: boolean }) => { action: 'up'|'down'|'hold', target: number, reason: string } }}
+ * @returns {{ decide: (sample: { now: number, count: number, elu: number[], cap: number, memoryRoom?: boolean }) => { action: 'up'|'down'|'hold', target: number, cause: 'load'|'cap'|'min', reason: string } }}
  */
 function createScalePolicy (options) {
   const { min, upElu, downElu, upAfterMs, downAfterMs } = options
@@ -39,11 +39,11 @@ function createScalePolicy (options) {
     const cap = Math.max(min, sample.cap)
     if (count > cap) {
       restartWindows()
-      return { action: 'down', target: cap, reason: `the cap is ${cap} (workers.max or the CPU quota)` }
+      return { action: 'down', target: cap, cause: 'cap', reason: `the cap is ${cap} (workers.max or the CPU quota)` }
     }
     if (count < min) {
       restartWindows()
-      return { action: 'up', target: min, reason: `workers.min is ${min}` }
+      return { action: 'up', target: min, cause: 'min', reason: `workers.min is ${min}` }
     }
     // A worker short of its first heartbeat does not count, and no figure means no judgement.
     if (elu.length === 0) return hold('no heartbeat yet')
@@ -56,7 +56,7 @@ function createScalePolicy (options) {
       if (count >= cap) return hold(`${shown} >= ${upElu}, but already at the cap (${cap})`)
       if (sample.memoryRoom === false) return hold(`${shown} >= ${upElu}, but memory has no room for one more worker`)
       restartWindows()
-      return { action: 'up', target: count + 1, reason: `${shown} >= ${upElu} for ${upAfterMs} ms` }
+      return { action: 'up', target: count + 1, cause: 'load', reason: `${shown} >= ${upElu} for ${upAfterMs} ms` }
     }
     if (mean <= downElu) {
       highSince = null
@@ -64,13 +64,13 @@ function createScalePolicy (options) {
       if (now - lowSince < downAfterMs) return hold(`${shown} <= ${downElu} for ${now - lowSince} ms`)
       if (count <= min) return hold(`${shown} <= ${downElu}, already at workers.min (${min})`)
       restartWindows()
-      return { action: 'down', target: count - 1, reason: `${shown} <= ${downElu} for ${downAfterMs} ms` }
+      return { action: 'down', target: count - 1, cause: 'load', reason: `${shown} <= ${downElu} for ${downAfterMs} ms` }
     }
     restartWindows()
     return hold(`${shown} between ${downElu} and ${upElu}`)
 
     function hold (reason) {
-      return { action: 'hold', target: count, reason }
+      return { action: 'hold', target: count, cause: 'load', reason }
     }
   }
 
