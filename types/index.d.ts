@@ -342,7 +342,7 @@ export interface ScaleResult {
   ready: number
   reason: string | null
   durationMs: number
-  /** What asked: 'requested' (scale()), 'load' (dynamic workers), 'cpu quota' ('auto'). */
+  /** What asked: 'requested' (scale()), 'load' (dynamic workers), 'cpu quota' (the quota changed), 'workers.min'. */
   why?: string
 }
 
