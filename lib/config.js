@@ -153,8 +153,34 @@ function parsePort (option, value) {
 function resolveWorkers (value) {
   if (value === 'auto') return availableCpus()
   const count = typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : value
-  if (!Number.isInteger(count) || count < 0 || count > 1024) throw fail('workers', "an integer from 0 to 1024 or 'auto'", value)
+  if (!Number.isInteger(count) || count < 0 || count > 1024) throw fail('workers', "an integer from 0 to 1024, 'auto', or { min, max } (dynamic workers)", value)
   return count
+}
+
+/** Dynamic workers' defaults (lib/primary/scale-policy.js): see docs/operations.md. */
+const DYNAMIC_WORKERS = {
+  min: 1,
+  max: 'auto',
+  upElu: 0.75,
+  downElu: 0.25,
+  upAfterMs: 10000,
+  downAfterMs: 60000
+}
+
+/**
+ * `workers: { min, max }`: the count follows the workers' event-loop
+ * utilization between min and max ('auto': the CPUs this process may use).
+ */
+function resolveDynamicWorkers (value) {
+  const dynamic = group('workers', value, DYNAMIC_WORKERS)
+  checkInteger('workers.min', dynamic.min, 1, 1024)
+  if (dynamic.max !== 'auto') checkInteger('workers.max', dynamic.max, dynamic.min, 1024)
+  checkNumber('workers.upElu', dynamic.upElu, 0.01, 1)
+  checkNumber('workers.downElu', dynamic.downElu, 0, 1)
+  if (dynamic.downElu >= dynamic.upElu) throw fail('workers.downElu', `below workers.upElu (${dynamic.upElu})`, dynamic.downElu)
+  checkInteger('workers.upAfterMs', dynamic.upAfterMs, 0, MAX_TIMER_MS)
+  checkInteger('workers.downAfterMs', dynamic.downAfterMs, 0, MAX_TIMER_MS)
+  return dynamic
 }
 
 function checkLogger (value) {
@@ -277,7 +303,12 @@ function resolveConfig (options, env) {
     throw fail('host', 'a non-empty string such as "127.0.0.1" or "::"', host)
   }
   config.host = host
-  config.workers = resolveWorkers(pick('workers', 'WORKERS'))
+  const workers = pick('workers', 'WORKERS')
+  const isDynamic = workers !== null && typeof workers === 'object' && !Array.isArray(workers)
+  config.dynamicWorkers = isDynamic ? resolveDynamicWorkers(workers) : null
+  // A dynamic cluster starts at its minimum; 'auto' follows the CPU quota while it runs.
+  config.workers = isDynamic ? config.dynamicWorkers.min : resolveWorkers(workers)
+  config.workersAuto = workers === 'auto'
   config.spare = checkInteger('spare', pick('spare'), 0, 64)
   config.defaultSessionStore = checkOneOf('defaultSessionStore', pick('defaultSessionStore'), SESSION_STORES)
   config.defaultRateLimitStore = checkOneOf('defaultRateLimitStore', pick('defaultRateLimitStore'), ['memory', 'cluster'])
@@ -424,4 +455,4 @@ function resolveConfig (options, env) {
   return config
 }
 
-module.exports = { resolveConfig, availableCpus, isLoopback, DEFAULTS, SCHEDULING, SESSION_STORES, WATCH_ALWAYS_IGNORED }
+module.exports = { resolveConfig, availableCpus, isLoopback, DEFAULTS, SCHEDULING, SESSION_STORES, WATCH_ALWAYS_IGNORED, DYNAMIC_WORKERS }

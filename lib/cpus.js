@@ -6,7 +6,7 @@
  */
 
 const os = require('os')
-const fs = require('fs')
+const { cpuQuota } = require('./cgroup')
 const debug = require('debug')('clusterize:cpus')
 
 /**
@@ -27,30 +27,14 @@ function availableCpus () {
 }
 
 /**
- * Whole CPUs allowed by the cgroup CPU quota, 0 when there is none.
+ * Whole CPUs allowed by the cgroup CPU quota of this process's own cgroup
+ * (v2 or v1, the tightest level: ./cgroup.js), 0 when there is none. Read
+ * afresh on every call: the quota can change while the process runs.
  * @returns {number}
  */
 function cgroupCpuQuota () {
-  // cgroup v2: "max 100000" or "200000 100000"
-  const v2 = readFileQuietly('/sys/fs/cgroup/cpu.max')
-  if (v2) {
-    const [quota, period] = v2.trim().split(/\s+/)
-    if (quota !== 'max' && Number(period) > 0) return Math.max(1, Math.floor(Number(quota) / Number(period)))
-    return 0
-  }
-  // cgroup v1
-  const quota = Number(readFileQuietly('/sys/fs/cgroup/cpu/cpu.cfs_quota_us'))
-  const period = Number(readFileQuietly('/sys/fs/cgroup/cpu/cpu.cfs_period_us'))
-  if (quota > 0 && period > 0) return Math.max(1, Math.floor(quota / period))
-  return 0
-}
-
-function readFileQuietly (file) {
-  try {
-    return fs.readFileSync(file, 'utf8')
-  } catch {
-    return ''
-  }
+  const quota = cpuQuota()
+  return quota > 0 ? Math.max(1, Math.floor(quota)) : 0
 }
 
 module.exports = { availableCpus, cgroupCpuQuota }

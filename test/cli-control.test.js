@@ -68,7 +68,7 @@ test('clusterize reload answers with the result through the 0600 control socket;
   assert.strictEqual(result.generation, 3)
 
   const bad = await sendControl(info.controlSocket, { cmd: 'explode' }, 5000)
-  assert.deepStrictEqual(bad, { ok: false, error: 'unknown cmd: use reload, upgrade, status or stop' })
+  assert.deepStrictEqual(bad, { ok: false, error: 'unknown cmd: use reload, upgrade, scale, status or stop' })
 
   // Without the socket file the CLI sends the recorded signal and follows /stats.
   fs.unlinkSync(info.controlSocket)
@@ -118,7 +118,7 @@ test('--reload-signal SIGHUP is recorded in the pid file and sent when there is 
   assert.ok(!fs.existsSync(pidFile))
 })
 
-test('with --workers 0 (no probes server) status answers through the socket; reload says why it was skipped, exit 1', async () => {
+test('with --workers 0 (no probes server) status answers through the socket; reload and scale say why they were skipped, exit 1', async () => {
   const pidFile = path.join(tmp, 'single.pid')
   const port = await freePort()
   primary = startPrimary(pidFile, port, ['--workers', '0'])
@@ -132,6 +132,9 @@ test('with --workers 0 (no probes server) status answers through the socket; rel
   const reload = await run(['reload', '--pid-file', pidFile])
   assert.strictEqual(reload.code, 1)
   assert.match(reload.stdout, /reload stopped: reload needs workers: single-process mode/)
+  const scale = await run(['scale', '+1', '--pid-file', pidFile])
+  assert.strictEqual(scale.code, 1)
+  assert.match(scale.stderr, /scale needs workers: this primary runs in single-process mode \(--workers 0\); restart it with --workers N/)
 
   const stop = await run(['stop', '--pid-file', pidFile])
   assert.strictEqual(stop.code, 0, stop.stderr)
@@ -218,4 +221,43 @@ test('a primary killed during `clusterize reload`: the CLI says it exited during
   for (const worker of statusBefore.result.workers) {
     await eventually(() => !isAlive(worker.pid), { timeoutMs: 30000, what: `worker ${worker.pid} to exit` })
   }
+})
+
+test('clusterize scale N, +N and -N add and retire workers live through the control socket; a bad count is refused', async () => {
+  const pidFile = path.join(tmp, 'scale.pid')
+  const port = await freePort()
+  primary = startPrimary(pidFile, port, ['--workers', '1'])
+  const info = await eventually(() => fs.existsSync(pidFile) && JSON.parse(fs.readFileSync(pidFile, 'utf8')), { timeoutMs: 30000, what: 'the pid file' })
+  const workers = async () => (await sendControl(info.controlSocket, { cmd: 'status' }, 5000)).result.workers
+
+  const up = await run(['scale', '3', '--pid-file', pidFile])
+  assert.strictEqual(up.code, 0, up.stderr)
+  assert.match(up.stdout, /scaled from 1 to 3 workers in \d+ ms/)
+  assert.deepStrictEqual((await workers()).map((w) => [w.id, w.state]), [[0, 'ready'], [1, 'ready'], [2, 'ready']])
+
+  const down = await run(['scale', '-2', '--pid-file', pidFile, '--json'])
+  assert.strictEqual(down.code, 0, down.stderr)
+  const result = JSON.parse(down.stdout)
+  assert.strictEqual(result.ok, true)
+  assert.strictEqual(result.from, 3)
+  assert.strictEqual(result.to, 1)
+  assert.deepStrictEqual((await workers()).map((w) => w.id), [0])
+
+  const more = await run(['scale', '+1', '--pid-file', pidFile])
+  assert.strictEqual(more.code, 0, more.stderr)
+  assert.match(more.stdout, /scaled from 1 to 2 workers/)
+
+  const zero = await run(['scale', '0', '--pid-file', pidFile])
+  assert.strictEqual(zero.code, 2)
+  assert.match(zero.stderr, /clusterize scale takes a count from 1 to 1024, got 0; to stop every worker use clusterize stop/)
+  const tooFew = await run(['scale', '-5', '--pid-file', pidFile])
+  assert.strictEqual(tooFew.code, 1)
+  assert.match(tooFew.stderr, /the worker count must be an integer from 1 to 1024, got -3/)
+  const bad = await sendControl(info.controlSocket, { cmd: 'scale', count: 2, delta: 1 }, 5000)
+  assert.strictEqual(bad.ok, false)
+  assert.match(bad.error, /send either "count"/)
+  assert.strictEqual((await workers()).length, 2)
+
+  const stop = await run(['stop', '--pid-file', pidFile])
+  assert.strictEqual(stop.code, 0, stop.stderr)
 })

@@ -211,12 +211,31 @@ export interface Logger {
   debug?(...args: any[]): unknown
 }
 
+/** Dynamic workers: the count follows the workers' event-loop utilization between min and max. */
+export interface DynamicWorkersOptions {
+  /** Never fewer (the count at start). Default 1. */
+  min?: number
+  /** Never more; 'auto': the CPUs this process may use (the CPU quota, followed live). Default 'auto'. */
+  max?: number | 'auto'
+  /** Add a worker once the mean event-loop utilization stayed at or above this for upAfterMs. Default 0.75. */
+  upElu?: number
+  /** Retire a worker once it stayed at or below this for downAfterMs. Default 0.25. */
+  downElu?: number
+  /** Default 10000. */
+  upAfterMs?: number
+  /** Default 60000. */
+  downAfterMs?: number
+}
+
 export interface ClusterizeOptions {
   /** Default PORT or 3000. 0 picks a free port. */
   port?: number | string
   host?: string
-  /** Default WORKERS or 'auto' (cgroup-aware CPU count). 0 = single-process mode. */
-  workers?: number | 'auto'
+  /**
+   * Default WORKERS or 'auto' (cgroup-aware CPU count, followed live as the CPU quota changes).
+   * 0 = single-process mode. `{ min, max }`: dynamic workers, added and retired with the load.
+   */
+  workers?: number | 'auto' | DynamicWorkersOptions
   /**
    * Warm spares: extra workers that load the app and wait, taking no traffic, so a crashed
    * worker's slot is served again at once. Each costs one idle worker's memory. Default 0.
@@ -362,6 +381,39 @@ export interface ReloadResult {
   generation: number
 }
 
+/** handle.scale() and the 'scale:done' event. */
+export interface ScaleResult {
+  /** The new workers are ready, or the retired ones drained in time. */
+  ok: boolean
+  from: number
+  to: number
+  /** Workers ready when it finished. */
+  ready: number
+  reason: string | null
+  durationMs: number
+  /** What asked: 'requested' (scale()), 'load' (dynamic workers), 'cpu quota' (the quota changed), 'workers.min'. */
+  why?: string
+}
+
+/** 'scale:start' */
+export interface ScaleStartEvent {
+  from: number
+  to: number
+  why: string
+}
+
+/** stats().scaling: how many worker slots there are, and what sets the count. */
+export interface ScalingStats {
+  /** 'fixed', 'auto' (follows the CPU quota), 'pinned' ('auto' scaled by hand), 'dynamic'. */
+  mode: 'fixed' | 'auto' | 'pinned' | 'dynamic'
+  workers: number
+  cpus?: number
+  min?: number
+  /** The most dynamic workers may run now (workers.max, never above the CPU quota). */
+  max?: number
+  lastDecision?: { at: number, from: number, to: number, reason: string } | null
+}
+
 export interface Heartbeat {
   rss: number
   heapUsed: number
@@ -427,6 +479,7 @@ export interface ClusterStats {
   failures?: WorkerFailureCounts
   /** Slots with no worker because their last fork failed (absent in single-process mode). */
   cannotFork?: number[]
+  scaling?: ScalingStats
   workers: WorkerStats[]
   bus?: unknown
   /** What the cluster session store in the primary holds (null in single-process mode before any use). */
@@ -582,6 +635,11 @@ export interface PrimaryHandle extends EventEmitter {
   readonly ready: Promise<ReadyInfo>
   reload(): Promise<ReloadResult>
   /**
+   * Add or retire workers live: resolves once the new ones are ready, or the retired ones
+   * (the highest slots) drained as a reload's old workers do. Absent in single-process mode.
+   */
+  scale?(count: number): Promise<ScaleResult>
+  /**
    * Replace this primary with a new one started from what is on disk now: it inherits the
    * listening sockets and the cluster store's sessions; this one then drains and exits.
    * Absent in single-process mode (workers: 0).
@@ -595,6 +653,8 @@ export interface PrimaryHandle extends EventEmitter {
   on(event: 'worker:exit', listener: (event: WorkerExitEvent) => void): this
   on(event: 'reload:start', listener: (event: ReloadStartEvent) => void): this
   on(event: 'reload:done', listener: (result: ReloadResult) => void): this
+  on(event: 'scale:start', listener: (event: ScaleStartEvent) => void): this
+  on(event: 'scale:done', listener: (result: ScaleResult) => void): this
   on(event: 'upgrade:start', listener: (event: UpgradeStartEvent) => void): this
   on(event: 'upgrade:done', listener: (result: UpgradeResult) => void): this
   on(event: 'crashloop', listener: (info: CrashLoopEvent) => void): this
@@ -608,6 +668,8 @@ export interface PrimaryHandle extends EventEmitter {
   once(event: 'worker:exit', listener: (event: WorkerExitEvent) => void): this
   once(event: 'reload:start', listener: (event: ReloadStartEvent) => void): this
   once(event: 'reload:done', listener: (result: ReloadResult) => void): this
+  once(event: 'scale:start', listener: (event: ScaleStartEvent) => void): this
+  once(event: 'scale:done', listener: (result: ScaleResult) => void): this
   once(event: 'upgrade:start', listener: (event: UpgradeStartEvent) => void): this
   once(event: 'upgrade:done', listener: (result: UpgradeResult) => void): this
   once(event: 'crashloop', listener: (info: CrashLoopEvent) => void): this

@@ -49,6 +49,11 @@ const AREAS = [
     notes: 'Anchors: PM2\'s `pm2 reload` and the textbook SIGUSR2 rolling restart. A failed request is a connection error, a reset or a non-2xx answer.'
   },
   {
+    script: 'dynamic-workers',
+    title: 'Reload',
+    notes: 'Anchors: fixed counts, one worker and every usable CPU. Dynamic workers run with short windows (upAfterMs 2 s, downAfterMs 5 s) so the step fits the run; worker-seconds is what each run cost in processes. On a 2-core box there is one worker to add: the gain shows once the second worker is ready, and shrinks as other work takes the second core.'
+  },
+  {
     script: 'crash',
     title: 'Reload',
     notes: 'A respawned worker costs a fork and an app load plus the slot\'s restart backoff; a warm spare (`spare: 1`) skips both, and most of what is left is its first (cold) request.'

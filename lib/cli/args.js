@@ -11,7 +11,7 @@ const { RELOAD_SIGNALS } = require('../signals')
 const { MAX_TIMER_MS } = require('../errors')
 const { CliUsageError } = require('./errors')
 
-const COMMANDS = ['reload', 'upgrade', 'stop', 'status', 'top']
+const COMMANDS = ['reload', 'upgrade', 'scale', 'stop', 'status', 'top']
 /** 0.1's default, in the working directory; now only pointed at in messages. */
 const LEGACY_PID_FILE = 'clusterize.pid'
 
@@ -30,21 +30,21 @@ const FLAGS = {
   '--env': { key: 'env', value: 'name', for: ['start'] },
   '--only': { key: 'only', value: 'name', for: ['start', 'reload', 'upgrade', 'stop', 'status', 'top'] },
   '--rate-limit': { key: 'rateLimit', value: 'rateLimit', for: ['start'] },
-  '--pid-file': { key: 'pidFile', value: 'string', for: ['start', 'reload', 'upgrade', 'stop', 'status', 'top'] },
+  '--pid-file': { key: 'pidFile', value: 'string', for: ['start', 'reload', 'upgrade', 'scale', 'stop', 'status', 'top'] },
   '--main-pid-file': { key: 'mainPidFile', value: 'string', for: ['start'] },
   '--node': { key: 'node', value: 'string', for: ['upgrade'] },
-  '--timeout': { key: 'timeout', value: 'seconds', for: ['reload', 'upgrade', 'stop'] },
+  '--timeout': { key: 'timeout', value: 'seconds', for: ['reload', 'upgrade', 'scale', 'stop'] },
   '--watch': { key: 'watch', for: ['start'] },
-  '--json': { key: 'json', for: ['start', 'reload', 'upgrade', 'stop', 'status'] },
-  '--help': { key: 'help', for: ['start', 'reload', 'upgrade', 'stop', 'status', 'top'] },
-  '--version': { key: 'version', for: ['start', 'reload', 'upgrade', 'stop', 'status', 'top'] }
+  '--json': { key: 'json', for: ['start', 'reload', 'upgrade', 'scale', 'stop', 'status'] },
+  '--help': { key: 'help', for: ['start', 'reload', 'upgrade', 'scale', 'stop', 'status', 'top'] },
+  '--version': { key: 'version', for: ['start', 'reload', 'upgrade', 'scale', 'stop', 'status', 'top'] }
 }
 const ALIASES = { '-h': '--help', '-v': '--version' }
 
 /**
  * Parse `process.argv.slice(2)`.
  * @param {string[]} argv
- * @returns {{ command: 'start'|'reload'|'upgrade'|'stop'|'status'|'top', app: string|null, flags: object }}
+ * @returns {{ command: 'start'|'reload'|'upgrade'|'scale'|'stop'|'status'|'top', app: string|null, flags: object }}
  *   for upgrade, what follows `--` is in `flags.args`: start flags the new primary adds to the old ones
  * @throws {CliUsageError}
  */
@@ -59,7 +59,8 @@ function parseArgs (argv) {
       afterDashes = argv.slice(i + 1)
       break
     }
-    if (!arg.startsWith('-') || arg === '-') {
+    // `clusterize scale -1` retires one worker: a signed number is a value, not a flag.
+    if (!arg.startsWith('-') || arg === '-' || /^-\d+$/.test(arg)) {
       positionals.push(arg)
       continue
     }
@@ -98,9 +99,10 @@ function parseArgs (argv) {
   }
   const app = command === 'start' && positionals.length > 0 ? positionals.shift() : null
   if (flags.help || flags.version) return { command, app, flags }
+  if (command === 'scale') flags.scale = scaleArgument(positionals.shift())
   if (positionals.length > 0) {
     throw new CliUsageError(`unexpected argument ${JSON.stringify(positionals[0])}` +
-      (command === 'start' ? ' (one app file only)' : ` (clusterize ${command} takes no file; use --pid-file)`))
+      (command === 'start' ? ' (one app file only)' : command === 'scale' ? ' (clusterize scale takes one count)' : ` (clusterize ${command} takes no file; use --pid-file)`))
   }
   for (const name of seen.values()) {
     if (!FLAGS[name].for.includes(command)) {
@@ -111,6 +113,19 @@ function parseArgs (argv) {
     throw new CliUsageError('missing the app file: clusterize app.js [flags]')
   }
   return { command, app, flags }
+}
+
+/**
+ * `clusterize scale N` (that many workers), `+N` (add N) or `-N` (retire N), as `pm2 scale` takes them.
+ * @returns {{ count: number }|{ delta: number }}
+ */
+function scaleArgument (raw) {
+  if (raw === undefined) throw new CliUsageError('missing the worker count: clusterize scale N (or +N to add, -N to retire)')
+  if (!/^[+-]?\d+$/.test(raw)) throw new CliUsageError(`clusterize scale takes a worker count (N, +N or -N), got ${JSON.stringify(raw)}`)
+  if (/^[+-]/.test(raw)) return { delta: Number(raw) }
+  const count = Number(raw)
+  if (count < 1 || count > 1024) throw new CliUsageError(`clusterize scale takes a count from 1 to 1024, got ${raw}; to stop every worker use clusterize stop`)
+  return { count }
 }
 
 function convert (name, kind, raw) {

@@ -8,6 +8,8 @@
  *   {"cmd":"reload"}  -> {"ok":true,"result":{ ok, rolledBack, reason, replaced, durationMs, generation }}
  *   {"cmd":"upgrade","node"?:"/path/to/node","args"?:["--workers","4"]}
  *                     -> {"ok":true,"result":{ ok, reason?, pid, previousPid, node, durationMs }}
+ *   {"cmd":"scale","count":N} or {"cmd":"scale","delta":+-N}
+ *                     -> {"ok":true,"result":{ ok, from, to, ready, reason, durationMs }}
  *   {"cmd":"status"}  -> {"ok":true,"result": stats()}
  *   {"cmd":"stop"}    -> {"ok":true} then a graceful shutdown
  *
@@ -26,7 +28,7 @@ const MAX_SOCKET_PATH = 103
 
 /**
  * @param {string} socketPath
- * @param {{ reload: () => Promise<object>, upgrade?: (options: object) => Promise<object>, stats: () => object, shutdown: () => Promise<{ code: number }> }} handle
+ * @param {{ reload: () => Promise<object>, upgrade?: (options: object) => Promise<object>, scale?: (count: number) => Promise<object>, stats: () => object, shutdown: () => Promise<{ code: number }> }} handle
  * @param {{ fd?: number }} [options] `fd`: the socket, inherited from the primary this one replaces (`clusterize upgrade`)
  * @returns {Promise<{ path: string, close: () => void, release: () => void, descriptor: () => number|null }|null>}
  *   null when the path is too long for a socket. release() stops answering
@@ -82,11 +84,17 @@ async function startControlServer (socketPath, handle, options) {
           if (bad) return { ok: false, error: bad }
           return { ok: true, result: await handle.upgrade({ node: request.node, args: request.args }) }
         }
+        case 'scale': {
+          if (typeof handle.scale !== 'function') return { ok: false, error: 'scale needs workers: this primary runs in single-process mode (--workers 0); restart it with --workers N' }
+          const count = scaleTarget(request, handle.stats())
+          if (typeof count === 'string') return { ok: false, error: count }
+          return { ok: true, result: await handle.scale(count) }
+        }
         case 'status': return { ok: true, result: handle.stats() }
         case 'stop':
           setImmediate(() => handle.shutdown().then((result) => process.exit(result.code)))
           return { ok: true }
-        default: return { ok: false, error: 'unknown cmd: use reload, upgrade, status or stop' }
+        default: return { ok: false, error: 'unknown cmd: use reload, upgrade, scale, status or stop' }
       }
     } catch (err) {
       return { ok: false, error: err.message }
@@ -143,6 +151,18 @@ function upgradeRequestProblem (request) {
     return 'upgrade: "args" must be an array of start flags (strings)'
   }
   return null
+}
+
+/**
+ * The worker count a scale request asks for: `count`, or `delta` added to the current count.
+ * @returns {number|string} the count, or what is wrong with the request
+ */
+function scaleTarget (request, stats) {
+  if (request.count !== undefined && request.delta === undefined) return request.count
+  if (request.delta !== undefined && request.count === undefined && Number.isInteger(request.delta)) {
+    return stats.scaling.workers + request.delta
+  }
+  return 'scale: send either "count" (the number of workers) or "delta" (an integer to add, negative to retire)'
 }
 
 /**

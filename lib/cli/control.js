@@ -1,7 +1,7 @@
 'use strict'
 
 /**
- * `clusterize reload | upgrade | stop | status`: find the running primary through its
+ * `clusterize reload | upgrade | scale | stop | status`: find the running primary through its
  * pid file (or, for status, a probes port) and signal or query it.
  */
 
@@ -228,6 +228,30 @@ async function upgrade (flags, io) {
 }
 
 /**
+ * `clusterize scale N | +N | -N`: add or retire workers through the control
+ * socket (there is no signal for it), and report once the new workers are
+ * ready or the retired ones have drained.
+ * @returns {Promise<number>} exit code: 0 done, 1 not (the reason is printed)
+ */
+async function scale (flags, io) {
+  const { info } = findPrimary(flags, io.env)
+  const timeoutMs = (flags.timeout || 120) * 1000
+  const reply = await askControl(info, Object.assign({ cmd: 'scale' }, flags.scale), timeoutMs)
+  if (!reply) {
+    throw new CliRuntimeError(`primary ${info.pid} has no control socket (${info.controlSocket || 'not recorded'}); scaling needs it: ` +
+      'restart it with this version of clusterize, or use handle.scale(n) in a primary script')
+  }
+  const result = reply.result
+  const stats = await sendControl(info.controlSocket, { cmd: 'status' }, STATUS_TIMEOUT_MS).then((r) => r.result, () => null)
+  const table = stats && stats.workers ? '\n' + formatWorkersTable(stats.workers) : ''
+  const text = result.ok
+    ? `scaled from ${result.from} to ${result.to} workers in ${result.durationMs} ms\n${table}`
+    : `scaling from ${result.from} to ${result.to} workers: ${result.reason}\n${table}`
+  report(io, flags, Object.assign({ pid: info.pid }, result), text)
+  return result.ok ? 0 : 1
+}
+
+/**
  * SIGTERM the primary and wait (bounded) for it to exit.
  * @returns {Promise<number>} exit code
  */
@@ -400,4 +424,4 @@ function report (io, flags, json, text) {
   io.stdout.write(flags.json ? JSON.stringify(json) + '\n' : text)
 }
 
-module.exports = { reload, upgrade, stop, status, findPrimary, pidFilePath, confirmPrimary, fetchStats, probesTarget, loopbackFor, CliRuntimeError }
+module.exports = { reload, upgrade, scale, stop, status, findPrimary, pidFilePath, confirmPrimary, fetchStats, probesTarget, loopbackFor, CliRuntimeError }

@@ -16,6 +16,9 @@ Usage
                                        replace the primary itself (new Node, new clusterize, new
                                        options): a new primary started from what is on disk takes
                                        the sockets and sessions, then the old one drains and exits
+  clusterize scale N|+N|-N [--pid-file F]
+                                       set the number of workers (+N adds, -N retires), live:
+                                       retired workers drain like a reload's old ones
   clusterize stop   [--pid-file F]     graceful shutdown: drain requests, then exit
   clusterize status [--pid-file F | --probes-port P]   print the workers table
   clusterize top    [--pid-file F | --probes-port P]   live view of the workers (q quits)
@@ -25,7 +28,8 @@ Usage
   that is not listening yet.
 
 Start flags
-  --workers N          workers to fork, or "auto" (usable CPUs, cgroup-aware)  [env WORKERS, default auto]
+  --workers N          workers to fork, or "auto" (usable CPUs, cgroup-aware, followed live)
+                                                                              [env WORKERS, default auto]
                        0 runs everything in one process (development)
   --port P             port to listen on, 0 = any free port                   [env PORT, default 3000]
   --host H             address to bind, e.g. 127.0.0.1 or ::          [env HOST, default: all interfaces]
@@ -69,8 +73,9 @@ Command flags
   --probes-host H      status only: probes address                              [default 127.0.0.1]
   --node PATH          upgrade: the node binary the new primary runs      [default: the old one's path]
   -- START FLAGS       upgrade: start flags added to the old ones, e.g. -- --workers 8
-  --timeout S          reload/upgrade/stop: seconds to wait        [default: reload 120, upgrade 180, stop 60]
-  --json               status/reload/upgrade/stop: print the result as JSON
+  --timeout S          reload/upgrade/scale/stop: seconds to wait
+                                                  [default: reload 120, upgrade 180, scale 120, stop 60]
+  --json               status/reload/upgrade/scale/stop: print the result as JSON
 
 General
   -h, --help           this help
@@ -95,6 +100,7 @@ Examples
   clusterize reload                                 # after a deploy: new code, no dropped requests
   clusterize upgrade --node /usr/local/bin/node     # a new Node (or clusterize) for the primary too
   systemd-socket-activate -l 8080 clusterize app.js # serves on the socket it is given (LISTEN_FDS)
+  clusterize scale 8                                # like pm2 scale: 8 workers from now on
   clusterize status
   clusterize stop --pid-file /run/myapp.pid
 `

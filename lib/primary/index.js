@@ -19,6 +19,8 @@ const { bindAppPort } = require('./listen')
 const { waitAllReady } = require('./readiness')
 const { watchHealth } = require('./health')
 const { createReloader } = require('./reload')
+const { createScaling, checkTarget } = require('./scaling')
+const { startAutoscale } = require('./autoscale')
 const { workerExecArgv } = require('./worker-flags')
 const { workerResourceAttributes, ATTRIBUTES } = require('./trace-resource')
 const { createMetrics } = require('./metrics')
@@ -34,6 +36,7 @@ const { holdForHandover } = require('./handover')
 const { createLogger } = require('../logger')
 const { startReloadTriggers } = require('./reload-triggers')
 const { outputStatus } = require('../safe-write')
+const { ClusterizeError } = require('../errors')
 
 /**
  * The handle returned by clusterize() in the primary.
@@ -68,6 +71,8 @@ function startPrimary (createApp, config) {
   const reloader = createReloader(config, supervisor, log)
   const sessions = watchSessionStores(supervisor, log, (name, info) => handle.emit(name, info))
   const reloads = createReloadQueue()
+  const scaling = createScaling({ supervisor, log, readyTimeoutMs: config.reload.readyTimeoutMs, drainTimeoutMs: config.reload.drainTimeoutMs })
+  let autoscale = null
   const passer = createSocketPasser({ listenMode, inherited, parts, state, config, supervisor })
   const upgrader = upgrades.createUpgrader({
     config,
@@ -97,6 +102,7 @@ function startPrimary (createApp, config) {
   handle.ready = start()
   handle.ready.catch(() => {})
   handle.reload = reloads.request
+  handle.scale = scale
   handle.shutdown = () => shutdown()
   handle.upgrade = upgrader.upgrade
   handle.stats = stats
@@ -181,6 +187,7 @@ function startPrimary (createApp, config) {
     }
     state.readySettled = true
     if (!state.shuttingDown) parts.triggers = startReloadTriggers(config, { reload: handle.reload, log, appDir: appDirectory(createApp) })
+    if (!state.shuttingDown) autoscale = startAutoscale({ config, supervisor, log, resize: (target, why) => reloads.scale(target, why), busy: reloads.busy })
     if (config.banner && config.logger === undefined) {
       log.info(require('../cli/banner').formatBanner(stats(), { host: config.host, probesPort: state.probesPort, probesHost: config.probes && config.probes.host, dashboard: Boolean(config.probes && config.probes.dashboard), redis: config.bus.redis }).trimEnd())
     }
@@ -220,6 +227,8 @@ function startPrimary (createApp, config) {
   function createReloadQueue () {
     let chain = Promise.resolve()
     let queued = null
+    /** Reloads and scalings queued or running: each changes the slots the other works on. */
+    let running = 0
     function request () {
       if (queued) return queued
       const run = chain.then(() => {
@@ -234,10 +243,46 @@ function startPrimary (createApp, config) {
         return result
       })
       queued = run
-      chain = run.catch(() => {})
+      track(run)
       return run
     }
-    return { request }
+    /** Change the worker count once the reload or scaling before it is done (./scaling.js). */
+    function scale (target, why) {
+      const run = chain.then(() => {
+        if (state.shuttingDown) return { ok: false, from: supervisor.slots.length, to: target, ready: supervisor.readyRecords().length, reason: 'shutting down', durationMs: 0 }
+        handle.emit('scale:start', { from: supervisor.slots.length, to: target, why })
+        return scaling.resize(target, why)
+      }).then((result) => {
+        result.why = why
+        handle.emit('scale:done', result)
+        return result
+      })
+      track(run)
+      return run
+    }
+    function track (run) {
+      running++
+      chain = run.catch(() => {}).finally(() => { running-- })
+    }
+    return { request, scale, busy: () => running > 0 }
+  }
+
+  /**
+   * Add or retire workers now (`handle.scale(n)`): resolves once the new ones
+   * are ready or the retired ones have drained and exited.
+   * @param {number} count
+   * @returns {Promise<object>}
+   */
+  function scale (count) {
+    const dynamic = config.dynamicWorkers
+    try {
+      checkTarget(count, dynamic ? dynamic.min : undefined, dynamic && dynamic.max !== 'auto' ? dynamic.max : undefined)
+    } catch (err) {
+      return Promise.reject(err)
+    }
+    if (!state.readySettled) return Promise.reject(new ClusterizeError('scale: the cluster is still starting; call it after handle.ready resolves', 'ERR_CLUSTERIZE_SCALE_NOT_READY'))
+    if (autoscale) autoscale.pin(count)
+    return reloads.scale(count, 'requested')
   }
 
   /**
@@ -316,6 +361,7 @@ function startPrimary (createApp, config) {
       await closing
       const forced = retiring.some((record) => record.forced || record.drainTimedOut)
       if (parts.health) parts.health.stop()
+      if (autoscale) autoscale.stop()
       if (parts.probes) await parts.probes.close()
       await closeServices()
       await busRuntime.close()
@@ -331,7 +377,7 @@ function startPrimary (createApp, config) {
   }
 
   function stats () {
-    return buildStats({ supervisor, dispatcher: parts.dispatcher, balancer: parts.balancer, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: services.get('session').stats(), singletons: services.get('singleton'), dashboard: parts.dashboard ? parts.dashboard.streams : undefined, probes: parts.probes ? parts.probes.status() : undefined, bounds: boundsStatus() })
+    return buildStats({ scaling: autoscale ? autoscale.status() : { mode: 'fixed', workers: supervisor.slots.length }, supervisor, dispatcher: parts.dispatcher, balancer: parts.balancer, health: parts.health, state, ready: state.readySettled && isReady(), live: isLive(), bus: busRuntime.status(), sessions: services.get('session').stats(), singletons: services.get('singleton'), dashboard: parts.dashboard ? parts.dashboard.streams : undefined, probes: parts.probes ? parts.probes.status() : undefined, bounds: boundsStatus() })
   }
 
   /** The primary's own counters for /metrics: its held connections and the dashboard's streams. */

@@ -23,6 +23,7 @@ const { outputStatus } = require('../safe-write')
  * @param {{ list: () => object[] }} [parts.singletons] the singleton service's api
  * @param {{ sessionsEvicted: number, rateLimitKeysRefused: number, recoverySessionsDropped: number }} [parts.bounds]
  *   what the bounds of the primary's stores evicted or refused since it started
+ * @param {object} [parts.scaling] the worker count and what sets it (./autoscale.js)
  * @returns {object}
  */
 function buildStats (parts) {
@@ -57,6 +58,8 @@ function buildStats (parts) {
     failures: Object.assign({}, supervisor.failureCounts),
     // Slots with no worker because their last fork failed: /ready answers 503 meanwhile.
     cannotFork: Array.from(supervisor.forkFailing).sort((a, b) => a - b),
+    // How many worker slots there are and what sets the count (scale(), 'auto' and the CPU quota, dynamic workers).
+    scaling: parts.scaling,
     workers,
     // Connections the primary holds itself ('rr', 'sticky') and those it closed for the bounds.
     connections: dispatcher ? dispatcher.status() : undefined,

@@ -368,7 +368,8 @@ class Supervisor extends EventEmitter {
     }
     const timer = setTimeout(() => {
       this.respawnTimers.delete(timer)
-      if (this.stopped || this.gaveUp || this.slots[slot]) return
+      // A slot scaled away meanwhile (./scaling.js) is not served any more.
+      if (this.stopped || this.gaveUp || slot >= this.slots.length || this.slots[slot]) return
       this.restarts[slot]++
       this.slots[slot] = this.forkSlot(slot, this.codeGeneration)
     }, delayMs)

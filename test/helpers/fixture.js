@@ -15,7 +15,7 @@ const hoarded = []
 function reportToTest (handle) {
   if (!process.send || !cluster.isPrimary) return handle
   const send = (message) => { if (process.connected) process.send(message) }
-  for (const event of ['worker:ready', 'worker:exit', 'crashloop', 'reload:start', 'reload:done']) {
+  for (const event of ['worker:ready', 'worker:exit', 'crashloop', 'reload:start', 'reload:done', 'scale:done']) {
     handle.on(event, (data) => send({ type: 'cz-test:event', event, data }))
   }
   handle.ready.then(
@@ -25,6 +25,8 @@ function reportToTest (handle) {
     if (!message || typeof message !== 'object') return
     if (message.type === 'cz-test:reload') {
       handle.reload().then((result) => send({ type: 'cz-test:reloaded', id: message.id, result }))
+    } else if (message.type === 'cz-test:scale') {
+      handle.scale(message.count).then((result) => send({ type: 'cz-test:scaled', id: message.id, result }), (err) => send({ type: 'cz-test:scaled', id: message.id, error: err.message }))
     } else if (message.type === 'cz-test:stats') {
       send({ type: 'cz-test:stats', id: message.id, stats: handle.stats() })
     } else if (message.type === 'cz-test:block') {

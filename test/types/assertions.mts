@@ -8,7 +8,8 @@ import {
 import type {
   PrimaryHandle, ClusterizeOptions, ReloadStartEvent, ReloadResult, BridgeUpEvent, BridgeDownEvent,
   SessionDownEvent, SessionUpEvent, WorkerExitEvent, ClusterizeBusErrorCode, UpgradeResult, UpgradeStartEvent,
-  PrimaryConnectionStats, ClusterSessionLeaseStats, WorkerFailureCounts, BusBridgeStatus, PrimaryBoundStats
+  PrimaryConnectionStats, ClusterSessionLeaseStats, WorkerFailureCounts, BusBridgeStatus, PrimaryBoundStats,
+  ScaleResult, ScaleStartEvent, ScalingStats
 } from 'clusterize-express'
 import { expectType } from './expect.mjs'
 
@@ -19,6 +20,15 @@ handle.on('reload:start', (event) => expectType<ReloadStartEvent>()(event))
 handle.once('reload:start', (event) => expectType<number>()(event.generation))
 handle.on('reload:done', (result) => expectType<ReloadResult>()(result))
 handle.on('worker:exit', (event) => expectType<WorkerExitEvent>()(event))
+handle.on('scale:start', (event) => expectType<ScaleStartEvent>()(event))
+handle.once('scale:done', (result) => expectType<ScaleResult>()(result))
+handle.scale?.(4).then((result) => expectType<number>()(result.to))
+expectType<ScalingStats | undefined>()(handle.stats().scaling)
+clusterize(() => (req, res) => res.end(), { workers: { min: 2, max: 'auto', upElu: 0.8, downAfterMs: 30000 } })
+// @ts-expect-error workers.max is a count or 'auto'
+clusterize(() => (req, res) => res.end(), { workers: { min: 1, max: 'max' } })
+// @ts-expect-error handle.scale() takes a count
+handle.scale?.('4')
 handle.on('bridge:up', (state) => expectType<BridgeUpEvent>()(state))
 handle.on('bridge:up', (state) => expectType<string>()(state.channel))
 handle.on('bridge:down', (state) => expectType<BridgeDownEvent>()(state))
