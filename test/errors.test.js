@@ -15,7 +15,7 @@ const REPO = path.join(__dirname, '..')
 const DOC = path.join(REPO, 'docs', 'errors.md')
 const SCANNED = ['lib', 'middleware', 'bin', 'socket.io.js']
 /** Codes that are not ours but that our errors carry on purpose (see docs/errors.md). */
-const FOREIGN = new Set(['ABORT_ERR'])
+const FOREIGN = new Set(['ABORT_ERR', 'ERR_SERVER_NOT_RUNNING'])
 const SCHEME = /^ERR_CLUSTERIZE_[A-Z0-9]+_[A-Z0-9_]*[A-Z0-9]$/
 
 function sourceFiles (entry) {

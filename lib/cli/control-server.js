@@ -227,9 +227,9 @@ function sendControl (socketPath, request, timeoutMs) {
   })
 }
 
-/** The connection closed before the answer: see ERR_CLUSTERIZE_NO_ANSWER in lib/cli/control.js. */
+/** The connection closed before the answer: see ERR_CLUSTERIZE_CLI_NO_ANSWER in lib/cli/control.js. */
 function noAnswer () {
-  return Object.assign(new Error('the control socket closed without an answer'), { code: 'ERR_CLUSTERIZE_NO_ANSWER' })
+  return Object.assign(new Error('the control socket closed without an answer'), { code: 'ERR_CLUSTERIZE_CLI_NO_ANSWER' })
 }
 
 module.exports = { startControlServer, sendControl }

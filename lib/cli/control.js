@@ -330,7 +330,7 @@ async function askControl (info, request, timeoutMs) {
       debug('control socket %s unreachable (%s)', info.controlSocket, err.code)
       return null
     }
-    if (err.code === 'ERR_CLUSTERIZE_NO_ANSWER') throw await noAnswer(info, request.cmd)
+    if (err.code === 'ERR_CLUSTERIZE_CLI_NO_ANSWER') throw await noAnswer(info, request.cmd)
     throw new CliRuntimeError(`primary ${info.pid}, control socket ${info.controlSocket}: ${err.message}; ` +
       'it may still be running: see `clusterize status` and the primary\'s logs')
   }
