@@ -199,16 +199,42 @@ async function main () {
     'and its CPU comes off the workers\'. So with N cores: min(N * 1e6 / (workers us + primary us), 1e6 / primary us). "saturated" = the primary\'s ceiling is the limit. ' +
     'No load generator on the same cores, no memory-bandwidth or NIC limit: an upper bound of what each mode allows, not a prediction of a box.\n')
   const header = ['mode'].concat(CORES.map((n) => `${n} cores`)).concat(['the primary saturates from'])
-  console.log(markdownTable(header, inputs.map((i) => {
-    const perCore = 1e6 / (i.workersUs + i.primaryUs)
-    const ceiling = i.primaryUs > 0 ? 1e6 / i.primaryUs : Infinity
-    const cells = CORES.map((n) => {
-      const rate = Math.min(n * perCore, ceiling)
-      return fmt(rate) + (n * perCore > ceiling ? ' (saturated)' : '')
-    })
-    const from = Number.isFinite(ceiling) ? `${fmt(ceiling / perCore, 0)} cores` : 'never'
-    return [`'${i.mode}'`].concat(cells, [from])
-  })))
+  const modelRows = inputs.map((i) => modelRow(`'${i.mode}'`, i, null))
+  const balanced = inputs.find((i) => i.mode === 'balanced')
+  if (balanced && balanced.syscalls > 0) modelRows.splice(2, 0, modelRow("'balanced', reports charged per second", balanced, balanced.primaryUs / balanced.syscalls))
+  console.log(markdownTable(header, modelRows))
+  console.log(`\n"charged per second": the workers' LOAD reports are spaced so the whole cluster sends about 1,000 a second, plus one quiet report per worker every 100 ms and a limit message back at most per report: at most ${MESSAGES_PER_SECOND} + ${MESSAGES_PER_WORKER} x N messages a second, each costing the primary its measured CPU per IPC syscall. The plain 'balanced' row charges it per connection instead (what it measured at 2 workers), an upper bound.`)
+}
+
+/** Messages a second a 'balanced' primary handles at most, whatever the connection rate: ~1,000 LOAD + as many SHARE, plus per worker 10 quiet LOAD and 1 heartbeat. */
+const MESSAGES_PER_SECOND = 2000
+const MESSAGES_PER_WORKER = 11
+
+/**
+ * New connections a second per core count. `usPerMessage` (balanced): the
+ * primary's cost is capped per second rather than charged per connection.
+ */
+function modelRow (label, i, usPerMessage) {
+  const perCore = 1e6 / (i.workersUs + i.primaryUs)
+  const ceiling = i.primaryUs > 0 ? 1e6 / i.primaryUs : Infinity
+  let from = Number.isFinite(ceiling) ? `${fmt(ceiling / perCore, 0)} cores` : 'never'
+  const cells = CORES.map((n) => {
+    if (usPerMessage !== null) {
+      const capCores = (MESSAGES_PER_SECOND + MESSAGES_PER_WORKER * n) * usPerMessage / 1e6
+      const linear = n * perCore
+      if (linear * i.primaryUs / 1e6 <= capCores) return fmt(linear)
+      if (capCores >= 1) return fmt(Math.min(linear, ceiling)) + ' (saturated)'
+      return fmt((n - capCores) * 1e6 / i.workersUs)
+    }
+    const rate = Math.min(n * perCore, ceiling)
+    return fmt(rate) + (n * perCore > ceiling ? ' (saturated)' : '')
+  })
+  if (usPerMessage !== null) {
+    const atMost = CORES[CORES.length - 1]
+    const cores = (MESSAGES_PER_SECOND + MESSAGES_PER_WORKER * atMost) * usPerMessage / 1e6
+    from = cores >= 1 ? 'at its message cap' : `never (${fmt(cores, 2)} of a core at ${atMost} workers)`
+  }
+  return [label].concat(cells, [from])
 }
 
 main().catch((err) => {
