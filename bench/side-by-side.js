@@ -132,6 +132,14 @@ async function openAtOnce (c, n, workers) {
   }
 }
 
+/** Watt replaces a worker whose event-loop utilization stays over 0.99 (its default health check): say so when it did, since the run includes it. */
+function noteReplacements (contenders, notes, set) {
+  for (const c of contenders) {
+    const n = c.replacedWorkers ? c.replacedWorkers() : 0
+    if (n > 0) notes.push(`${c.label} (${set}) replaced ${n} worker${n === 1 ? '' : 's'} as unhealthy during the run (its default health check), which its figures include.`)
+  }
+}
+
 function fmtRatio (value) {
   return Number.isFinite(value) ? value.toFixed(2) : 'inf (a worker got none)'
 }
@@ -148,6 +156,7 @@ async function twoWorkers (notes) {
     const close = await interleave(contenders, ROUNDS, (c) => wrkClose({ port: c.port, connections: CONNECTIONS, seconds: SECONDS }))
     const loaded = new Map()
     for (const c of contenders) loaded.set(c, await memory(c))
+    noteReplacements(contenders, notes, '2 workers')
     return { contenders, keepAlive, close, idle, loaded }
   } finally {
     await Promise.all(contenders.map((c) => c.stop()))
@@ -166,6 +175,7 @@ async function fourWorkers (notes) {
     for (const c of contenders) await wrkRun({ port: c.port, connections: CONNECTIONS, seconds: SECONDS })
     const loaded = new Map()
     for (const c of contenders) loaded.set(c, await memory(c))
+    noteReplacements(contenders, notes, '4 workers')
     return { contenders, balance, idle, loaded }
   } finally {
     await Promise.all(contenders.map((c) => c.stop()))

@@ -112,6 +112,10 @@ async function startWatt (spec) {
     tree () {
       return treeMemory(proc.pid)
     },
+    /** Workers Watt replaced as unhealthy so far (its health check: ELU, heap, event-loop delay), from its log. */
+    replacedWorkers () {
+      return proc.lines.concat(proc.stderr.split('\n')).filter((line) => /is unhealthy[^]*Replacing it/.test(line)).length
+    },
     allPids () {
       return [proc.pid]
     },
