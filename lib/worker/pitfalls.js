@@ -12,6 +12,7 @@
  */
 
 const net = require('net')
+const os = require('os')
 const path = require('path')
 const { registerStatus } = require('../session/status')
 
@@ -25,7 +26,12 @@ const SESSION_CHECKS = 1000
  * textbook app.js) fails with EADDRINUSE in a worker; with no 'error'
  * listener that would crash every worker right after it became ready, in a
  * loop. The app is served on that port anyway, so that one failure is
- * reported to `onPortClash` and otherwise ignored.
+ * reported to `onPortClash` and otherwise ignored. It is not attempted:
+ * with 'rr' the primary's acceptor holds the port and the bind fails, but
+ * with 'balanced' the primary's socket is bound and not yet listening, so
+ * node:cluster's bind in the primary could succeed (SO_REUSEADDR) and take
+ * the port from the workers. The server gets the EADDRINUSE every mode
+ * would give it, on the next tick, as a failed listen() does.
  * @template T
  * @param {() => Promise<T>} fn
  * @param {{ port?: number, onPortClash?: (port: number) => void }} [own] clusterize's port
@@ -37,7 +43,11 @@ async function watchListenCalls (fn, own) {
   let listened = false
   net.Server.prototype.listen = function listenDuringBuild () {
     listened = true
-    if (ownPort !== 0 && portOf(arguments[0]) === ownPort) survivePortClash(this, ownPort, own.onPortClash)
+    if (ownPort !== 0 && portOf(arguments[0]) === ownPort) {
+      survivePortClash(this, ownPort, own.onPortClash)
+      process.nextTick(emitAddressInUse, this, ownPort)
+      return this
+    }
     return original.apply(this, arguments)
   }
   try {
@@ -45,6 +55,16 @@ async function watchListenCalls (fn, own) {
   } finally {
     net.Server.prototype.listen = original
   }
+}
+
+/** The error a listen() on a port already in use emits. */
+function emitAddressInUse (server, port) {
+  const err = new Error(`listen EADDRINUSE: address already in use :${port}`)
+  err.code = 'EADDRINUSE'
+  err.errno = -os.constants.errno.EADDRINUSE
+  err.syscall = 'listen'
+  err.port = port
+  server.emit('error', err)
 }
 
 function survivePortClash (server, port, onPortClash) {
