@@ -425,6 +425,30 @@ test("scheduling 'balanced': the new primary takes the shared socket the workers
   assert.strictEqual(stop.code, 0, stop.stderr)
 })
 
+test("an upgrade from 'rr' to 'balanced' (a release whose default differs): the new primary adopts the socket the old one accepts on, and no request fails", async () => {
+  const port = await freePort()
+  const { pidFile, out } = startPrimary('rr-to-balanced', port, ['--workers', '2', '--scheduling', 'rr'])
+  const before = await primaryInfo(pidFile)
+  const fresh = newConnectionLoad(port)
+  const keepAlive = startLoad({ port, connections: 3, durationMs: 120000, paceMs: 2 })
+  await keepAlive.served(30)
+  // Flags after `--` are added to the old primary's: the last --scheduling wins.
+  const upgrade = await run(['upgrade', '--pid-file', pidFile, '--', '--scheduling', 'balanced'])
+  assert.strictEqual(upgrade.code, 0, upgrade.stdout + upgrade.stderr + out.text)
+  const after = await primaryInfo(pidFile, before.pid)
+  await eventually(() => fresh.results.primaries.has(after.pid), { timeoutMs: 20000, what: 'a response from the new primary\'s workers' })
+  await eventually(() => !isAlive(before.pid), { timeoutMs: 30000, what: 'the old primary to exit\n' + out.text })
+  const status = await run(['status', '--pid-file', pidFile])
+  assert.match(status.stdout, /scheduling balanced/, status.stdout + out.text)
+  await keepAlive.served(30)
+  const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
+  assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
+  assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
+  for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
+  const stop = await run(['stop', '--pid-file', pidFile])
+  assert.strictEqual(stop.code, 0, stop.stderr)
+})
+
 test("scheduling 'reuseport' (Node 24): the new workers bind next to the old ones; no connection is refused, kept-alive ones lose nothing", async () => {
   const node24 = process.versions.node.startsWith('24.') ? process.execPath : nodeBinary('node@24')
   const port = await freePort()
