@@ -394,7 +394,7 @@ test("scheduling 'none' on a plain start: a worker passes on the socket node:clu
   await assertUpgradesUnderLoad({ port, pidFile, first: before, output: () => out.text, times: 2 })
 })
 
-test("scheduling 'balanced': the new primary takes the shared socket the workers accept from; both generations accept from it and no request fails", async () => {
+test("scheduling 'balanced': the new primary takes the shared socket the workers accept from; its workers accept from it once the old primary says go, and no request fails", async () => {
   const port = await freePort()
   const { pidFile, out } = startPrimary('balanced', port, ['--workers', '2', '--scheduling', 'balanced'])
   const before = await primaryInfo(pidFile)
