@@ -38,9 +38,12 @@ const DIAGNOSTICS = ['bus-trace', 'instructions', 'regression']
  * which is what it measures, so it has no shorter form (~90 s of the 5-minute
  * budget); express-prototypes measures what the worker's server saves Express
  * on this Node, which only that module or a new Node line moves (11 s, with
- * the quick run already at the edge of its budget).
+ * the quick run already at the edge of its budget); many-cores (the many-core
+ * model's inputs, ~75 s) and worker-memory (what a worker's memory is made of,
+ * ~1 min) move only with the code they measure, and side-by-side.js already
+ * has every mode's rates in the quick run.
  */
-const FULL_ONLY = ['heap-guard', 'express-prototypes']
+const FULL_ONLY = ['heap-guard', 'express-prototypes', 'many-cores', 'worker-memory']
 
 /**
  * The scripts to run: every bench/*.js but this one and the diagnostics, in

@@ -2,8 +2,8 @@
 
 /**
  * bench/throughput.js: GET / on the hello app, side by side in one run:
- * a single process, the textbook node:cluster server, clusterize (default
- * 'rr') and PM2 cluster mode. Rounds are interleaved (order rotates each
+ * a single process, the textbook node:cluster server, clusterize (no
+ * scheduling option: the default mode) and PM2 cluster mode. Rounds are interleaved (order rotates each
  * round) and the median per contender is reported, with ratios against raw
  * node:cluster; then the same with a new connection every 2 requests (the
  * acceptor on the path); then CPU per request and idle RSS from /proc.
@@ -42,7 +42,8 @@ async function startAll () {
   const contenders = await Promise.all([
     startLocal('single', { label: 'single process' }),
     startLocal('cluster', { label: BASELINE }),
-    startLocal('clusterize', { label: "clusterize ('rr')" })
+    // No scheduling option: what a user gets ('balanced' on Linux with Node >= 22.12, else 'rr'); READY names it.
+    startLocal('clusterize', { label: 'clusterize' }).then((c) => Object.assign(c, { label: `clusterize (default: '${c.readyLine.split(' ')[2]}')` }))
   ]).catch(async (err) => {
     const started = await pm2
     if (started) await started.stop()

@@ -29,7 +29,8 @@ const DEFAULTS = {
   spare: 0,
   defaultSessionStore: 'memory',
   defaultRateLimitStore: 'memory',
-  scheduling: 'rr',
+  /** Not given: the primary picks ('balanced' on Linux with Node >= 22.12, else 'rr'; lib/primary/scheduling.js). */
+  scheduling: undefined,
   sticky: {
     sid: false
   },
@@ -312,7 +313,8 @@ function resolveConfig (options, env) {
   config.spare = checkInteger('spare', pick('spare'), 0, 64)
   config.defaultSessionStore = checkOneOf('defaultSessionStore', pick('defaultSessionStore'), SESSION_STORES)
   config.defaultRateLimitStore = checkOneOf('defaultRateLimitStore', pick('defaultRateLimitStore'), ['memory', 'cluster'])
-  config.scheduling = checkOneOf('scheduling', pick('scheduling'), SCHEDULING)
+  const scheduling = pick('scheduling')
+  config.scheduling = scheduling === undefined ? undefined : checkOneOf('scheduling', scheduling, SCHEDULING)
   const sticky = group('sticky', options.sticky, DEFAULTS.sticky)
   checks.boolean('sticky.sid', sticky.sid)
   config.sticky = sticky

@@ -16,6 +16,7 @@ const path = require('path')
 
 const { FLAGS } = require('../lib/cli/args')
 const { formatBanner } = require('../lib/cli/banner')
+const { defaultScheduling } = require('../lib/primary/scheduling')
 const { createJsonLogger } = require('../lib/cli/json-logger')
 const { version } = require('../package.json')
 const { freePort } = require('./helpers/net')
@@ -66,7 +67,7 @@ describe('clusterize app.js: start, status, reload, stop', () => {
     assert.ok(Number.isInteger(info.probesPort) && info.probesPort > 0)
     assert.match(cli.output, /ready with 2 workers/)
     assert.match(cli.output, new RegExp(`primary +pid ${child.pid}`))
-    assert.match(cli.output, /scheduling +rr/)
+    assert.match(cli.output, new RegExp(`scheduling +${defaultScheduling().mode}`), 'no --scheduling: the default mode for this platform')
     assert.doesNotMatch(cli.output, /\x1b\[/, 'no colours when stdout is not a TTY')
   })
 

@@ -43,7 +43,7 @@ test('environment fallbacks: PORT and WORKERS; defaults for keep-alive', () => {
   assert.strictEqual(config.headersTimeout, 66000)
   assert.ok(resolveConfig({}, {}).workers >= 1, "'auto' gives at least one worker")
   assert.strictEqual(resolveConfig({ port: 9000 }, { PORT: '8080' }).port, 9000, 'options win over env')
-  assert.strictEqual(resolveConfig({}, {}).scheduling, 'rr', "'rr' stays the default")
+  assert.strictEqual(resolveConfig({}, {}).scheduling, undefined, 'not given: the primary picks the default (defaultScheduling)')
   assert.strictEqual(resolveConfig({ scheduling: 'balanced' }, {}).scheduling, 'balanced')
 })
 

@@ -44,7 +44,7 @@ async function openIdle (port, count, head) {
 }
 
 const MODES = [
-  ['rr', {}],
+  ['rr', { scheduling: 'rr' }],
   ['sticky', { scheduling: 'sticky' }],
   ['sticky.sid', { scheduling: 'sticky', sticky: { sid: true } }],
   ['none', { scheduling: 'none' }],
@@ -81,7 +81,7 @@ for (const [name, options] of MODES) {
 test("'rr': keepAliveTimeout and server.timeout set by the app hold for handed-off connections", async () => {
   const cluster = await startCluster(fixture, {
     env: {
-      CZ_TEST_OPTIONS: JSON.stringify({ workers: 1 }),
+      CZ_TEST_OPTIONS: JSON.stringify({ workers: 1, scheduling: 'rr' }),
       CZ_SERVER: JSON.stringify({ keepAliveTimeout: 500, timeout: 1000 })
     }
   })
@@ -114,20 +114,31 @@ async function primaryTook (cluster) {
 }
 
 /**
- * openIdle() in batches, each taken by the primary before the next is opened, so that the
+ * With 'balanced' the workers accept themselves: what they have taken, from their heartbeats,
+ * is every idle connection they hold or shed (a normal client's is neither once it closed).
+ */
+async function workersTook (cluster) {
+  const stats = await cluster.stats()
+  const took = stats.workers.reduce((sum, w) => sum + ((w.heartbeat && (w.heartbeat.idleConnections + w.heartbeat.idleShed)) || 0), 0)
+  return { took, onTheirWay: 0 }
+}
+
+/**
+ * openIdle() in batches, each taken by the primary (with 'balanced': by the workers) before the next is opened, so that the
  * primary and the workers see them in the order they were opened (a flood overflows the listen
  * backlog, and a client whose handshake the kernel finishes late is accepted late). The primary
  * may refuse some while too many are on their way to the workers (test/primary-connections.test.js).
  */
-async function openTaken (cluster, count, head, batch = 100) {
-  const { took: before } = await primaryTook(cluster)
+async function openTaken (cluster, count, head, batch = 100, scheduling = 'rr') {
+  const took = scheduling === 'balanced' ? workersTook : primaryTook
+  const { took: before } = await took(cluster)
   const all = { sockets: [], closed: () => all.sockets.filter((e) => e.closed).length, destroy: () => { for (const e of all.sockets) e.socket.destroy() } }
   for (let opened = 0; opened < count; opened += batch) {
     const idle = await openIdle(cluster.port, Math.min(batch, count - opened), head)
     all.sockets.push(...idle.sockets)
     let last = null
     await eventually(async () => {
-      last = await primaryTook(cluster)
+      last = await took(cluster)
       return last.took >= before + all.sockets.length && last.onTheirWay === 0
     }, { timeoutMs: 30000, what: () => `the primary took ${all.sockets.length} connections (${JSON.stringify(last)})\n--- cluster output ---\n${cluster.output}` })
   }
@@ -143,63 +154,68 @@ async function serveClients (cluster, count) {
   return results
 }
 
-test('under ulimit -n 256, more idle sockets than the limit allows are shed oldest first; clients keep being served and no worker exits', async () => {
-  const cluster = await startCluster(fixture, {
-    fdLimit: 256,
-    env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 2, health: { heartbeatMs: 200 } }) }
-  })
-  // Half of them send nothing, half a request head: both are idle until a request is whole.
-  const silent = await openTaken(cluster, 400, '')
-  const half = await openTaken(cluster, 400, HALF_REQUEST)
-  try {
-    const statuses = await serveClients(cluster, 20)
-    assert.deepStrictEqual(statuses, Array(20).fill(200), 'every normal client was served')
-    const stats = await eventually(async () => {
-      const s = await cluster.stats()
-      return s.workers.reduce((sum, w) => sum + ((w.heartbeat && w.heartbeat.idleShed) || 0), 0) > 0 ? s : null
-    }, { timeoutMs: 20000, what: () => `idle connections shed, in stats\n--- cluster output ---\n${cluster.output}` })
-    // Oldest first: the first 100 opened are the ones that went (each worker keeps its 128 newest).
-    assert.ok(silent.sockets.slice(0, 100).every((e) => e.closed), 'the 100 oldest were closed')
-    assert.ok(half.sockets.slice(-50).some((e) => !e.closed), 'some of the newest are still open')
-    for (const worker of stats.workers) {
-      assert.ok(worker.heartbeat.idleConnections <= 128, `worker ${worker.id} keeps at most half its 256 descriptors idle (${worker.heartbeat.idleConnections})`)
+for (const scheduling of ['rr', 'balanced']) {
+  test(`'${scheduling}' under ulimit -n 256: more idle sockets than the limit allows are shed oldest first; clients keep being served and no worker exits`, async () => {
+    const cluster = await startCluster(fixture, {
+      fdLimit: 256,
+      env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 2, scheduling, health: { heartbeatMs: 200 } }) }
+    })
+    // Half of them send nothing, half a request head: both are idle until a request is whole.
+    const silent = await openTaken(cluster, 400, '', 100, scheduling)
+    const half = await openTaken(cluster, 400, HALF_REQUEST, 100, scheduling)
+    try {
+      const statuses = await serveClients(cluster, 20)
+      assert.deepStrictEqual(statuses, Array(20).fill(200), 'every normal client was served')
+      const stats = await eventually(async () => {
+        const s = await cluster.stats()
+        return s.workers.reduce((sum, w) => sum + ((w.heartbeat && w.heartbeat.idleShed) || 0), 0) > 0 ? s : null
+      }, { timeoutMs: 20000, what: () => `idle connections shed, in stats\n--- cluster output ---\n${cluster.output}` })
+      // Oldest first: the first 100 opened are the ones that went (each worker keeps its 128 newest).
+      assert.ok(silent.sockets.slice(0, 100).every((e) => e.closed), 'the 100 oldest were closed')
+      assert.ok(half.sockets.slice(-50).some((e) => !e.closed), 'some of the newest are still open')
+      for (const worker of stats.workers) {
+        assert.ok(worker.heartbeat.idleConnections <= 128, `worker ${worker.id} keeps at most half its 256 descriptors idle (${worker.heartbeat.idleConnections})`)
+      }
+      assert.deepStrictEqual(cluster.events.filter((e) => e.event === 'worker:exit'), [], 'no worker exited')
+      assert.match(cluster.output, /idle connections: closing those that never sent a request first, then the ones idle the longest/)
+    } finally {
+      silent.destroy()
+      half.destroy()
+      await cluster.stop()
     }
-    assert.deepStrictEqual(cluster.events.filter((e) => e.event === 'worker:exit'), [], 'no worker exited')
-    assert.match(cluster.output, /idle connections: closing those that never sent a request first, then the ones idle the longest/)
-  } finally {
-    silent.destroy()
-    half.destroy()
-    await cluster.stop()
-  }
-})
-
-test('a worker out of file descriptors (maxIdleConnections above the limit) keeps running, says so once and in stats, and serves again once they are back', async () => {
-  const cluster = await startCluster(fixture, {
-    fdLimit: 256,
-    env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 1, maxIdleConnections: 100000, health: { heartbeatMs: 200 }, probes: { port: 0 } }) }
   })
-  // In batches the worker takes before the next: all 400 reach it, none refused by the primary.
-  const idle = await openTaken(cluster, 400, '', 50)
-  try {
-    await eventually(async () => {
-      const s = await cluster.stats()
-      return s.workers.some((w) => w.heartbeat && w.heartbeat.fdExhausted)
-    }, { timeoutMs: 20000, what: () => `a heartbeat saying fdExhausted\n--- cluster output ---\n${cluster.output}` })
-    const metrics = await cluster.probe('/metrics')
-    assert.match(metrics.body, /clusterize_worker_fd_exhausted\{[^}]*\} 1/)
-    assert.strictEqual(cluster.output.match(/out of file descriptors/g).length, 1, 'logged once')
-    idle.destroy()
-    await eventually(async () => {
-      const s = await cluster.stats()
-      return s.workers.every((w) => w.heartbeat && !w.heartbeat.fdExhausted)
-    }, { timeoutMs: 20000, what: () => `fdExhausted cleared\n--- cluster output ---\n${cluster.output}` })
-    assert.deepStrictEqual(await serveClients(cluster, 5), Array(5).fill(200))
-    assert.deepStrictEqual(cluster.events.filter((e) => e.event === 'worker:exit'), [], 'no worker exited')
-  } finally {
-    idle.destroy()
-    await cluster.stop()
-  }
-})
+}
+
+for (const scheduling of ['rr', 'balanced']) {
+  test(`'${scheduling}': a worker out of file descriptors (maxIdleConnections above the limit) keeps running, says so once and in stats, and serves again once they are back`, async () => {
+    const cluster = await startCluster(fixture, {
+      fdLimit: 256,
+      env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 1, scheduling, maxIdleConnections: 100000, health: { heartbeatMs: 200 }, probes: { port: 0 } }) }
+    })
+    // 'rr': in batches the worker takes before the next, so all 400 reach it, none refused by the primary.
+    // 'balanced': the worker accepts from the kernel's queue until it has no descriptor left.
+    const idle = scheduling === 'rr' ? await openTaken(cluster, 400, '', 50) : await openIdle(cluster.port, 400, '')
+    try {
+      await eventually(async () => {
+        const s = await cluster.stats()
+        return s.workers.some((w) => w.heartbeat && w.heartbeat.fdExhausted)
+      }, { timeoutMs: 20000, what: () => `a heartbeat saying fdExhausted\n--- cluster output ---\n${cluster.output}` })
+      const metrics = await cluster.probe('/metrics')
+      assert.match(metrics.body, /clusterize_worker_fd_exhausted\{[^}]*\} 1/)
+      assert.strictEqual(cluster.output.match(/out of file descriptors/g).length, 1, 'logged once')
+      idle.destroy()
+      await eventually(async () => {
+        const s = await cluster.stats()
+        return s.workers.every((w) => w.heartbeat && !w.heartbeat.fdExhausted)
+      }, { timeoutMs: 20000, what: () => `fdExhausted cleared\n--- cluster output ---\n${cluster.output}` })
+      assert.deepStrictEqual(await serveClients(cluster, 5), Array(5).fill(200))
+      assert.deepStrictEqual(cluster.events.filter((e) => e.event === 'worker:exit'), [], 'no worker exited')
+    } finally {
+      idle.destroy()
+      await cluster.stop()
+    }
+  })
+}
 
 test("'sticky.sid' under ulimit -n 256: silent sockets the primary holds for their request line are shed oldest first; clients keep being served", async () => {
   const cluster = await startCluster(fixture, {

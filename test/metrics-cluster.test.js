@@ -180,7 +180,7 @@ test('an app without prom-client: /metrics as before, and no worker loads prom-c
     assert.match(res.body, /clusterize_workers/)
     assert.doesNotMatch(res.body, /clusterize_app_metrics|app_requests_total/)
     const seen = new Set()
-    for (let i = 0; i < 10 && seen.size < 2; i++) {
+    for (let i = 0; i < 40 && seen.size < 2; i++) {
       const loaded = (await cluster.get('/prom-loaded')).json
       assert.strictEqual(loaded.loaded, false, `worker ${loaded.pid} loaded prom-client`)
       seen.add(loaded.pid)

@@ -59,7 +59,7 @@ function sample (text, line) {
 test("'rr': connections waiting for a ready worker are bounded by maxIdleConnections; the newest are refused, counted in /stats and /metrics, logged once", async () => {
   const hold = path.join(tmp, 'hold')
   const cluster = await startCluster(fixture, {
-    env: { CZ_BOOT_HOLD_FILE: hold, CZ_TEST_OPTIONS: JSON.stringify({ workers: 1, maxIdleConnections: 20, probes: { port: 0 } }) }
+    env: { CZ_BOOT_HOLD_FILE: hold, CZ_TEST_OPTIONS: JSON.stringify({ workers: 1, scheduling: 'rr', maxIdleConnections: 20, probes: { port: 0 } }) }
   })
   // The only worker crashes; its replacement stays in boot until the file goes.
   fs.writeFileSync(hold, '')
@@ -115,7 +115,7 @@ test("'sticky.sid': silent connections the primary closed for maxIdleConnections
 test("'rr' under ulimit -n 128: while the only worker does not take connections, at most half the primary's limit wait on their way to it; the newest are refused, counted and logged once, and the rest are served once it does", async () => {
   const cluster = await startCluster(fixture, {
     fdLimit: 128,
-    env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 1, health: { heartbeatTimeoutMs: 120000 }, probes: { port: 0 } }) }
+    env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 1, scheduling: 'rr', health: { heartbeatTimeoutMs: 120000 }, probes: { port: 0 } }) }
   })
   // The worker's event loop is held: it reads no handle from its channel until the file goes.
   const hold = path.join(tmp, 'handoff-hold')

@@ -6,7 +6,7 @@ const path = require('path')
 const { startCluster, stopAll } = require('./helpers/cluster')
 const { startLoad } = require('./helpers/load')
 const { tcpMigrateReq } = require('./helpers/net')
-const { reusePortSupport } = require('../lib/primary/scheduling')
+const { reusePortSupport, defaultScheduling, resolveScheduling } = require('../lib/primary/scheduling')
 const { pickRendezvous } = require('../lib/primary/rendezvous')
 
 const fixture = path.join(__dirname, 'fixtures/app-cluster.js')
@@ -15,6 +15,32 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 const reuseport = reusePortSupport()
 
 after(stopAll)
+
+test("no scheduling option: 'balanced' on Linux with Node >= 22.12; elsewhere 'rr', logged with the reason", () => {
+  const linux = { platform: 'linux', canBalance: true }
+  assert.deepStrictEqual(defaultScheduling(Object.assign({ version: '24.11.0' }, linux)), { mode: 'balanced' })
+  assert.deepStrictEqual(defaultScheduling(Object.assign({ version: '22.12.0' }, linux)), { mode: 'balanced' })
+  const cases = [
+    [{ version: '22.11.0', platform: 'linux', canBalance: true }, /Node 22\.11\.0 is older than 22\.12/],
+    [{ version: '24.11.0', platform: 'darwin', canBalance: true }, /darwin is not Linux/],
+    [{ version: '24.11.0', platform: 'win32', canBalance: true }, /on Windows/],
+    [{ version: '24.11.0', platform: 'linux', canBalance: false }, /cannot bind a socket without listening/]
+  ]
+  for (const [where, reason] of cases) {
+    const chosen = defaultScheduling(where)
+    assert.strictEqual(chosen.mode, 'rr', JSON.stringify(where))
+    assert.match(chosen.reason, reason)
+  }
+  // An explicit mode is taken as asked, with nothing logged; the default logs only when it falls back.
+  const lines = []
+  const log = { info: (m) => lines.push(m), warn: (m) => lines.push(m) }
+  assert.strictEqual(resolveScheduling({ scheduling: 'rr' }, log).mode, 'rr')
+  assert.deepStrictEqual(lines, [])
+  const here = defaultScheduling()
+  assert.strictEqual(resolveScheduling({ scheduling: undefined }, log).mode, here.mode)
+  if (here.reason) assert.match(lines.join('\n'), /scheduling: 'rr' \(the default is 'balanced' on Linux with Node >= 22\.12; here /)
+  else assert.deepStrictEqual(lines, [])
+})
 
 async function pidFrom (cluster, localAddress) {
   return (await cluster.get('/', { localAddress })).json.pid
@@ -58,7 +84,7 @@ test("'sticky': one client address stays on one worker; several addresses spread
 
 test("load-aware 'rr': new connections avoid a worker whose event loop is overloaded", async () => {
   const cluster = await startCluster(fixture, {
-    env: env({ workers: 2, health: { heartbeatMs: 100, heartbeatTimeoutMs: 10000, maxEventLoopDelayMs: 100 } })
+    env: env({ workers: 2, scheduling: 'rr', health: { heartbeatMs: 100, heartbeatTimeoutMs: 10000, maxEventLoopDelayMs: 100 } })
   })
   let busy = null
   // The hog answers at once and then blocks its loop in 250 ms chunks for
@@ -82,7 +108,7 @@ test("'rr': new connections pass over a worker whose event loop is blocked, befo
   // No overload skipping (maxEventLoopDelayMs 0): only the handoffs still in
   // flight to the blocked worker (it does not read its IPC channel) steer.
   const cluster = await startCluster(fixture, {
-    env: env({ workers: 2, health: { heartbeatMs: 100, heartbeatTimeoutMs: 30000, maxEventLoopDelayMs: 0 } })
+    env: env({ workers: 2, scheduling: 'rr', health: { heartbeatMs: 100, heartbeatTimeoutMs: 30000, maxEventLoopDelayMs: 0 } })
   })
   const blocking = cluster.get('/block?ms=4000')
   await sleep(500) // the /block request reaches its worker and blocks it

@@ -75,7 +75,7 @@ for (const serialization of ['json', 'advanced']) {
   test(`recovery on, bus.serialization '${serialization}': binaries arrive as Buffers on the other worker, on the sender's, and in a recovered client's replay`, { timeout: 90000 }, async () => {
     const cluster = await startCluster(fixture, { env: env({ workers: 2, bus: { serialization } }) })
     const clients = []
-    for (let i = 0; i < 8 && new Set(clients.map((c) => c.pid)).size < 2; i++) {
+    for (let i = 0; i < 24 && new Set(clients.map((c) => c.pid)).size < 2; i++) {
       const client = receiver(cluster.port, `client-${i}`)
       await eventually(() => client.socket.connected, { what: `client-${i} connected` })
       client.pid = (await ask(client.socket, 'whoami')).pid

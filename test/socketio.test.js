@@ -41,9 +41,9 @@ const ask = (client, event, ...args) => new Promise((resolve, reject) => {
 
 test('io.emit, rooms, fetchSockets, socketsJoin, serverSideEmit and disconnectSockets reach every worker', async () => {
   const cluster = await startCluster(fixture, { env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 2 }) } })
-  // Connect until both workers hold clients (round robin spreads new connections).
+  // Connect until both workers hold clients (each new connection goes to one of them).
   const connected = []
-  for (let i = 0; i < 8 && new Set(connected.map((c) => c.worker)).size < 2; i++) {
+  for (let i = 0; i < 24 && new Set(connected.map((c) => c.worker)).size < 2; i++) {
     const client = connect(cluster.port, i % 2 === 0 ? 'even' : 'odd')
     client.worker = (await client.hello).worker
     connected.push(client)
@@ -84,7 +84,7 @@ for (const serialization of ['json', 'advanced']) {
   test(`binary payloads reach clients on the other worker as Buffers, with bus.serialization '${serialization}' (broadcast, and a serverSideEmit answer)`, async () => {
     const cluster = await startCluster(fixture, { env: { CZ_TEST_OPTIONS: JSON.stringify({ workers: 2, bus: { serialization } }) } })
     const connected = []
-    for (let i = 0; i < 8 && new Set(connected.map((c) => c.worker)).size < 2; i++) {
+    for (let i = 0; i < 24 && new Set(connected.map((c) => c.worker)).size < 2; i++) {
       const client = connect(cluster.port)
       client.worker = (await client.hello).worker
       client.bin = new Promise((resolve) => client.socket.once('bin', (blob, extra) => resolve({ blob, extra })))

@@ -479,7 +479,7 @@ test("scheduling 'none' on a plain start: a worker passes on the socket node:clu
   await assertUpgradesUnderLoad({ port, pidFile, first: before, output: () => out.text, times: 2 })
 })
 
-test("scheduling 'balanced': the new primary takes the shared socket the workers accept from; both generations accept from it and no request fails", async () => {
+test("scheduling 'balanced': the new primary takes the shared socket the workers accept from; its workers accept from it once the old primary says go, and no request fails", async () => {
   const port = await freePort()
   const { pidFile, out } = startPrimary('balanced', port, ['--workers', '2', '--scheduling', 'balanced'])
   const before = await primaryInfo(pidFile)
@@ -503,6 +503,30 @@ test("scheduling 'balanced': the new primary takes the shared socket the workers
   await keepAlive.served(30)
   const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
   // One socket (no SO_REUSEPORT): what is queued in it waits for whichever worker accepts next.
+  assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
+  assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
+  for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
+  const stop = await run(['stop', '--pid-file', pidFile])
+  assert.strictEqual(stop.code, 0, stop.stderr)
+})
+
+test("an upgrade from 'rr' to 'balanced' (a release whose default differs): the new primary adopts the socket the old one accepts on, and no request fails", async () => {
+  const port = await freePort()
+  const { pidFile, out } = startPrimary('rr-to-balanced', port, ['--workers', '2', '--scheduling', 'rr'])
+  const before = await primaryInfo(pidFile)
+  const fresh = newConnectionLoad(port)
+  const keepAlive = startLoad({ port, connections: 3, durationMs: 120000, paceMs: 2 })
+  await keepAlive.served(30)
+  // Flags after `--` are added to the old primary's: the last --scheduling wins.
+  const upgrade = await run(['upgrade', '--pid-file', pidFile, '--', '--scheduling', 'balanced'])
+  assert.strictEqual(upgrade.code, 0, upgrade.stdout + upgrade.stderr + out.text)
+  const after = await primaryInfo(pidFile, before.pid)
+  await eventually(() => fresh.results.primaries.has(after.pid), { timeoutMs: 20000, what: 'a response from the new primary\'s workers' })
+  await eventually(() => !isAlive(before.pid), { timeoutMs: 30000, what: 'the old primary to exit\n' + out.text })
+  const status = await run(['status', '--pid-file', pidFile])
+  assert.match(status.stdout, /scheduling balanced/, status.stdout + out.text)
+  await keepAlive.served(30)
+  const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
   assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
   assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
   for (const pid of keepAliveResults.pids.keys()) pids.add(pid)

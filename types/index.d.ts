@@ -259,7 +259,10 @@ export interface ClusterizeOptions {
    * workers with no code change. Default 'memory' (with several workers: one warning).
    */
   defaultRateLimitStore?: 'memory' | 'cluster'
-  /** Default 'rr' (load-aware round robin). */
+  /**
+   * Not given: 'balanced' on Linux with Node >= 22.12 (workers accept, spread by open connections),
+   * else 'rr' (load-aware round robin in the primary), with the reason logged. stats().scheduling names the mode in use.
+   */
   scheduling?: Scheduling
   health?: HealthOptions
   restart?: RestartOptions

@@ -14,6 +14,21 @@ const AREAS = [
     notes: 'Anchor: raw node:cluster. The load generator (autocannon, single-threaded) takes most of one of the two cores, so a single process can look as fast as a cluster here; the median of same-round ratios cancels slow drift between rounds.'
   },
   {
+    script: 'side-by-side',
+    title: 'Throughput and scheduling',
+    notes: 'Anchors: Watt (wattpm 3.67, worker threads binding the port with SO_REUSEPORT; installed on demand into bench/.tmp/watt), PM2 7 and raw node:cluster, with clusterize as a user gets it (no scheduling option) and in every mode, in one run on the same Node with wrk. Keep-alive pins a client to a worker, so the modes differ most on `Connection: close`. RSS sums every process of a tree, so it counts node\'s own pages once per process (three processes for 2 workers against Watt\'s one); PSS splits shared pages and is what the tree really takes. A --quick run (2 rounds of 1 s) moves by 20% or more on a busy box; the quiet full runs are in bench/README.md, "Watt, side by side".'
+  },
+  {
+    script: 'many-cores',
+    title: 'Throughput and scheduling',
+    notes: 'The inputs of the many-core model (bench/README.md, "Many cores"), measured on 2 workers: CPU per new connection in the primary and in the workers, the primary\'s IPC system calls per connection, and how many new connections wait behind one blocked worker of 4. The model is arithmetic on those inputs: an upper bound of what each mode allows as cores grow, not a measurement of a many-core box.'
+  },
+  {
+    script: 'worker-memory',
+    title: 'Throughput and scheduling',
+    notes: 'What a worker\'s memory is made of: clusterize\'s own worker-side code measured in a fresh node after a full GC (the most lazy loading could save), and a plain Express process under load with the heap and process settings that could shrink it. The per-worker figures of clusterize, raw node:cluster, PM2 and Watt side by side are in the side-by-side section.'
+  },
+  {
     script: 'express-prototypes',
     title: 'Throughput and scheduling',
     notes: 'Anchor: Express as apps start it, http.createServer(app), in one process. On V8 before 13.6 (Node 20 and 22) Express\'s per-request prototype swap takes req and res off V8\'s fast paths; clusterize\'s worker server builds them on the app\'s prototypes, so the swap is a no-op. On Node 24 and later the worker server is the anchor\'s, and the forced row shows why. Every clusterize row of the other tables that serves Express on Node 20 or 22 includes this gain; the raw node:cluster and PM2 rows do not.'
@@ -21,7 +36,7 @@ const AREAS = [
   {
     script: 'scheduling',
     title: 'Throughput and scheduling',
-    notes: 'Keep-alive pins a client to a worker, so modes differ only on new connections; the mixed workload (1 request in 20 blocks a worker ~50 ms) opens one per request. \'none\' lets the kernel pick the accepting worker, which can spread few long-lived connections very unevenly. \'balanced\' stays an option, not the default (#27 section 1): no box has shown it winning every goal row in full runs on Node 20 and 24. The rows that stop it: new-connection req/s >= 1.8x raw node:cluster on Node 24 (1.36x-1.69x in three full runs on a quiet 2-core AMD EPYC box), and keep-alive req/s >= 1.0x (0.96x on Node 24 in two full runs on a quiet 2-core Intel Xeon box, where its new-connection row read 1.95x and 1.70x). A --quick table (2 rounds of 0.6 s keep-alive and 1 s new-connection runs) can read either way. Every run, and the many-core case on paper, are in bench/README.md.'
+    notes: 'Keep-alive pins a client to a worker, so modes differ only on new connections; the mixed workload (1 request in 20 blocks a worker ~50 ms) opens one per request. \'none\' lets the kernel pick the accepting worker, which can spread few long-lived connections very unevenly. \'balanced\' is the default on Linux with Node >= 22.12 (docs/scheduling.md, "The default"; the side-by-side table has the row a user gets). A --quick table (2 rounds of 0.6 s keep-alive and 1 s new-connection runs) can read either way. Every run, and the many-core case on paper, are in bench/README.md.'
   },
   {
     script: 'acceptor',

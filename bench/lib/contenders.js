@@ -7,7 +7,7 @@
  */
 
 const path = require('path')
-const { startProcess, waitForLine, waitForHttp, stopProcess, rssMiB, childrenOf, freePort, sleep } = require('./proc')
+const { startProcess, waitForLine, waitForHttp, stopProcess, rssMiB, childrenOf, treeMemory, freePort, sleep } = require('./proc')
 const { createPm2 } = require('./pm2')
 const { isAlive } = require('../../lib/process-alive')
 
@@ -44,6 +44,10 @@ async function startLocal (kind, spec) {
       /** Every PID of this contender (primary first). */
       allPids () {
         return [proc.pid].concat(childrenOf(proc.pid))
+      },
+      /** RSS and PSS (MiB) of the primary and everything below it. */
+      tree () {
+        return treeMemory(proc.pid)
       },
       signal (name) {
         process.kill(proc.pid, name)
@@ -95,6 +99,10 @@ async function startPm2 (spec) {
     },
     async allPids () {
       return [pm2.daemonPid()].concat(await this.workerPids())
+    },
+    /** RSS and PSS (MiB) of PM2's daemon and every process below it (its apps). */
+    tree () {
+      return treeMemory(pm2.daemonPid())
     },
     reload () {
       return pm2.reload(name)

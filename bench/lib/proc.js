@@ -193,6 +193,56 @@ function childrenOf (pid) {
   return children
 }
 
+/** `pid` and every process below it (children, their children, ...), `pid` first. */
+function treeOf (pid) {
+  const parents = new Map()
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      const ppid = statFields(entry)[1]
+      if (!parents.has(ppid)) parents.set(ppid, [])
+      parents.get(ppid).push(Number(entry))
+    } catch {}
+  }
+  const tree = [pid]
+  for (let i = 0; i < tree.length; i++) tree.push(...(parents.get(tree[i]) || []))
+  return tree
+}
+
+/**
+ * Proportional set size in MiB (/proc/<pid>/smaps_rollup): shared pages
+ * (node's own text, shared libraries) split between the processes mapping
+ * them, so a tree's PSS sums to what it really takes, where its RSS sum
+ * counts node's binary once per process. Null if unreadable.
+ */
+function pssMiB (pid) {
+  try {
+    const match = /^Pss:\s+(\d+)\s+kB/m.exec(fs.readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'))
+    return match ? Number(match[1]) / 1024 : null
+  } catch {
+    return null
+  }
+}
+
+/**
+ * RSS and PSS of a whole process tree (a primary and its workers, a PM2
+ * daemon and its apps, Watt's process and anything it forked), in MiB.
+ * @returns {{ rss: number, pss: number, processes: number }}
+ */
+function treeMemory (pid) {
+  let rss = 0
+  let pss = 0
+  let processes = 0
+  for (const p of treeOf(pid)) {
+    const r = rssMiB(p)
+    if (r === null) continue
+    rss += r
+    pss += pssMiB(p) || 0
+    processes++
+  }
+  return { rss, pss, processes }
+}
+
 /** A free TCP port on 127.0.0.1. */
 function freePort () {
   return new Promise((resolve, reject) => {
@@ -236,6 +286,9 @@ module.exports = {
   cpuMs,
   threadsCpuMs,
   childrenOf,
+  treeOf,
+  treeMemory,
+  pssMiB,
   freePort,
   sleep,
   node24,

@@ -31,7 +31,7 @@ function wrkSeconds (seconds) {
 /**
  * @param {{ port: number, connections: number, seconds: number, path?: string, headers?: string[], script?: string, threads?: number }} options
  *   (wrk takes whole seconds; `script`: a Lua file; `threads`: wrk's, 1 by default)
- * @returns {Promise<{ rps: number, total: number, p99: number, failed: number, non2xx: number, errors: number }>}
+ * @returns {Promise<{ rps: number, total: number, p50: number, p99: number, failed: number, non2xx: number, errors: number }>}
  */
 function wrkRun (options) {
   const args = [`-t${options.threads || 1}`, `-c${options.connections}`, `-d${wrkSeconds(options.seconds)}s`, '--latency']
@@ -56,11 +56,12 @@ function wrkClose (options) {
 function parseWrk (stdout) {
   const rps = Number((/Requests\/sec:\s+([\d.]+)/.exec(stdout) || [])[1])
   const total = Number((/(\d+) requests in/.exec(stdout) || [])[1])
+  const p50 = toMs(/50%\s+([\d.]+)(us|ms|s)/.exec(stdout))
   const p99 = toMs(/99%\s+([\d.]+)(us|ms|s)/.exec(stdout))
   const socketErrors = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(stdout)
   const errors = socketErrors ? socketErrors.slice(1).reduce((a, b) => a + Number(b), 0) : 0
   const non2xx = Number((/Non-2xx or 3xx responses: (\d+)/.exec(stdout) || [0, 0])[1])
-  return { rps, total, p99, failed: non2xx + errors, non2xx, errors }
+  return { rps, total, p50, p99, failed: non2xx + errors, non2xx, errors }
 }
 
 function toMs (match) {

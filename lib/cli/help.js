@@ -33,7 +33,8 @@ Start flags
                        0 runs everything in one process (development)
   --port P             port to listen on, 0 = any free port                   [env PORT, default 3000]
   --host H             address to bind, e.g. 127.0.0.1 or ::          [env HOST, default: all interfaces]
-  --scheduling MODE    how connections reach workers: rr|none|reuseport|sticky|balanced [default rr]
+  --scheduling MODE    how connections reach workers: rr|none|reuseport|sticky|balanced
+                       [default balanced on Linux with Node >= 22.12, else rr]
                          rr         round-robin in the primary, least busy first
                          none       the kernel picks (node:cluster SCHED_NONE)
                          reuseport  every worker binds the port (Linux, Node >= 22.12; else rr)

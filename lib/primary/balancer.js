@@ -102,7 +102,11 @@ function limitFor (avg) {
 }
 
 /**
- * @param {{ port: number, host?: string, workers?: number }} options
+ * @param {{ port: number, host?: string, workers?: number, fd?: number, held?: boolean }} options
+ *   held: a new primary of `clusterize upgrade`: its workers take their copy of the socket
+ *   (and report ready) but accept nothing, limit 0, until release() at the old primary's go,
+ *   as an 'rr' primary accepts nothing before go. Sessions and app state are handed over at
+ *   go: a request served earlier by a new worker would not find them.
  * @param {import('./supervisor').Supervisor} supervisor
  * @param {{ isOverloaded: (record: object) => boolean }} health
  */
@@ -114,6 +118,7 @@ function createBalancer (options, supervisor, health) {
   let closed = false
   let shareScheduled = false
   let capTimer = null
+  let held = options.held === true
   const freshMs = Math.max(FRESH_MS, 3 * (options.workers || 1))
 
   supervisor.on('record:heartbeat', onHeartbeat)
@@ -171,7 +176,7 @@ function createBalancer (options, supervisor, health) {
   function share (force) {
     const ready = supervisor.readyRecords()
     const late = lateRecords(ready)
-    const limit = currentLimit(ready, late)
+    const limit = held ? 0 : currentLimit(ready, late)
     for (let i = 0; i < ready.length; i++) {
       const record = ready[i]
       const load = loadOf(record)
@@ -242,10 +247,19 @@ function createBalancer (options, supervisor, health) {
     /** A worker asks for a copy of the listening socket. */
     onListenAsk (record) {
       if (closed || handle === null || !record.isLive()) return
+      // Held: the limit goes first (postNow keeps the order), so the copy is not listened on.
+      if (held) record.channel.post(protocol.share(0, false))
       record.channel.postNow(listenMessage, handle, function onSent (err) {
         // Our copy stays open either way: it is what keeps the socket.
         if (err) debug('sending the listening socket to worker %d failed: %s', record.id, err.message)
       })
+    },
+
+    /** The old primary said go: the workers accept from now on (see options.held). */
+    release () {
+      if (!held) return
+      held = false
+      share(null)
     },
 
     /** A worker's open connections, and whether it stopped accepting. */

@@ -167,7 +167,7 @@ function startPrimary (createApp, config) {
     // A new primary replacing another accepts nothing until its workers are
     // ready and the old one says go: the old one serves meanwhile.
     const replacing = inherited.source === 'upgrade'
-    // 'balanced' workers ask for the inherited socket as they boot: they accept before go, as 'none' ones do.
+    // 'balanced' workers take the inherited socket as they boot but accept only after go (the balancer holds them at limit 0).
     if (!replacing) await listenAll()
     else if (listenMode === 'balanced') await bindPort()
     parts.health = watchHealth(config, supervisor, log, reloader)
@@ -178,6 +178,7 @@ function startPrimary (createApp, config) {
       if (replacing) {
         await upgrades.awaitGo({ log, sessions: () => services.get('session'), recovery: () => services.get('recovery'), services: () => services, generation: supervisor.generation })
         await listenAll()
+        if (parts.balancer !== null) parts.balancer.release()
       }
     } catch (err) {
       // Whoever shuts down after this (the CLI, the app, the breaker) ends a start that failed: code 1.

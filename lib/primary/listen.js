@@ -23,7 +23,8 @@ async function bindAppPort ({ config, mode, listenMode, inherited, port, supervi
   if (listenMode === 'balanced') {
     if (parts.balancer !== null) return port // bound before the workers started (an upgrade)
     const fd = inherited.http !== null ? inherited.http : undefined
-    parts.balancer = createBalancer({ port: config.port, host: config.host, workers: config.workers, fd }, supervisor, health)
+    // A new primary of an upgrade: its workers accept only after the old one's go (index.js releases them).
+    parts.balancer = createBalancer({ port: config.port, host: config.host, workers: config.workers, fd, held: inherited.source === 'upgrade' }, supervisor, health)
     port = await listenOrExplain(parts.balancer, config, log)
   } else if (listenMode === 'handoff') {
     const fd = inherited.http !== null ? inherited.http : undefined

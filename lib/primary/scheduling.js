@@ -25,12 +25,41 @@ function reusePortSupport (version, platform) {
 }
 
 /**
- * @param {object} config resolved configuration
+ * The mode used when no `scheduling` option is given: 'balanced' (workers
+ * accept at the kernel's speed from a socket the primary holds, spread by
+ * open connections; bench/side-by-side.js) on Linux with Node >= 22.12,
+ * else 'rr', with the reason.
+ * @param {{ version?: string, platform?: string, canBalance?: boolean }} [where] this process's by default
+ * @returns {{ mode: 'balanced'|'rr', reason?: string }}
+ */
+function defaultScheduling (where) {
+  where = where || {}
+  const version = where.version || process.versions.node
+  const platform = where.platform || process.platform
+  const balances = where.canBalance === undefined ? canBalance() : where.canBalance
+  const [major, minor] = version.split('.').map(Number)
+  if (platform !== 'linux') {
+    return { mode: 'rr', reason: platform === 'win32'
+      ? 'on Windows workers sharing one listening socket are not spread well (node:cluster itself round-robins there)'
+      : `'balanced' relies on how Linux queues a shared listening socket, and ${platform} is not Linux` }
+  }
+  if (major < 22 || (major === 22 && minor < 12)) return { mode: 'rr', reason: `Node ${version} is older than 22.12, the oldest Node the default 'balanced' is run on` }
+  if (!balances) return { mode: 'rr', reason: `Node ${version} cannot bind a socket without listening on it` }
+  return { mode: 'balanced' }
+}
+
+/**
+ * @param {object} config resolved configuration (`scheduling` undefined: not given, the default applies)
  * @param {object} log
  * @returns {{ mode: string, listenMode: 'handoff'|'cluster'|'reuseport'|'balanced' }}
  */
 function resolveScheduling (config, log) {
   let mode = config.scheduling
+  if (mode === undefined) {
+    const chosen = defaultScheduling()
+    if (chosen.reason) log.info(`scheduling: 'rr' (the default is 'balanced' on Linux with Node >= 22.12; here ${chosen.reason})`)
+    mode = chosen.mode
+  }
   if (mode === 'reuseport') {
     const support = reusePortSupport()
     if (!support.supported) {
@@ -67,4 +96,4 @@ function findFreePort (host) {
   })
 }
 
-module.exports = { resolveScheduling, reusePortSupport, findFreePort }
+module.exports = { resolveScheduling, defaultScheduling, reusePortSupport, findFreePort }

@@ -182,9 +182,11 @@ function createBalancedListener (options) {
       if (!handle || typeof handle.listen !== 'function') return
       if (stopped) return handle.close()
       spares.push(handle)
-      if (active === null && (waitingForFirst !== null || underLimit())) resume()
+      // Limit 0: a new primary holds us until the old one says go; ready, accepting nothing.
+      const held = limit === 0 && Date.now() - heardAt <= staleMs
+      if (active === null && !held && (waitingForFirst !== null || underLimit())) resume()
       else refill()
-      if (waitingForFirst !== null && active !== null) {
+      if (waitingForFirst !== null && (active !== null || held)) {
         const resolve = waitingForFirst
         waitingForFirst = null
         resolve()
