@@ -28,10 +28,11 @@ const SHIPPED = /^(package\.json|README\.md|CHANGELOG\.md|LICENSE|socket\.io\.js
  */
 const REPOSITORY_ONLY = /^((examples|bench|docs\/images)(\/|$)|RELEASING\.md$)/
 /**
- * The tarball as downloaded (418 KB at 0.2.0: lib/ 914 KB and the 15 docs pages 236 KB unpacked);
+ * The tarball as downloaded (418 KB at 0.2.0; 503 KB with the round after it: live scaling,
+ * dynamic workers, the handover, the probes and slow-body bounds, and the docs for them);
  * the screenshots alone would add more than half again, and stay in the repository.
  */
-const PACKED_BUDGET = 480 * 1024
+const PACKED_BUDGET = 560 * 1024
 
 // Offline: nothing here may reach a registry.
 const OFFLINE = Object.assign({}, process.env, { npm_config_offline: 'true', npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false' })
