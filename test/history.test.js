@@ -146,6 +146,14 @@ describe('checkOrder (per-sender order)', () => {
     const gap = checkOrder([receive('r1', 's1', 1), receive('r1', 's1', 5), receive('r1', 's1', 6)])
     assert.deepEqual(gap, [{ kind: 'missing', receiver: 'r1', sender: 's1', from: 2, count: 3 }])
   })
+
+  it('with acknowledgedOnly, a gap counts only the numbers whose send was acknowledged', () => {
+    const send = (seq, status) => op('s1', 'send', seq, seq + 1, status, { sender: 's1', seq }, null)
+    const received = [receive('r1', 's1', 1), receive('r1', 's1', 4)]
+    assert.deepEqual(checkOrder([send(1, 'ok'), send(2, 'unknown'), send(3, 'unknown'), send(4, 'ok'), ...received], { acknowledgedOnly: true }), [])
+    assert.deepEqual(checkOrder([send(1, 'ok'), send(2, 'ok'), send(3, 'unknown'), send(4, 'ok'), ...received], { acknowledgedOnly: true }),
+      [{ kind: 'missing', receiver: 'r1', sender: 's1', from: 2, count: 1 }])
+  })
 })
 
 /** Schedules that must record no anomaly; each runs against its own cluster. */

@@ -12,6 +12,10 @@
  *   GET /block-primary?ms=N  an app's bus.handle handler in the primary busy-waits N ms
  *   GET /bus-send?count=N    broadcast the next N numbers of this worker's sequence
  *
+ * With `socketio`, the app is served with socket.io (clusterize's adapter,
+ * connectionStateRecovery): a socket's 'send' (sender, seq, ack) emits
+ * { sender, seq } to every socket, then acks.
+ *
  * With `singleton`, every worker runs singleton('history-job'): the holder
  * writes { token, pid } to the collector (a fenced downstream in the test
  * process) every 25 ms, each write awaited, until its signal aborts. With
@@ -122,5 +126,23 @@ module.exports = function createApp () {
     })
   }
   if (options.singleton) runSingleton()
-  return app
+  return options.socketio ? withSocketIo(app) : app
+}
+
+function withSocketIo (app) {
+  const { Server } = require('socket.io')
+  const { createAdapter } = require('../../socket.io')
+  const server = http.createServer(app)
+  const io = new Server(server, {
+    transports: ['websocket'],
+    adapter: createAdapter(),
+    connectionStateRecovery: { maxDisconnectionDuration: 60000 }
+  })
+  io.on('connection', function connected (socket) {
+    socket.on('send', function send (sender, seq, ack) {
+      io.emit('msg', { sender, seq })
+      if (typeof ack === 'function') ack()
+    })
+  })
+  return server
 }

@@ -117,12 +117,28 @@ function checkSingleton (ops) {
 }
 
 /**
- * @param {object[]} ops records with op 'receive': client the receiver, value { sender, seq }, in the order received
+ * @param {object[]} ops records with op 'receive': client the receiver, value { sender, seq }, in the order received;
+ *   and, with `acknowledgedOnly`, op 'send' (value { sender, seq }) for what the senders sent
+ * @param {{ acknowledgedOnly?: boolean }} [options] a gap counts only the numbers whose send was acknowledged
+ *   (ok): one the sender never got an answer for may have been lost before it was sent
  * @returns {object[]} anomalies: reorder, duplicate, missing (a gap: `count` numbers never received before a later one)
  */
-function checkOrder (ops) {
+function checkOrder (ops, { acknowledgedOnly = false } = {}) {
+  const acknowledged = new Set()
+  if (acknowledgedOnly) {
+    for (const o of ops) if (o.op === 'send' && o.status === 'ok') acknowledged.add(o.value.sender + '\u0000' + o.value.seq)
+  }
+  // What a gap [from, to) is still missing at the end: a number received later (a reorder) is reported as that.
+  const stillMissing = ({ sender, from, to, stream }) => {
+    let count = 0
+    for (let seq = from; seq < to; seq++) {
+      if (!stream.seen.has(seq) && (!acknowledgedOnly || acknowledged.has(sender + '\u0000' + seq))) count++
+    }
+    return count
+  }
   const anomalies = []
   const streams = new Map()
+  const gaps = []
   for (const o of ops) {
     if (o.op !== 'receive' || o.status !== 'ok') continue
     const { sender, seq } = o.value
@@ -142,19 +158,14 @@ function checkOrder (ops) {
       anomalies.push({ kind: 'reorder', receiver: o.client, sender, seq, after: stream.last })
       continue
     }
-    if (seq > stream.last + 1) anomalies.push({ kind: 'missing', receiver: o.client, sender, from: stream.last + 1, count: seq - stream.last - 1 })
+    if (seq > stream.last + 1) gaps.push({ receiver: o.client, sender, from: stream.last + 1, to: seq, stream })
     stream.last = seq
   }
-  // A gap later filled (a reorder) is reported as the reorder, not also as missing.
-  return anomalies.filter((a) => a.kind !== 'missing' || !filledLater(a, streams))
-}
-
-function filledLater (anomaly, streams) {
-  const stream = streams.get(anomaly.receiver + '\u0000' + anomaly.sender)
-  for (let seq = anomaly.from; seq < anomaly.from + anomaly.count; seq++) {
-    if (!stream.seen.has(seq)) return false
+  for (const gap of gaps) {
+    const count = stillMissing(gap)
+    if (count > 0) anomalies.push({ kind: 'missing', receiver: gap.receiver, sender: gap.sender, from: gap.from, count })
   }
-  return true
+  return anomalies
 }
 
 function groupBy (list, keyOf) {

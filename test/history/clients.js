@@ -215,4 +215,61 @@ async function busSenders ({ cluster, history, random, clients = 2, batch = 20, 
   return { stop () { stopped = true; return Promise.all(loops) } }
 }
 
-module.exports = { seededRandom, sessionClients, leaseProbeClient, rateLimitClients, busSenders, sleep }
+/**
+ * socket.io clients: `receivers` sockets record every 'msg' they receive, in
+ * order; one sender emits its sequence, one number after another, each
+ * recorded as a 'send' (ok once acked, unknown if its socket dropped first).
+ * A receiver that reconnects without its state recovered is a new receiver
+ * (it may have missed anything meanwhile, by design): `r3`, then `r3.2`.
+ */
+async function socketIoClients ({ cluster, history, random, receivers = 4, thinkMs = 10 }) {
+  const { io } = require('socket.io-client')
+  const url = `http://127.0.0.1:${cluster.port}`
+  const options = { transports: ['websocket'], reconnectionDelay: 100, reconnectionDelayMax: 500, timeout: 5000 }
+  const sockets = []
+  for (let r = 0; r < receivers; r++) {
+    const socket = io(url, options)
+    sockets.push(socket)
+    let incarnation = 0
+    let name = `r${r}`
+    socket.on('connect', function connected () {
+      if (!socket.recovered) name = ++incarnation === 1 ? `r${r}` : `r${r}.${incarnation}`
+    })
+    socket.on('msg', function received ({ sender, seq }) {
+      history.event({ client: name, op: 'receive', value: { sender, seq } })
+    })
+  }
+  const sender = io(url, options)
+  sockets.push(sender)
+  await Promise.all(sockets.map((socket) => socket.connected || new Promise((resolve) => socket.once('connect', resolve))))
+  let stopped = false
+  const loop = (async function send () {
+    let seq = 0
+    while (!stopped) {
+      if (!sender.connected) {
+        await sleep(50)
+        continue
+      }
+      seq++
+      const record = history.invoke({ client: 's0', op: 'send', value: { sender: 's0', seq } })
+      try {
+        await sender.timeout(REQUEST_TIMEOUT_MS).emitWithAck('send', 's0', seq)
+        history.complete(record, 'ok')
+      } catch (err) {
+        history.complete(record, 'unknown')
+      }
+      await sleep(random() * thinkMs)
+    }
+  })()
+  return {
+    async stop () {
+      stopped = true
+      await loop
+      // The last messages reach the receivers before the history is checked.
+      await sleep(1000)
+      for (const socket of sockets) socket.disconnect()
+    }
+  }
+}
+
+module.exports = { seededRandom, sessionClients, leaseProbeClient, rateLimitClients, busSenders, socketIoClients, sleep }

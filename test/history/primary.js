@@ -5,7 +5,7 @@
  * again, with the same argv and environment). CZ_HISTORY (JSON):
  * { port, workers, leaseMs, sessionStore: 'cluster'|'redis', redisUrl,
  *   redisPrefix, busRedis, rateLimit: { limit, windowMs }, singleton,
- *   singletonLeaseMs, bus, collector }.
+ *   singletonLeaseMs, bus, socketio, collector }.
  * Its bus handler 'history:block' busy-waits: an app's handler that blocks
  * the primary's event loop.
  */
@@ -25,6 +25,9 @@ const clusterOptions = {
   logger: quietLogger()
 }
 if (options.busRedis) clusterOptions.bus = { redis: options.busRedis }
+// Senders go as fast as acks come back: more than the default 10,000 packets may pass while a
+// client reconnects, and it would then connect as a new socket, by design (not what is checked here).
+if (options.socketio) clusterOptions.recovery = { maxPackets: 200000 }
 
 if (require('cluster').isPrimary) {
   bus.handle('history:block', function blockTheLoop (ms) {

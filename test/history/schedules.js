@@ -86,6 +86,13 @@ const SCHEDULES = {
     cluster: { bus: true, workers: 3 },
     durationMs: 10000,
     faults: [{ at: 1500, fault: 'stop-primary', ms: 1500 }, { at: 4000, fault: 'stop-worker', ms: 1000 }, { at: 6000, fault: 'kill-worker' }]
+  },
+  // socket.io's connection-state recovery: per-sender order on every receiver through worker faults.
+  'socketio-recovery': {
+    service: 'socketio',
+    cluster: { socketio: true },
+    durationMs: 12000,
+    faults: [{ at: 2000, fault: 'kill-worker' }, { at: 5000, fault: 'stop-primary', ms: 1500 }, { at: 8000, fault: 'reload' }]
   }
 }
 
@@ -96,7 +103,8 @@ const SURVIVABLE = {
   'session-redis': ['stop-primary', 'kill-worker', 'stop-worker', 'reload', 'upgrade', 'kill-primary', 'kill-redis', 'stop-redis'],
   'rate-limit': ['stop-primary', 'block-primary', 'kill-worker', 'stop-worker', 'reload', 'upgrade'],
   singleton: ['stop-holder-primary', 'kill-worker', 'stop-worker', 'reload', 'upgrade', 'kill-redis'],
-  bus: ['stop-primary', 'block-primary', 'kill-worker', 'stop-worker', 'reload']
+  bus: ['stop-primary', 'block-primary', 'kill-worker', 'stop-worker', 'reload'],
+  socketio: ['stop-primary', 'kill-worker', 'stop-worker', 'reload', 'upgrade']
 }
 
 /** The base of each chaos service: a schedule without faults. */
@@ -106,7 +114,8 @@ const CHAOS_BASES = {
   'session-redis': { service: 'session', redis: true, cluster: { sessionStore: 'redis' } },
   'rate-limit': { service: 'rate-limit', cluster: { rateLimit: { limit: 30, windowMs: 3600000 } }, clients: { keyEveryMs: 5000 } },
   singleton: { service: 'singleton', redis: true, hosts: 2, cluster: { singleton: true, singletonLeaseMs: 2000 } },
-  bus: { service: 'bus', cluster: { bus: true, workers: 3 } }
+  bus: { service: 'bus', cluster: { bus: true, workers: 3 } },
+  socketio: { service: 'socketio', cluster: { socketio: true } }
 }
 
 /**
