@@ -14,6 +14,8 @@ const { eventually } = require('../helpers/wait')
 const { isAlive } = require('../../lib/process-alive')
 
 const PRIMARY = path.join(__dirname, 'primary.js')
+/** Clusters not stopped yet: killed by PID if the test process exits first. */
+const running = new Set()
 
 /**
  * @param {object} options CZ_HISTORY for the primary (port: a free one when not given)
@@ -65,6 +67,7 @@ async function startHistoryCluster (options) {
       try { process.kill(pid, name); return true } catch { return false }
     },
     async stop () {
+      running.delete(cluster)
       for (const pid of cluster.pids) if (pid) cluster.signal(pid, 'SIGCONT')
       if (cluster.primaryPid && isAlive(cluster.primaryPid)) {
         cluster.signal(cluster.primaryPid, 'SIGTERM')
@@ -75,7 +78,13 @@ async function startHistoryCluster (options) {
       }
     }
   }
-  await launch(cluster, env)
+  running.add(cluster)
+  try {
+    await launch(cluster, env)
+  } catch (err) {
+    await cluster.stop()
+    throw err
+  }
   return cluster
 }
 
@@ -103,5 +112,13 @@ async function launch (cluster, env) {
   await cluster.settled()
   return cluster
 }
+
+process.on('exit', function killLeftovers () {
+  for (const cluster of running) {
+    for (const pid of cluster.pids) {
+      try { process.kill(pid, 'SIGCONT'); process.kill(pid, 'SIGKILL') } catch {}
+    }
+  }
+})
 
 module.exports = { startHistoryCluster }

@@ -14,8 +14,8 @@ const SCHEDULES = {
     service: 'session',
     cluster: { sessionStore: 'cluster', leaseMs: 1000 },
     probe: true,
-    durationMs: 14000,
-    faults: [{ at: 2500, fault: 'stop-primary', ms: 2000 }, { at: 7000, fault: 'stop-primary', ms: 2500 }, { at: 11000, fault: 'stop-primary', ms: 1600 }]
+    durationMs: 10000,
+    faults: [{ at: 1500, fault: 'stop-primary', ms: 2000 }, { at: 5000, fault: 'stop-primary', ms: 2500 }, { at: 8500, fault: 'stop-primary', ms: 1600 }]
   },
   // The same with the primary's event loop blocked by an app's bus.handle handler.
   'session-leases-blocked-loop': {
@@ -30,8 +30,8 @@ const SCHEDULES = {
     service: 'session',
     cluster: { sessionStore: 'cluster', leaseMs: 0 },
     probe: true,
-    durationMs: 12000,
-    faults: [{ at: 2000, fault: 'stop-primary', ms: 2000 }, { at: 5000, fault: 'kill-worker' }, { at: 7000, fault: 'stop-worker', ms: 1500 }, { at: 9000, fault: 'reload' }]
+    durationMs: 9000,
+    faults: [{ at: 1500, fault: 'stop-primary', ms: 2000 }, { at: 4000, fault: 'kill-worker' }, { at: 5500, fault: 'stop-worker', ms: 1500 }, { at: 7500, fault: 'reload' }]
   },
   // The Redis store: the primary and Redis itself may die; nothing acknowledged is lost.
   'session-redis': {
@@ -70,8 +70,8 @@ const SCHEDULES = {
   'singleton-upgrade': {
     service: 'singleton',
     cluster: { singleton: true },
-    durationMs: 10000,
-    faults: [{ at: 2500, fault: 'upgrade' }]
+    durationMs: 8000,
+    faults: [{ at: 2000, fault: 'upgrade' }]
   },
   // One host: a killed holder and a reload hand the job over, never to two at once.
   'singleton-workers': {
