@@ -175,8 +175,8 @@ describe('fault schedules against real clusters: zero anomalies', redisServerSui
       const incomplete = result.faults.filter((f) => f.fault.endsWith('-failed'))
       assert.deepEqual(incomplete, [], 'every fault was injected')
       assert.ok(result.faults.length >= SCHEDULES[name].faults.length, 'the schedule ran')
-      const acknowledged = result.history.ops().filter((o) => o.status === 'ok').length
-      assert.ok(acknowledged > 100, `the clients got answers through the faults (${acknowledged} acknowledged operations)`)
+      const answered = result.history.ops().filter((o) => o.status !== 'unknown').length
+      assert.ok(answered > 100, `the clients got answers through the faults (${answered} answered operations)`)
       assert.deepEqual(result.anomalies.slice(0, 10), [], `${result.anomalies.length} anomalies in ${result.ops} operations`)
     })
   }
