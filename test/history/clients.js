@@ -104,7 +104,9 @@ async function leaseProbeClient ({ cluster, history }) {
     if (list.length < 2) list.push(agent)
     else agent.destroy()
   }
-  const [[a], [b, b2]] = [...byWorker.values()]
+  const lists = [...byWorker.values()]
+  if (lists.length < 2 || lists[1].length < 2) throw new Error('the lease probe needs a connection on one worker and two on another')
+  const [[a], [b, b2]] = lists
   const created = await request(cluster.port, '/incr', { agent: a, timeoutMs: REQUEST_TIMEOUT_MS })
   const other = await request(cluster.port, '/incr', { agent: b2, timeoutMs: REQUEST_TIMEOUT_MS })
   const cookie = cookieOf(created)
@@ -172,7 +174,7 @@ async function rateLimitClients ({ cluster, history, random, clients = 4, keyEve
   const loops = []
   for (let c = 0; c < clients; c++) {
     loops.push((async function client () {
-      const agent = keptAlive()
+      let agent = keptAlive()
       while (!stopped) {
         const key = `w${Math.floor((Date.now() - startedAt) / keyEveryMs)}`
         const record = history.invoke({ client: `c${c}`, op: 'hit', key })
@@ -182,6 +184,7 @@ async function rateLimitClients ({ cluster, history, random, clients = 4, keyEve
         } catch (err) {
           history.complete(record, 'unknown', err.code || err.message)
           agent.destroy()
+          agent = keptAlive()
         }
         await sleep(random() * thinkMs)
       }
@@ -197,7 +200,7 @@ async function busSenders ({ cluster, history, random, clients = 2, batch = 20, 
   const loops = []
   for (let c = 0; c < clients; c++) {
     loops.push((async function client () {
-      const agent = keptAlive()
+      let agent = keptAlive()
       while (!stopped) {
         const record = history.invoke({ client: `c${c}`, op: 'send', value: batch })
         try {
@@ -206,6 +209,7 @@ async function busSenders ({ cluster, history, random, clients = 2, batch = 20, 
         } catch (err) {
           history.complete(record, 'unknown', err.code || err.message)
           agent.destroy()
+          agent = keptAlive()
         }
         await sleep(random() * thinkMs)
       }
