@@ -60,7 +60,7 @@ async function main () {
       total.faults += result.faults.length
       total.anomalies += result.anomalies.length
       for (const f of result.faults) total.faultKinds[f.fault] = (total.faultKinds[f.fault] || 0) + 1
-      for (const a of result.anomalies.slice(0, 3 - total.examples.length)) total.examples.push(Object.assign({ seed }, a))
+      for (const a of result.anomalies.slice(0, 3 - total.examples.length)) total.examples.push(Object.assign({ seed }, a, faultsBefore(result, a)))
       console.error(`${name}: round ${total.rounds}, ${result.ops} operations, faults ${result.faults.map((f) => f.fault).join(' ') || 'none'}: ${result.anomalies.length} anomalies`)
     }
   }
@@ -68,6 +68,12 @@ async function main () {
   if (args.json) console.log(JSON.stringify(rows, null, 2))
   else printTable(rows)
   if (rows.some((r) => r.anomalies > 0)) process.exitCode = 1
+}
+
+/** The faults injected in the 10 s before an anomaly that says when it happened (`at`), newest last. */
+function faultsBefore (result, anomaly) {
+  if (typeof anomaly.at !== 'number') return {}
+  return { faultsBefore: result.faults.filter((f) => f.at <= anomaly.at && f.at > anomaly.at - 10000).map((f) => `${f.fault} ${Math.round(anomaly.at - f.at)} ms before`) }
 }
 
 function printTable (rows) {

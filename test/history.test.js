@@ -125,7 +125,7 @@ describe('checkSingleton (fencing tokens)', () => {
 
   it('flags two holders at once, with the overlap and the stale writes a fencing downstream refuses (issue 51 item 2)', () => {
     const anomalies = checkSingleton([write(0, 1, 10), write(5, 2, 20), write(6, 1, 10), write(7, 1, 10), write(8, 2, 20)])
-    assert.deepEqual(anomalies, [{ kind: 'two-holders', tokens: [1, 2], pids: [10, 20], overlapMs: 2, staleWrites: 2 }])
+    assert.deepEqual(anomalies, [{ kind: 'two-holders', tokens: [1, 2], pids: [10, 20], at: 5, overlapMs: 2, staleWrites: 2 }])
   })
 
   it('flags one token in two processes', () => {

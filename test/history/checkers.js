@@ -50,7 +50,7 @@ function checkCounter (ops) {
     for (const o of ok) {
       const before = lastBefore(floor, o.invokedAt)
       if (before && (o.op === 'incr' ? o.value <= before.value : o.value < before.value)) {
-        anomalies.push({ kind: 'lost-update', key, op: o.op, id: o.id, client: o.client, value: o.value, expectedAtLeast: o.op === 'incr' ? before.value + 1 : before.value, after: { id: before.op.id, client: before.op.client, op: before.op.op, value: before.value }, lost: before.value - o.value + (o.op === 'incr' ? 1 : 0) })
+        anomalies.push({ kind: 'lost-update', key, op: o.op, id: o.id, client: o.client, at: o.invokedAt, value: o.value, expectedAtLeast: o.op === 'incr' ? before.value + 1 : before.value, after: { id: before.op.id, client: before.op.client, op: before.op.op, value: before.value }, lost: before.value - o.value + (o.op === 'incr' ? 1 : 0) })
       }
       const possible = countBefore(incrInvocations, o.completedAt)
       if (o.value > possible) anomalies.push({ kind: 'value-from-nowhere', key, op: o.op, id: o.id, client: o.client, value: o.value, increments: possible })
@@ -75,8 +75,8 @@ function checkRateLimit (ops, { limit }) {
 
 /**
  * @param {object[]} ops records with op 'write' (value: { token, pid }) as the fenced downstream received them
- * @returns {object[]} anomalies: two-holders (tokens whose spans of writes overlap, with the overlap in ms and
- *   the stale writes a fencing downstream would have refused), token-shared (one token, two processes)
+ * @returns {object[]} anomalies: two-holders (tokens whose spans of writes overlap: when the newer began, the overlap
+ *   in ms and the stale writes a fencing downstream would have refused), token-shared (one token, two processes)
  */
 function checkSingleton (ops) {
   const anomalies = []
@@ -107,6 +107,7 @@ function checkSingleton (ops) {
           kind: 'two-holders',
           tokens: [older.token, newer.token],
           pids: [older.pid, newer.pid],
+          at: newer.first,
           overlapMs: Math.round(older.last - newer.first),
           staleWrites: older.writes.filter((t) => t > newer.first).length
         })

@@ -102,7 +102,10 @@ const SURVIVABLE = {
   'session-no-leases': ['stop-primary', 'block-primary', 'kill-worker', 'stop-worker', 'reload', 'upgrade'],
   'session-redis': ['stop-primary', 'kill-worker', 'stop-worker', 'reload', 'upgrade', 'kill-primary', 'kill-redis', 'stop-redis'],
   'rate-limit': ['stop-primary', 'block-primary', 'kill-worker', 'stop-worker', 'reload', 'upgrade'],
-  singleton: ['stop-holder-primary', 'kill-worker', 'stop-worker', 'reload', 'upgrade', 'kill-redis'],
+  // Not stop-worker: a holder paused past its lease wakes up and writes once more with its old token
+  // before it can learn anything. No lease prevents that; refusing that write is what the fencing
+  // token is for, and the checker cannot tell it from two holders.
+  singleton: ['stop-holder-primary', 'kill-worker', 'reload', 'upgrade', 'kill-redis'],
   bus: ['stop-primary', 'block-primary', 'kill-worker', 'stop-worker', 'reload'],
   socketio: ['stop-primary', 'kill-worker', 'stop-worker', 'reload', 'upgrade']
 }
