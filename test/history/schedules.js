@@ -63,8 +63,8 @@ const SCHEDULES = {
     redis: true,
     hosts: 2,
     cluster: { singleton: true, singletonLeaseMs: 2000 },
-    durationMs: 16000,
-    faults: [{ at: 4000, fault: 'stop-holder-primary', ms: 6000 }]
+    durationMs: 11000,
+    faults: [{ at: 3000, fault: 'stop-holder-primary', ms: 5000 }]
   },
   // Issue 51 item 4: one host, the singleton through `clusterize upgrade`.
   'singleton-upgrade': {
