@@ -107,11 +107,13 @@ async function leaseProbeClient ({ cluster, history }) {
   const lists = [...byWorker.values()]
   if (lists.length < 2 || lists[1].length < 2) throw new Error('the lease probe needs a connection on one worker and two on another')
   const [[a], [b, b2]] = lists
+  const setup = history.invoke({ client: 'probe-setup', op: 'incr', key: 'probe' })
   const created = await request(cluster.port, '/incr', { agent: a, timeoutMs: REQUEST_TIMEOUT_MS })
+  if (created.status !== 200 || created.json.value !== 1) throw new Error(`creating the probe's session: HTTP ${created.status} ${created.body}`)
+  history.complete(setup, 'ok', created.json.value)
   const other = await request(cluster.port, '/incr', { agent: b2, timeoutMs: REQUEST_TIMEOUT_MS })
   const cookie = cookieOf(created)
   const otherCookie = cookieOf(other)
-  history.complete(history.invoke({ client: 'probe-setup', op: 'incr', key: 'probe' }), 'ok', created.json.value)
   async function op (agent, name, opName) {
     const record = history.invoke({ client: name, op: opName, key: 'probe' })
     try {
