@@ -30,8 +30,8 @@ const { renderSection, mergeResults, runSummaryLine } = require('./lib/results')
 const BENCH_DIR = process.env.BENCH_RUN_ALL_DIR || __dirname
 const CHART_DIR = path.join(BENCH_DIR, 'charts')
 const RESULTS = path.join(BENCH_DIR, 'RESULTS.md')
-/** Run by hand: diagnostics (they explain a figure, they are not one; instructions.js needs valgrind), and regression.js (one bench against a base commit). */
-const DIAGNOSTICS = ['bus-trace', 'instructions', 'regression']
+/** Run by hand: diagnostics (they explain a figure, they are not one; instructions.js needs valgrind), regression.js (one bench against a base commit) and chaos.js (the history checker, long: `npm run chaos`). */
+const DIAGNOSTICS = ['bus-trace', 'instructions', 'regression', 'chaos']
 /**
  * Left out of --quick (their sections in RESULTS.md stay from the last run
  * that wrote them): heap-guard fills 256-1024 MB heaps at the leak's own pace,
