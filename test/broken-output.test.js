@@ -10,7 +10,7 @@
  * still shut down cleanly.
  */
 
-const { test, after } = require('node:test')
+const { test } = require('node:test')
 const assert = require('node:assert')
 const { spawn } = require('child_process')
 const fs = require('fs')
@@ -19,22 +19,12 @@ const path = require('path')
 const { freePort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
 const { isAlive } = require('../lib/process-alive')
-const { CLI_BIN, httpGet } = require('./helpers/cli')
+const { CLI_BIN, httpGet, cliScratch } = require('./helpers/cli')
 
 // Logs a line to stdout on every request: the workers write into the broken pipe too.
 const APP = path.join(__dirname, 'fixtures', 'logging-app.js')
 
-const tracked = new Set()
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'clusterize-output-'))
-
-after(function cleanUp () {
-  for (const pid of tracked) {
-    if (isAlive(pid)) {
-      try { process.kill(pid, 'SIGKILL') } catch {}
-    }
-  }
-  fs.rmSync(tmp, { recursive: true, force: true })
-})
+const { tmp, tracked } = cliScratch('output')
 
 /** Reads one line from its stdin, hands it to us, and exits: the read end of the pipe goes with it. */
 const ONE_LINE_READER = "process.stdin.once('data', (d) => { process.stdout.write(d); process.exit(0) })"

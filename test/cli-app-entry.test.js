@@ -15,22 +15,11 @@ const os = require('os')
 const path = require('path')
 const { freePort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
-const { isAlive } = require('../lib/process-alive')
-const { runCli, startCli, httpGet: get } = require('./helpers/cli')
+const { runCli, startCli, httpGet: get, cliScratch } = require('./helpers/cli')
 const { formatBanner } = require('../lib/cli/banner')
 
-const tracked = new Set()
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'clusterize-entry-'))
+const { tmp, tracked } = cliScratch('entry')
 const EXPRESS = JSON.stringify(require.resolve('express'))
-
-after(function cleanUp () {
-  for (const pid of tracked) {
-    if (isAlive(pid)) {
-      try { process.kill(pid, 'SIGKILL') } catch {}
-    }
-  }
-  fs.rmSync(tmp, { recursive: true, force: true })
-})
 
 /** An Express app that answers with its pid, started by `guard` when run as `node app.js`. */
 function appWithGuard (guard) {

@@ -22,21 +22,10 @@ const { parseCron, nextFire } = require('../lib/primary/cron-schedule')
 const { resolveConfig } = require('../lib/config')
 const { freePort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
-const { isAlive } = require('../lib/process-alive')
-const { runCli, startCli, httpGet: get } = require('./helpers/cli')
+const { runCli, startCli, httpGet: get, cliScratch } = require('./helpers/cli')
 
-const tracked = new Set()
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'clusterize-pm2-'))
+const { tmp, tracked } = cliScratch('pm2')
 const ENV = { NODE_APP_INSTANCE: '', NODE_ENV: '' }
-
-after(function cleanUp () {
-  for (const pid of tracked) {
-    if (isAlive(pid)) {
-      try { process.kill(pid, 'SIGKILL') } catch {}
-    }
-  }
-  fs.rmSync(tmp, { recursive: true, force: true })
-})
 
 let files = 0
 function writeEcosystem (apps) {

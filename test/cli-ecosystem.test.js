@@ -19,22 +19,11 @@ const { parseArgs } = require('../lib/cli/args')
 const { availableCpus } = require('../lib/cpus')
 const { freePort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
-const { isAlive } = require('../lib/process-alive')
-const { runCli, startCli, httpGet: get } = require('./helpers/cli')
+const { runCli, startCli, httpGet: get, cliScratch } = require('./helpers/cli')
 
-const tracked = new Set()
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'clusterize-eco-'))
+const { tmp, tracked } = cliScratch('eco')
 /** Over helpers/cli's CLI_ENV: no instance number from an outer PM2. */
 const ENV = { NODE_APP_INSTANCE: '' }
-
-after(function cleanUp () {
-  for (const pid of tracked) {
-    if (isAlive(pid)) {
-      try { process.kill(pid, 'SIGKILL') } catch {}
-    }
-  }
-  fs.rmSync(tmp, { recursive: true, force: true })
-})
 
 let files = 0
 /** An ecosystem file in a directory of its own; returns its path. */

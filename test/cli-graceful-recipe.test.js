@@ -17,21 +17,10 @@ const http = require('http')
 const os = require('os')
 const path = require('path')
 const { freePort } = require('./helpers/net')
-const { isAlive } = require('../lib/process-alive')
-const { startCli, runCli } = require('./helpers/cli')
+const { startCli, runCli, cliScratch } = require('./helpers/cli')
 
 const APP = path.join(__dirname, 'fixtures', 'graceful-recipe-app.js')
-const tracked = new Set()
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'clusterize-graceful-'))
-
-after(function cleanUp () {
-  for (const pid of tracked) {
-    if (isAlive(pid)) {
-      try { process.kill(pid, 'SIGKILL') } catch {}
-    }
-  }
-  fs.rmSync(tmp, { recursive: true, force: true })
-})
+const { tmp, tracked } = cliScratch('graceful')
 
 /** GET /slow; resolves `started` at its first line, `done` with the whole body or the error that cut it. */
 function slowRequest (port) {

@@ -13,20 +13,9 @@ const os = require('os')
 const path = require('path')
 const { freePort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
-const { isAlive } = require('../lib/process-alive')
-const { HELLO_APP, runCli, startCli } = require('./helpers/cli')
+const { HELLO_APP, runCli, startCli, cliScratch } = require('./helpers/cli')
 
-const tracked = new Set()
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'clusterize-stale-'))
-
-after(function cleanUp () {
-  for (const pid of tracked) {
-    if (isAlive(pid)) {
-      try { process.kill(pid, 'SIGKILL') } catch {}
-    }
-  }
-  fs.rmSync(tmp, { recursive: true, force: true })
-})
+const { tmp, tracked } = cliScratch('stale')
 
 test('kill -9 of the primary: the next command removes the stale pid file and its control socket', async () => {
   const pidFile = path.join(tmp, 'killed.pid')

@@ -22,19 +22,9 @@ const { version } = require('../package.json')
 const { freePort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
 const { isAlive } = require('../lib/process-alive')
-const { HELLO_APP: APP, runCli, startCli, httpGet: get } = require('./helpers/cli')
+const { HELLO_APP: APP, runCli, startCli, httpGet: get, cliScratch } = require('./helpers/cli')
 
-const tracked = new Set()
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'clusterize-cli-'))
-
-after(function cleanUp () {
-  for (const pid of tracked) {
-    if (isAlive(pid)) {
-      try { process.kill(pid, 'SIGKILL') } catch {}
-    }
-  }
-  fs.rmSync(tmp, { recursive: true, force: true })
-})
+const { tmp, tracked } = cliScratch('cli')
 
 
 /** Run the CLI to completion. */

@@ -15,22 +15,11 @@ const fs = require('fs')
 const os = require('os')
 const path = require('path')
 const { findInstanceJobs } = require('../lib/worker/instance-job-pitfall')
-const { isAlive } = require('../lib/process-alive')
-const { startCli, runCli } = require('./helpers/cli')
+const { startCli, runCli, cliScratch } = require('./helpers/cli')
 const { eventually } = require('./helpers/wait')
 
 const APP = path.join(__dirname, 'fixtures', 'instance-job-app.js')
-const tracked = new Set()
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'clusterize-instance-job-'))
-
-after(function cleanUp () {
-  for (const pid of tracked) {
-    if (isAlive(pid)) {
-      try { process.kill(pid, 'SIGKILL') } catch {}
-    }
-  }
-  fs.rmSync(tmp, { recursive: true, force: true })
-})
+const { tmp, tracked } = cliScratch('instance-job')
 
 test('the idiom is a read of the instance number and a timer in one of the app\'s own files', () => {
   const write = (name, source) => {

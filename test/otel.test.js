@@ -10,7 +10,7 @@
  * task is a child of the request's span.
  */
 
-const { test, after } = require('node:test')
+const { test } = require('node:test')
 const assert = require('node:assert')
 const { spawn } = require('child_process')
 const fs = require('fs')
@@ -18,24 +18,13 @@ const os = require('os')
 const path = require('path')
 const { freePort, waitForPort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
-const { isAlive } = require('../lib/process-alive')
-const { runCli, startCli, httpGet: get } = require('./helpers/cli')
+const { runCli, startCli, httpGet: get, cliScratch } = require('./helpers/cli')
 const { workerResourceAttributes } = require('../lib/primary/trace-resource')
 
 const TRACING = path.join(__dirname, 'fixtures', 'otel', 'tracing.js')
 const APP = path.join(__dirname, 'fixtures', 'otel', 'app.js')
 const ROOT = path.join(__dirname, '..')
-const tracked = new Set()
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'clusterize-otel-'))
-
-after(function cleanUp () {
-  for (const pid of tracked) {
-    if (isAlive(pid)) {
-      try { process.kill(pid, 'SIGKILL') } catch {}
-    }
-  }
-  fs.rmSync(tmp, { recursive: true, force: true })
-})
+const { tmp, tracked } = cliScratch('otel')
 
 const ENV = { NODE_OPTIONS: `--require ${TRACING}`, OTEL_RESOURCE_ATTRIBUTES: 'service.name=otel-test' }
 

@@ -7,11 +7,14 @@
  * defaults (PORT, WORKERS, REDIS_URL) and of colours.
  */
 
+const { after } = require('node:test')
 const { spawn, execFile } = require('child_process')
 const fs = require('fs')
 const http = require('http')
+const os = require('os')
 const path = require('path')
 const { eventually } = require('./wait')
+const { isAlive } = require('../../lib/process-alive')
 
 const CLI_BIN = path.join(__dirname, '..', '..', 'bin', 'clusterize.js')
 const HELLO_APP = path.join(__dirname, '..', '..', 'examples', 'hello', 'app.js')
@@ -85,4 +88,25 @@ function jsonOrNull (text) {
   try { return JSON.parse(text) } catch { return null }
 }
 
-module.exports = { CLI_BIN, HELLO_APP, CLI_ENV, runCli, startCli, httpGet }
+/**
+ * A scratch directory and a set of pids for one test file, cleaned up after
+ * its tests, pass or fail: every tracked pid still alive is SIGKILLed (by
+ * PID), and the directory removed. Call it at the top of the file.
+ * @param {string} label part of the directory's name
+ * @returns {{ tmp: string, tracked: Set<number> }} tracked: add every pid the file starts
+ */
+function cliScratch (label) {
+  const tracked = new Set()
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), `clusterize-${label}-`))
+  after(function cleanUp () {
+    for (const pid of tracked) {
+      if (isAlive(pid)) {
+        try { process.kill(pid, 'SIGKILL') } catch {}
+      }
+    }
+    fs.rmSync(tmp, { recursive: true, force: true })
+  })
+  return { tmp, tracked }
+}
+
+module.exports = { CLI_BIN, HELLO_APP, CLI_ENV, runCli, startCli, httpGet, cliScratch }
