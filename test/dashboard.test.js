@@ -93,10 +93,14 @@ test('a view token guards the page and its events; a non-loopback dashboard with
   assert.strictEqual(resolveConfig({ probes: { port: 9090 } }).probes.dashboard, true, 'on by default on loopback')
 })
 
-test('the page in headless Chromium: a row per worker, charts drawn, a reload and a crash in the timeline, data flowing', async (t) => {
+/**
+ * The dashboard of the probes server at `port` in headless Chromium (Debian's, driven by
+ * playwright-core), 1100 px wide; the browser closes after the test.
+ * @returns {Promise<{ page: object, errors: string[] }>} errors: what the page threw
+ */
+async function openDashboard (t, port) {
   assert.ok(fs.existsSync(CHROMIUM), `Chromium is needed at ${CHROMIUM} (apt-get install chromium; .ci/run installs it)`)
   const { chromium } = require('playwright-core')
-  const cluster = await startCluster(fixture, { env: env({ workers: 2, health: { heartbeatMs: 250 }, reload: { bakeMs: 200 }, probes: { port: 0 } }) })
   const browser = await chromium.launch({
     executablePath: CHROMIUM,
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run']
@@ -105,7 +109,13 @@ test('the page in headless Chromium: a row per worker, charts drawn, a reload an
   const page = await browser.newPage({ viewport: { width: 1100, height: 800 } })
   const errors = []
   page.on('pageerror', (err) => errors.push(err.message))
-  await page.goto(`http://127.0.0.1:${cluster.probesPort}/dashboard`)
+  await page.goto(`http://127.0.0.1:${port}/dashboard`)
+  return { page, errors }
+}
+
+test('the page in headless Chromium: a row per worker, charts drawn, a reload and a crash in the timeline, data flowing', async (t) => {
+  const cluster = await startCluster(fixture, { env: env({ workers: 2, health: { heartbeatMs: 250 }, reload: { bakeMs: 200 }, probes: { port: 0 } }) })
+  const { page, errors } = await openDashboard(t, cluster.probesPort)
   await page.waitForFunction(() => document.querySelectorAll('#workers tr').length === 2, null, { timeout: 15000 })
 
   // Some traffic, so requests/s has points.
@@ -183,8 +193,6 @@ test('the page in headless Chromium: a row per worker, charts drawn, a reload an
 })
 
 test('a page opened after a reload, a kill -9 and a stalled primary shows them: the last 5 minutes are kept in the primary, a gap is drawn as a gap', async (t) => {
-  assert.ok(fs.existsSync(CHROMIUM), `Chromium is needed at ${CHROMIUM} (apt-get install chromium; .ci/run installs it)`)
-  const { chromium } = require('playwright-core')
   const cluster = await startCluster(fixture, { env: env({ workers: 2, health: { heartbeatMs: 250, heartbeatTimeoutMs: 20000 }, reload: { bakeMs: 200 }, probes: { port: 0 } }) })
   for (let i = 0; i < 20; i++) await cluster.get('/')
   // Everything below happens with no page open.
@@ -203,15 +211,7 @@ test('a page opened after a reload, a kill -9 and a stalled primary shows them: 
   await eventually(async () => (await cluster.stats()).workers.every((w) => w.heartbeat), { what: 'heartbeats after the stop' })
   await new Promise((resolve) => setTimeout(resolve, 1000))
 
-  const browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run']
-  })
-  t.after(() => browser.close())
-  const page = await browser.newPage({ viewport: { width: 1100, height: 800 } })
-  const errors = []
-  page.on('pageerror', (err) => errors.push(err.message))
-  await page.goto(`http://127.0.0.1:${cluster.probesPort}/dashboard`)
+  const { page, errors } = await openDashboard(t, cluster.probesPort)
   await page.waitForSelector('#timeline li[data-type="reload-done"]', { timeout: 15000 })
   await page.waitForSelector('#timeline li[data-type="worker-exit"]', { timeout: 15000 })
   const seen = await page.evaluate(() => ({

@@ -11,10 +11,10 @@
 
 const { test, before, after } = require('node:test')
 const assert = require('node:assert')
-const { spawnSync } = require('child_process')
 const fs = require('fs')
 const os = require('os')
 const path = require('path')
+const { runOffline: run, packTarball } = require('./helpers/pack')
 const { relativeLinks } = require('./helpers/markdown')
 
 const ROOT = path.join(__dirname, '..')
@@ -34,16 +34,8 @@ const REPOSITORY_ONLY = /^((examples|bench|docs\/images)(\/|$)|RELEASING\.md$)/
  */
 const PACKED_BUDGET = 560 * 1024
 
-// Offline: nothing here may reach a registry.
-const OFFLINE = Object.assign({}, process.env, { npm_config_offline: 'true', npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false' })
 let dir = null
 let packed = null
-
-function run (command, args, options) {
-  const result = spawnSync(command, args, Object.assign({ cwd: ROOT, encoding: 'utf8', env: OFFLINE, timeout: 120000 }, options))
-  if (result.error) throw result.error
-  return result
-}
 
 function bin (name) {
   return path.join(ROOT, 'node_modules', '.bin', name)
@@ -51,10 +43,7 @@ function bin (name) {
 
 before(() => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-pack-'))
-  const result = run('npm', ['pack', '--json', '--pack-destination', dir])
-  assert.strictEqual(result.status, 0, result.stderr)
-  packed = JSON.parse(result.stdout)[0]
-  packed.path = path.join(dir, packed.filename)
+  packed = packTarball(dir)
 })
 after(() => { if (dir) fs.rmSync(dir, { recursive: true, force: true }) })
 

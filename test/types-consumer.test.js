@@ -13,25 +13,18 @@
 
 const { test, before, after } = require('node:test')
 const assert = require('node:assert')
-const { spawnSync } = require('child_process')
 const fs = require('fs')
 const os = require('os')
 const path = require('path')
+const { runOffline: run, packTarball } = require('./helpers/pack')
 
 const ROOT = path.join(__dirname, '..')
 const INSTALLED = path.join(ROOT, 'node_modules')
-const OFFLINE = Object.assign({}, process.env, { npm_config_offline: 'true', npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false' })
 /** What the consumer's package.json lists. */
 const CONSUMER_DEPENDENCIES = ['typescript', '@types/express', '@types/node']
 
 let dir = null
 let project = null
-
-function run (command, args, options) {
-  const result = spawnSync(command, args, Object.assign({ cwd: ROOT, encoding: 'utf8', env: OFFLINE, timeout: 120000 }, options))
-  if (result.error) throw result.error
-  return result
-}
 
 /**
  * Put `name` in `modules` as npm would (a flat layout), with its dependencies;
@@ -57,9 +50,7 @@ function install (modules, name, from) {
 
 before(() => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-ts-consumer-'))
-  const packed = run('npm', ['pack', '--json', '--ignore-scripts', '--pack-destination', dir])
-  assert.strictEqual(packed.status, 0, packed.stderr)
-  const tarball = path.join(dir, JSON.parse(packed.stdout)[0].filename)
+  const tarball = packTarball(dir, ['--ignore-scripts']).path
   project = path.join(dir, 'consumer')
   const modules = path.join(project, 'node_modules')
   const unpacked = path.join(modules, 'clusterize-express')

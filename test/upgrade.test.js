@@ -101,6 +101,19 @@ function newConnectionLoad (port) {
   return { results, stop () { stopped = true; return done } }
 }
 
+/**
+ * Stop both loads and assert neither lost a request; the workers that served the kept-alive
+ * connections join the pids killed at the end.
+ * @returns {Promise<{ freshResults: object, keepAliveResults: object }>}
+ */
+async function stopLoadsLosingNothing (fresh, keepAlive) {
+  const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
+  assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
+  assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
+  for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
+  return { freshResults, keepAliveResults }
+}
+
 function get (port, urlPath, headers, agent) {
   return request(port, urlPath, { headers, agent }).then((res) => {
     if (res.json && res.json.pid) pids.add(res.json.pid)
@@ -141,11 +154,8 @@ test('clusterize upgrade under new-connection and keep-alive load, with 2 s requ
   const exit = await new Promise((resolve) => child.exitCode !== null ? resolve(child.exitCode) : child.once('exit', resolve))
   assert.strictEqual(exit, 0, out.text)
   await keepAlive.served(50)
-  const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
-  assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
-  assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
+  const { keepAliveResults } = await stopLoadsLosingNothing(fresh, keepAlive)
   assert.strictEqual(keepAliveResults.failed, 0)
-  for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
 
   const status = await run(['status', '--pid-file', pidFile])
   assert.strictEqual(status.code, 0, status.stderr)
@@ -195,11 +205,8 @@ test('a new primary that cannot start is killed and the old one keeps serving, w
   assert.match(noNode.stdout, /upgrade failed: cannot start .*no-such-node: spawn .* ENOENT/)
 
   await keepAlive.served(20)
-  const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
-  assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
-  assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
+  const { freshResults } = await stopLoadsLosingNothing(fresh, keepAlive)
   assert.deepStrictEqual([...freshResults.primaries], [before.pid], 'only the old primary served')
-  for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
   const info = JSON.parse(fs.readFileSync(pidFile, 'utf8'))
   assert.strictEqual(info.pid, before.pid, 'the pid file still names the old primary')
   const status = await run(['status', '--pid-file', pidFile])
@@ -430,10 +437,7 @@ for (const scheduling of ['sticky', 'none']) {
     await eventually(() => !isAlive(before.pid), { timeoutMs: 30000, what: 'the old primary to exit\n' + output })
     assert.strictEqual(fs.readFileSync(mainPidFile, 'utf8'), `${after.pid}\n`, 'the old primary leaves the new one\'s pid there')
     await keepAlive.served(30)
-    const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
-    assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
-    assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
-    for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
+    await stopLoadsLosingNothing(fresh, keepAlive)
     const stop = await run(['stop', '--pid-file', pidFile])
     assert.strictEqual(stop.code, 0, stop.stderr)
     assert.ok(!fs.existsSync(mainPidFile))
@@ -501,11 +505,8 @@ test("scheduling 'balanced': the new primary takes the shared socket the workers
   const again = await run(['status', '--pid-file', pidFile])
   assert.match(again.stdout, /scheduling balanced/, again.stdout + out.text)
   await keepAlive.served(30)
-  const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
   // One socket (no SO_REUSEPORT): what is queued in it waits for whichever worker accepts next.
-  assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
-  assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
-  for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
+  await stopLoadsLosingNothing(fresh, keepAlive)
   const stop = await run(['stop', '--pid-file', pidFile])
   assert.strictEqual(stop.code, 0, stop.stderr)
 })
@@ -526,10 +527,7 @@ test("an upgrade from 'rr' to 'balanced' (a release whose default differs): the 
   const status = await run(['status', '--pid-file', pidFile])
   assert.match(status.stdout, /scheduling balanced/, status.stdout + out.text)
   await keepAlive.served(30)
-  const [freshResults, keepAliveResults] = await Promise.all([fresh.stop(), keepAlive.stop()])
-  assert.deepStrictEqual(freshResults.failures, [], 'new-connection load')
-  assert.deepStrictEqual(keepAliveResults.failures, [], 'keep-alive load')
-  for (const pid of keepAliveResults.pids.keys()) pids.add(pid)
+  await stopLoadsLosingNothing(fresh, keepAlive)
   const stop = await run(['stop', '--pid-file', pidFile])
   assert.strictEqual(stop.code, 0, stop.stderr)
 })

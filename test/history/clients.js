@@ -172,42 +172,45 @@ async function connectionsOnWorkers (cluster, count) {
  */
 async function rateLimitClients ({ cluster, history, random, clients = 4, keyEveryMs = 4000, thinkMs = 20 }) {
   const startedAt = Date.now()
-  let stopped = false
-  const loops = []
-  for (let c = 0; c < clients; c++) {
-    loops.push((async function client () {
-      let agent = keptAlive()
-      while (!stopped) {
-        const key = `w${Math.floor((Date.now() - startedAt) / keyEveryMs)}`
-        const record = history.invoke({ client: `c${c}`, op: 'hit', key })
-        try {
-          const res = await request(cluster.port, '/hit', { agent, headers: { 'x-history-key': key }, timeoutMs: REQUEST_TIMEOUT_MS })
-          history.complete(record, res.status === 200 ? 'ok' : res.status === 429 ? 'fail' : 'unknown', res.status)
-        } catch (err) {
-          history.complete(record, 'unknown', err.code || err.message)
-          agent.destroy()
-          agent = keptAlive()
-        }
-        await sleep(random() * thinkMs)
-      }
-      agent.destroy()
-    })())
-  }
-  return { stop () { stopped = true; return Promise.all(loops) } }
+  return clientLoops({ port: cluster.port, history, random, clients, thinkMs }, (c) => {
+    const key = `w${Math.floor((Date.now() - startedAt) / keyEveryMs)}`
+    return {
+      operation: { client: `c${c}`, op: 'hit', key },
+      path: '/hit',
+      headers: { 'x-history-key': key },
+      outcome: (res) => [res.status === 200 ? 'ok' : res.status === 429 ? 'fail' : 'unknown', res.status]
+    }
+  })
 }
 
 /** Bus senders: each asks a worker (its connection's) to broadcast the next `batch` numbers of its sequence. */
 async function busSenders ({ cluster, history, random, clients = 2, batch = 20, thinkMs = 40 }) {
+  return clientLoops({ port: cluster.port, history, random, clients, thinkMs }, (c) => ({
+    operation: { client: `c${c}`, op: 'send', value: batch },
+    path: `/bus-send?count=${batch}`,
+    outcome: (res) => [res.status === 200 ? 'ok' : 'unknown', res.json && res.json.last]
+  }))
+}
+
+/**
+ * `clients` loops, each on its own kept-alive connection (a new one after an error), each
+ * making the request `next(c)` describes, recording it in the history, and pausing up to
+ * `thinkMs`, until stop().
+ * @param {(c: number) => { operation: object, path: string, headers?: object, outcome: (res) => [string, *] }} next
+ *   what client `c` does now; outcome: its result ('ok' | 'fail' | 'unknown') and value from the answer
+ */
+function clientLoops ({ port, history, random, clients, thinkMs }, next) {
   let stopped = false
   const loops = []
   for (let c = 0; c < clients; c++) {
     loops.push((async function client () {
       let agent = keptAlive()
       while (!stopped) {
-        const record = history.invoke({ client: `c${c}`, op: 'send', value: batch })
+        const { operation, path, headers, outcome } = next(c)
+        const record = history.invoke(operation)
         try {
-          const res = await request(cluster.port, `/bus-send?count=${batch}`, { agent, timeoutMs: REQUEST_TIMEOUT_MS })
-          history.complete(record, res.status === 200 ? 'ok' : 'unknown', res.json && res.json.last)
+          const res = await request(port, path, { agent, headers, timeoutMs: REQUEST_TIMEOUT_MS })
+          history.complete(record, ...outcome(res))
         } catch (err) {
           history.complete(record, 'unknown', err.code || err.message)
           agent.destroy()
