@@ -368,7 +368,7 @@ function startPrimary (createApp, config) {
       await busRuntime.close()
       const code = forced || exitCode === 1 || state.startFailed ? 1 : 0
       // A worker that ended itself mid-drain cut what it had in flight: not a clean shutdown either.
-      const cut = retiring.filter((record) => record.everReady && record.drainAsked && !record.drained && !record.forced).length
+      const cut = retiring.filter((record) => record.endedMidDrain()).length
       if (forced) log.info('shutdown forced: some workers were killed at the deadline', { code })
       else if (cut > 0) log.warn(`shutdown done, not clean: ${cut} worker${cut === 1 ? '' : 's'} exited before draining (see above)`, { code })
       else log.info('shutdown complete', { code })

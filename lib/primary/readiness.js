@@ -133,9 +133,8 @@ function logExit (log, record, event) {
     log.warn(`worker ${record.id} was killed as hung: ${failure}`, where)
     return failure
   }
-  if (record.everReady && record.drainAsked && !record.drained && !record.forced && !event.signal) {
-    // Not a clean stop: the app ended its process in the middle of the drain (a worker never
-    // ready served nothing, so a boot that failed while the primary shut down cut nothing).
+  if (record.endedMidDrain() && !event.signal) {
+    // Not a clean stop: the app ended its process in the middle of the drain.
     const inFlight = record.heartbeat && record.heartbeat.inFlight > 0 ? ` (${record.heartbeat.inFlight} at its last heartbeat)` : ''
     log.warn(`worker ${record.id} exited (${event.reason}) with code ${event.code} before it finished draining: the app ended its own process ` +
       `(process.exit() in its own signal handler?), cutting any request still in flight${inFlight}. ` +

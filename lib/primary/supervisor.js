@@ -89,17 +89,29 @@ class Supervisor extends EventEmitter {
    * @returns {WorkerRecord|null} null when the fork failed at once
    */
   forkSlot (slot, generation) {
-    let record
-    try {
-      record = this.spawn(slot, generation)
-    } catch (err) {
-      if (this.stopped) return null
-      this.failureCounts.fork++
-      this.lastFailure = `could not fork a worker process: ${err.message}`
-      this.log.error(`could not fork worker ${slot}: ${err.message}`, { code: err.code })
+    const record = this.forkWatched(`worker ${slot}`, slot, generation, false)
+    if (record === null && !this.stopped) {
       this.forkFailing.add(slot)
       this.failures[slot]++
       this.scheduleRespawn(slot, backoffDelay(this.failures[slot], this.config.restart))
+    }
+    return record
+  }
+
+  /**
+   * spawn() with the boot watchdog; a fork that throws is logged and counted as a failed fork.
+   * @param {string} what how the log names it
+   * @returns {WorkerRecord|null} null when the fork failed at once
+   */
+  forkWatched (what, slot, generation, spare) {
+    let record
+    try {
+      record = this.spawn(slot, generation, spare)
+    } catch (err) {
+      if (this.stopped) return null
+      this.failureCounts.fork++
+      if (!spare) this.lastFailure = `could not fork a worker process: ${err.message}`
+      this.log.error(`could not fork ${what}: ${err.message}`, { code: err.code })
       return null
     }
     this.watchBoot(record)
@@ -128,17 +140,7 @@ class Supervisor extends EventEmitter {
    * @returns {WorkerRecord|null} null when the fork failed at once (logged and counted)
    */
   spawnSpare () {
-    let record
-    try {
-      record = this.spawn(-1, this.codeGeneration, true)
-    } catch (err) {
-      if (this.stopped) return null
-      this.failureCounts.fork++
-      this.log.error(`could not fork a warm spare: ${err.message}`, { code: err.code })
-      return null
-    }
-    this.watchBoot(record)
-    return record
+    return this.forkWatched('a warm spare', -1, this.codeGeneration, true)
   }
 
   /**

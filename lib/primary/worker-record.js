@@ -104,6 +104,16 @@ class WorkerRecord {
     this.heartbeatAt = Date.now()
   }
 
+  /**
+   * It had served, was asked to drain, and exited without saying it had drained, nor being
+   * killed at the deadline: the app ended its own process mid-drain, cutting what was in
+   * flight. (One never ready served nothing, so it cut nothing.)
+   * @returns {boolean}
+   */
+  endedMidDrain () {
+    return this.everReady && this.drainAsked && !this.drained && !this.forced
+  }
+
   /** The reason its exit is reported with. */
   exitReason () {
     return this.retireReason || (this.everReady ? 'crash' : 'boot-failure')
