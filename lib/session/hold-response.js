@@ -29,7 +29,7 @@
  */
 
 const debug = require('debug')('clusterize:session')
-const { failureBody } = require('./unavailable')
+const { failureBody, writeFailure } = require('./unavailable')
 
 /**
  * @param {import('http').IncomingMessage} req
@@ -121,14 +121,7 @@ function holdResponse (req, res, onFailure, storeOutcome) {
  */
 function sendStoreFailure (res, err, retryAfterSeconds, end, production) {
   for (const name of res.getHeaderNames()) res.removeHeader(name)
-  const status = err.status === 413 ? 413 : 503
-  const body = failureBody(err, production)
-  res.statusCode = status
-  if (status === 503) res.setHeader('Retry-After', String(retryAfterSeconds || 1))
-  res.setHeader('Cache-Control', 'no-store')
-  res.setHeader('Content-Type', 'application/json; charset=utf-8')
-  res.setHeader('Content-Length', Buffer.byteLength(body))
-  end.call(res, body)
+  writeFailure(res, err.status === 413 ? 413 : 503, failureBody(err, production), retryAfterSeconds, end)
 }
 
 module.exports = { holdResponse, sendStoreFailure }

@@ -68,14 +68,25 @@ function failureBody (err, production) {
  */
 function sendUnavailable (res, err, retryAfterSeconds, production) {
   if (res.headersSent) return false
-  const body = failureBody(err, production)
-  res.statusCode = 503
-  res.setHeader('Retry-After', String(retryAfterSeconds || 1))
-  res.setHeader('Cache-Control', 'no-store')
-  res.setHeader('Content-Type', 'application/json; charset=utf-8')
-  res.setHeader('Content-Length', Buffer.byteLength(body))
-  res.end(body)
+  writeFailure(res, 503, failureBody(err, production), retryAfterSeconds, res.end)
   return true
 }
 
-module.exports = { SessionStoreUnavailableError, toUnavailable, isUnavailable, sendUnavailable, failureBody, PUBLIC_MESSAGE, CODE }
+/**
+ * Write a store failure's JSON response: `status`, and Retry-After on a 503.
+ * @param {import('http').ServerResponse} res
+ * @param {number} status
+ * @param {string} body
+ * @param {number} [retryAfterSeconds=1]
+ * @param {Function} end the response's end to call (a held response passes its own, below every proxy)
+ */
+function writeFailure (res, status, body, retryAfterSeconds, end) {
+  res.statusCode = status
+  if (status === 503) res.setHeader('Retry-After', String(retryAfterSeconds || 1))
+  res.setHeader('Cache-Control', 'no-store')
+  res.setHeader('Content-Type', 'application/json; charset=utf-8')
+  res.setHeader('Content-Length', Buffer.byteLength(body))
+  end.call(res, body)
+}
+
+module.exports = { SessionStoreUnavailableError, toUnavailable, isUnavailable, sendUnavailable, failureBody, writeFailure, PUBLIC_MESSAGE, CODE }
