@@ -2,7 +2,7 @@
 
 /**
  * lib/services/pending-calls.js: the ids, timers and single settlement that
- * the worker's service client and the upgrade's recovery relay share.
+ * the worker's service client and the upgrade's pass-through (lib/primary/handover.js) share.
  */
 
 const test = require('node:test')

@@ -14,13 +14,28 @@
  *   rebuilt     the new primary's workers build it again (what they hold is the truth)
  *   none        nothing the next primary needs
  *
- * A handed-over service either gives `handover: { export(), import(items) }`
- * from its start() (the generic path here), or declares `own: '<file>'`:
- * the sessions and the socket.io recovery log still travel by their own
- * messages (lib/primary/session-forward.js, lib/realtime/recovery-handover.js).
+ * A handed-over service gives `handover` from its start() (lib/services/host.js):
+ *   export()         old primary: its state now, as items (undefined: nothing to hand
+ *                    over, e.g. the state is in Redis, shared by both primaries)
+ *   import(items)    new primary: one batch of them
+ *   prepare()        optional, old primary, before export(): a Promise that settles once
+ *                    everything already answered is in the state (the session store's
+ *                    read leases are revoked)
+ *   resume()         optional, old primary: the upgrade failed after prepare(); go on as before
+ *   route(kind, method)  optional, old primary: where one of its workers' calls
+ *                    ('request') or notifications ('notification') goes while passing:
+ *                    'there' (the default), 'here' (this primary answers it), or 'both'
+ *                    (here first, then there; a call is answered with there's answer);
+ *                    route('exit'): 'both' when an old worker's exit is forgotten here
+ *                    too (by default only the new primary forgets it)
+ *   attach({ send }) optional, new primary: all the state is here; send(data) reaches the
+ *                    service's fromSuccessor(data) in the old primary (socket.io recovery
+ *                    sends the packets it numbers down to the old workers' clients)
+ *   settled()        optional, new primary: no more state will come, serve
+ *   detach()         optional, new primary: the old primary is gone
  *
- * With Redis (bus.redis), a state service's export() answers undefined: its
- * state is in Redis, shared by both primaries, and each answers its own workers.
+ * The app's values inside (session data, socket.io packets) cross with the
+ * workers' serialization (./handover-codec.js).
  *
  * Messages between the primaries (the upgrade's tag, see ./upgrade.js):
  *   old -> new  state      { s, items }   a batch of a service's state
@@ -29,20 +44,29 @@
  *   old -> new  svc        { n?, m, c }   an old worker's call (n: numbered) or notification
  *   old -> new  svc-exit   { s, c }       an old worker exited, after its last messages
  *   new -> old  svc-reply  { n, m }       the reply envelope to call n
+ *   new -> old  svc-down   { s, d }       a service's message to its old self (fromSuccessor)
+ * A new primary of an earlier clusterize (a rollback; its `ready` does not say
+ * `handover: 1`) gets only what it understood then: the sessions (`sessions`), and
+ * nothing is passed through.
  */
 
 const debug = require('debug')('clusterize:upgrade')
 const { createPendingCalls } = require('../services/pending-calls')
 const { SERVICE_OP, service: envelope } = require('../protocol')
 const { isAlive } = require('../process-alive')
+const { pack, unpack } = require('./handover-codec')
 
 const CROSSES = Object.freeze({ HANDED_OVER: 'handedOver', REBUILT: 'rebuilt', NONE: 'none' })
 const KINDS = new Set(Object.values(CROSSES))
+const ROUTES = new Set(['there', 'here', 'both'])
+/** Items per message: a large state goes over in many bounded writes. */
 const BATCH = 1000
+/** What a `ready` carries when its primary takes state by this mechanism. */
+const HANDOVER_VERSION = 1
 /**
  * A passed call with no answer is failed after this long. The longest call a
  * worker makes is a long poll of at most a minute (singleton); the worker
- * gives up on its side first.
+ * gives up on its side first (a session request after the store's timeoutMs, a 503).
  */
 const PASS_TIMEOUT_MS = 90000
 /** After the old primary is gone: how often to look whether its workers have exited. */
@@ -50,7 +74,7 @@ const GONE_POLL_MS = 100
 
 /**
  * Every definition declares how its state crosses an upgrade.
- * @param {Array<{ name: string, handover?: { crosses?: string, what?: string, own?: string } }>} definitions
+ * @param {Array<{ name: string, handover?: { crosses?: string, what?: string } }>} definitions
  * @returns {string[]} one line per service that does not (empty when all do)
  */
 function undeclared (definitions) {
@@ -67,34 +91,85 @@ function undeclared (definitions) {
 }
 
 /**
+ * Old primary, before handOverServices(): settle what each service has
+ * already answered into its state (prepare()).
+ * @param {ReturnType<import('../services/host').createServiceHost>} host
+ * @returns {Promise<{ resume: () => void }>} resume(): the upgrade failed, undo what prepare() did
+ */
+async function prepareServices (host) {
+  const prepared = []
+  for (const name of host.handedOver()) {
+    const handover = host.handoverOf(name)
+    if (typeof handover.prepare !== 'function') continue
+    prepared.push(handover)
+    await handover.prepare()
+  }
+  return {
+    resume () {
+      for (const handover of prepared) if (typeof handover.resume === 'function') handover.resume()
+    }
+  }
+}
+
+/**
  * Old primary: hand every service's state to `child`, then pass its workers'
- * calls to it. Synchronous up to the pass-through, so no call is answered here
- * from a state already sent.
+ * calls to it. Synchronous from the first export to the pass-through, so no
+ * call is answered here from a state already sent.
  * @param {ReturnType<import('../services/host').createServiceHost>} host
  * @param {import('child_process').ChildProcess} child the new primary
  * @param {string} tag the upgrade messages' marker
+ * @param {{ serialization?: 'json'|'advanced', successor?: { handover?: number } }} [options]
+ *   serialization: the workers' (bus.serialization); successor: the new primary's `ready`
  * @returns {{ services: string[], stop: () => void }} stop(): answer here again (the new primary failed)
  */
-function handOverServices (host, child, tag) {
+function handOverServices (host, child, tag, options) {
+  const serialization = (options && options.serialization) || 'json'
+  const successor = (options && options.successor) || { handover: HANDOVER_VERSION }
+  if (successor.handover !== HANDOVER_VERSION) return handOverToEarlier(host, child, tag)
   const names = []
   for (const name of host.handedOver()) {
     const items = host.exportState(name)
     if (!Array.isArray(items)) continue
     names.push(name)
-    for (let i = 0; i < items.length; i += BATCH) child.send({ [tag]: 'state', s: name, items: items.slice(i, i + BATCH) }, unsent)
-    if (items.length === 0) child.send({ [tag]: 'state', s: name, items: [] }, unsent)
+    for (let i = 0; i < items.length; i += BATCH) child.send({ [tag]: 'state', s: name, items: pack(items.slice(i, i + BATCH), serialization) }, unsent)
+    if (items.length === 0) child.send({ [tag]: 'state', s: name, items: pack([], serialization) }, unsent)
     debug('handed %d items of %s to %d', items.length, name, child.pid)
   }
   child.send({ [tag]: 'state-end', services: names, workers: host.callers() }, unsent)
   if (names.length === 0) return { services: names, stop () {} }
   const pending = createPendingCalls({ unref: true })
   function onMessage (message) {
-    if (!message || message[tag] !== 'svc-reply' || typeof message.n !== 'number') return
-    const call = pending.take(message.n)
-    if (call !== undefined) call.resolve(message.m)
+    if (!message) return
+    if (message[tag] === 'svc-reply' && typeof message.n === 'number') {
+      const call = pending.take(message.n)
+      if (call === undefined) return
+      const reply = unpack(message.m)
+      call.resolve(reply && typeof reply === 'object' ? reply : failure(call.id, 'its answer could not be read here'))
+    } else if (message[tag] === 'svc-down' && typeof message.s === 'string' && names.includes(message.s)) {
+      const data = unpack(message.d)
+      if (data !== undefined) fromSuccessor(host, message.s, data)
+    }
   }
   function failAll () {
     pending.failAll((call) => call.resolve(failure(call.id, 'the new primary went away before it answered')))
+  }
+  function pass (message, caller, respond) {
+    if (!child.connected) {
+      if (message.op === SERVICE_OP.CALL) respond(failure(message.id, 'the new primary is gone'))
+      return
+    }
+    if (message.op !== SERVICE_OP.CALL) {
+      child.send({ [tag]: 'svc', m: pack(message, serialization), c: caller }, unsent)
+      return
+    }
+    pending.add({ id: message.id }, PASS_TIMEOUT_MS, function unanswered (call) {
+      call.resolve(failure(call.id, `the new primary did not answer within ${PASS_TIMEOUT_MS} ms`))
+    }, function send (n) {
+      child.send({ [tag]: 'svc', n, m: pack(message, serialization), c: caller }, function sent (err) {
+        const call = err ? pending.take(n) : undefined
+        if (call !== undefined) call.resolve(failure(call.id, err.message))
+      })
+    }).then(respond)
   }
   child.on('message', onMessage)
   child.once('disconnect', failAll)
@@ -102,25 +177,18 @@ function handOverServices (host, child, tag) {
     names,
     sink: {
       message (message, caller, respond) {
-        if (!child.connected) {
-          if (message.op === SERVICE_OP.CALL) respond(failure(message.id, 'the new primary is gone'))
-          return
+        const route = routeOf(host.handoverOf(message.s), message.op === SERVICE_OP.CALL ? 'request' : 'notification', message.m)
+        if (route === 'here') return host.answerHere(message, caller, respond)
+        if (route === 'there' || message.op !== SERVICE_OP.CALL) {
+          if (route === 'both') host.answerHere(message, caller, noReply)
+          return pass(message, caller, respond)
         }
-        if (message.op !== SERVICE_OP.CALL) {
-          child.send({ [tag]: 'svc', m: message, c: caller }, unsent)
-          return
-        }
-        pending.add({ id: message.id }, PASS_TIMEOUT_MS, function unanswered (call) {
-          call.resolve(failure(call.id, `the new primary did not answer within ${PASS_TIMEOUT_MS} ms`))
-        }, function send (n) {
-          child.send({ [tag]: 'svc', n, m: message, c: caller }, function sent (err) {
-            const call = err ? pending.take(n) : undefined
-            if (call !== undefined) call.resolve(failure(call.id, err.message))
-          })
-        }).then(respond)
+        // 'both', a call: answered here first (kept should the new primary fail), then there.
+        host.answerHere(message, caller, function answeredHere () { pass(message, caller, respond) })
       },
       exit (name, caller) {
         if (child.connected) child.send({ [tag]: 'svc-exit', s: name, c: caller }, unsent)
+        return routeOf(host.handoverOf(name), 'exit') === 'both'
       }
     }
   })
@@ -136,6 +204,37 @@ function handOverServices (host, child, tag) {
 }
 
 /**
+ * A new primary of an earlier clusterize (a rollback) takes only the sessions,
+ * by the message it knew; this primary keeps answering its own workers.
+ */
+function handOverToEarlier (host, child, tag) {
+  for (const name of host.handedOver()) {
+    const legacy = host.handoverOf(name).legacy
+    const items = typeof legacy === 'string' ? host.exportState(name) : undefined
+    if (!Array.isArray(items)) continue
+    for (let i = 0; i < items.length; i += BATCH) child.send({ [tag]: legacy, entries: items.slice(i, i + BATCH) }, unsent)
+    debug('handed %d items of %s to %d, an earlier clusterize', items.length, name, child.pid)
+  }
+  return { services: [], stop () {} }
+}
+
+function routeOf (handover, kind, method) {
+  if (!handover || typeof handover.route !== 'function') return 'there'
+  const route = handover.route(kind, method)
+  return ROUTES.has(route) ? route : 'there'
+}
+
+function fromSuccessor (host, name, data) {
+  const handover = host.handoverOf(name)
+  if (!handover || typeof handover.fromSuccessor !== 'function') return
+  try {
+    handover.fromSuccessor(data)
+  } catch (err) {
+    debug('%s: a message from the new primary failed: %s', name, err && err.message)
+  }
+}
+
+/**
  * New primary, as its services start: its workers' calls to the handed-over
  * services wait until the old primary's state has arrived (takeOverServices).
  * @param {ReturnType<import('../services/host').createServiceHost>} host
@@ -146,15 +245,17 @@ function holdForHandover (host) {
 
 /**
  * New primary: import the old primary's state, then answer the calls of the
- * old workers it passes on. release() when no state will come (`go` from an
- * old primary without this mechanism, or the old primary gone).
+ * old workers it passes on. release() when no more state will come (`go`, or
+ * the old primary gone).
  * @param {ReturnType<import('../services/host').createServiceHost>} host
  * @param {(message: object) => void} send to the old primary
  * @param {string} tag
- * @returns {{ onMessage: (message: object) => boolean, release: () => void, oldGone: () => void }}
- *   onMessage: true when the message was one of this mechanism's
+ * @param {{ serialization?: 'json'|'advanced' }} [options] this primary's bus.serialization
+ * @returns {{ onMessage: (message: object) => boolean, release: () => void, oldGone: () => void, version: number }}
+ *   onMessage: true when the message was one of this mechanism's; version: what `ready` says
  */
-function takeOverServices (host, send, tag) {
+function takeOverServices (host, send, tag, options) {
+  const serialization = (options && options.serialization) || 'json'
   let released = false
   /** The old workers seen through the pass-through and not yet reported gone: pid -> { caller, services } */
   const passedCallers = new Map()
@@ -166,9 +267,21 @@ function takeOverServices (host, send, tag) {
     }
     known.services.add(name)
   }
+  function each (hook) {
+    for (const name of host.handedOver()) {
+      const handover = host.handoverOf(name)
+      if (typeof handover[hook] !== 'function') continue
+      try {
+        handover[hook](name)
+      } catch (err) {
+        debug('%s.%s failed: %s', name, hook, err && err.message)
+      }
+    }
+  }
   function release () {
     if (released) return
     released = true
+    each('settled')
     host.release()
   }
   /**
@@ -177,6 +290,7 @@ function takeOverServices (host, send, tag) {
    * running a singleton's job while it drains).
    */
   function oldGone () {
+    each('detach')
     release()
     if (passedCallers.size === 0) return
     const timer = setInterval(function forgetGoneWorkers () {
@@ -189,31 +303,45 @@ function takeOverServices (host, send, tag) {
     }, GONE_POLL_MS)
     timer.unref()
   }
+  function attach (names) {
+    for (const name of names) {
+      const handover = host.handoverOf(name)
+      if (!handover || typeof handover.attach !== 'function') continue
+      handover.attach({ send: (data) => send({ [tag]: 'svc-down', s: name, d: pack(data, serialization) }) })
+    }
+  }
   return {
+    version: HANDOVER_VERSION,
     release,
     oldGone,
     onMessage (message) {
       switch (message[tag]) {
-        case 'state':
-          if (typeof message.s === 'string' && Array.isArray(message.items)) host.importState(message.s, message.items)
+        case 'state': {
+          const items = unpack(message.items)
+          if (typeof message.s === 'string' && Array.isArray(items)) host.importState(message.s, items)
           return true
-        case 'state-end':
+        }
+        case 'state-end': {
           debug('state of %j taken over', message.services)
-          if (Array.isArray(message.services) && Array.isArray(message.workers)) {
+          const names = Array.isArray(message.services) ? message.services.filter((name) => typeof name === 'string') : []
+          if (Array.isArray(message.workers)) {
             for (const c of message.workers) {
               const caller = checkCaller(c)
               if (caller === null) continue
-              for (const name of message.services) if (typeof name === 'string') seen(name, caller)
+              for (const name of names) seen(name, caller)
             }
           }
+          attach(names)
           release()
           return true
+        }
         case 'svc': {
           const caller = checkCaller(message.c)
-          if (caller === null || !message.m) return true
-          if (typeof message.m.s === 'string') seen(message.m.s, caller)
+          const passed = unpack(message.m)
+          if (caller === null || !passed || typeof passed !== 'object') return true
+          if (typeof passed.s === 'string') seen(passed.s, caller)
           const n = message.n
-          host.answerPassed(message.m, caller, typeof n === 'number' ? (reply) => send({ [tag]: 'svc-reply', n, m: reply }) : noReply)
+          host.answerPassed(passed, caller, typeof n === 'number' ? (reply) => send({ [tag]: 'svc-reply', n, m: pack(reply, serialization) }) : noReply)
           return true
         }
         case 'svc-exit': {
@@ -249,4 +377,4 @@ function unsent (err) {
   if (err) debug('not sent to the new primary: %s', err.message)
 }
 
-module.exports = { CROSSES, undeclared, holdForHandover, handOverServices, takeOverServices, PASS_TIMEOUT_MS }
+module.exports = { CROSSES, HANDOVER_VERSION, undeclared, prepareServices, holdForHandover, handOverServices, takeOverServices, PASS_TIMEOUT_MS, BATCH }

@@ -79,8 +79,6 @@ function startPrimary (createApp, config) {
     log,
     emit: (name, info) => handle.emit(name, info),
     sockets: () => passer.passable(),
-    sessions: () => services.get('session'),
-    recovery: () => services.get('recovery'),
     services: () => services,
     isShuttingDown: () => state.shuttingDown,
     retire: (reason) => shutdown(0, reason)
@@ -176,7 +174,7 @@ function startPrimary (createApp, config) {
     try {
       await waitAllReady(supervisor, config.workers)
       if (replacing) {
-        await upgrades.awaitGo({ log, sessions: () => services.get('session'), recovery: () => services.get('recovery'), services: () => services, generation: supervisor.generation })
+        await upgrades.awaitGo({ log, services: () => services, serialization: config.bus.serialization, generation: supervisor.generation })
         await listenAll()
         if (parts.balancer !== null) parts.balancer.release()
       }

@@ -12,20 +12,19 @@
  * CLI's control socket. The new primary does not bind; the sockets never
  * close, so no connection is refused. Over the IPC channel between them:
  *
- *   new -> old  ready     its workers are ready (it accepts nothing yet); recovery: 1 if it takes the socket.io state
- *   old -> new  sessions  the cluster store's sessions, in batches
- *   old -> new  recovery  socket.io recovery state, in batches (lib/realtime/recovery-handover.js)
- *   old -> new  state     every other service's state, then state-end (./handover.js); from then
- *                         on the old workers' calls to those services are passed through (svc,
- *                         svc-exit; new -> old svc-reply)
+ *   new -> old  ready     its workers are ready (it accepts nothing yet); handover: 1, it takes
+ *                         the state by ./handover.js
+ *   old -> new  state     every service's state (sessions, socket.io recovery, rate limits,
+ *                         singleton leases, cron claims, metrics), then state-end (./handover.js);
+ *                         from then on the old workers' calls to those services are passed
+ *                         through (svc, svc-exit; new -> old svc-reply, svc-down)
  *   old -> new  go        start accepting
  *   new -> old  serving   it accepts, owns the pid file and the control socket
- *   old -> new  op        a session request of the old workers (numbered `n`): from the
- *                         handover on, the new primary's store answers both generations
- *   new -> old  answer    the answer to request `n` (lib/primary/session-forward.js)
- *   old <-> new sio       socket.io recovery relayed until the old one exits: its workers'
- *                         broadcasts, persists and restores up, the numbered packets down
  *   new -> old  failed    why it could not start
+ * An old primary of clusterize 0.2.0 sends `sessions` (the store's sessions, in batches)
+ * and then `write` (each session write it applied), and hands over its socket.io
+ * recovery state only to a new primary whose `ready` says `recovery: 1` (this one
+ * does not: its clients reconnect as new sockets).
  *
  * Only after `serving` does the old primary stop accepting and drain its
  * workers as a shutdown does (WebSockets closed with 1012), then it exits.
@@ -36,12 +35,12 @@
 const { spawn } = require('child_process')
 const debug = require('debug')('clusterize:upgrade')
 const { readInherited, UPGRADE_ENV } = require('./inherit')
-const recoveryHandover = require('../realtime/recovery-handover')
-const { passSessionRequests, answerPassedRequest } = require('./session-forward')
-const { handOverServices, takeOverServices } = require('./handover')
+const { prepareServices, handOverServices, takeOverServices } = require('./handover')
+const { SERVICE: SESSION_SERVICE } = require('../session/cluster-service')
 
 const TAG = '$czUpgrade'
-const SESSION_BATCH = 1000
+/** An old primary of an earlier clusterize (0.2.0) passes its session writes with no caller. */
+const EARLIER_PRIMARY = Object.freeze({ id: 0, pid: 0, generation: 0, passed: true })
 
 /** Hooks the CLI registers in this process (one primary per process). */
 const hooks = { control: null, takeover: [] }
@@ -66,8 +65,8 @@ function onTakeover (fn) {
 
 /**
  * The old primary's side.
- * @param {{ config: object, log: object, emit: Function, sockets: () => object, sessions: () => object|undefined,
- *   recovery?: () => object|undefined, services?: () => object, isShuttingDown: () => boolean, retire: (reason: string) => Promise<{ code: number }> }} deps
+ * @param {{ config: object, log: object, emit: Function, sockets: () => object, services: () => object,
+ *   isShuttingDown: () => boolean, retire: (reason: string) => Promise<{ code: number }> }} deps
  *   `sockets()` resolves `{ http, probes, port, portOption, error, release }`: descriptors, or why the
  *   HTTP socket cannot be passed; release() closes what was borrowed for the handover
  * @returns {{ upgrade: (options?: { node?: string, args?: string[] }) => Promise<object>, abort: () => void }}
@@ -137,28 +136,19 @@ function createUpgrader (deps) {
     if (child.pid) log.info(`upgrade: new primary ${child.pid} started; waiting for it to be ready`, { pid: process.pid })
     const ready = await waitFor(child, 'ready', config.upgrade.timeoutMs)
     if (!ready.ok) return abandon(child, failed(ready.reason))
-    const backend = deps.sessions()
-    let passing = null
-    // Saves the workers answered under a read lease are applied before the snapshot, and none is answered early after it.
-    if (backend && backend.leases) await backend.leases.suspend()
-    if (backend) {
-      const entries = backend.snapshot()
-      for (let i = 0; i < entries.length; i += SESSION_BATCH) child.send({ [TAG]: 'sessions', entries: entries.slice(i, i + SESSION_BATCH) })
-      // Old workers keep serving their in-flight and keep-alive requests while they drain.
-      passing = passSessionRequests(child, backend, TAG)
-      debug('handed %d sessions to %d', entries.length, child.pid)
+    const host = deps.services()
+    // The saves the workers answered under a session read lease are applied before the snapshot.
+    const prepared = await prepareServices(host)
+    // Every service's state, then the old workers' calls passed on while they drain (./handover.js).
+    const carried = handOverServices(host, child, TAG, { serialization: config.bus.serialization, successor: ready.message })
+    if (ready.message.handover === undefined) {
+      log.warn(`upgrade: the new primary ${child.pid} is an earlier clusterize: it takes the sessions only; rate limits, singleton leases, cron claims, metrics and socket.io recovery start empty there`, { pid: process.pid })
     }
-    // A new primary of a clusterize without the handover (a downgrade) would drop what is relayed to it.
-    const recovery = ready.message.recovery === 1 ? handOverRecovery(child) : null
-    // Rate limits, singleton leases, cron claims, metrics: one mechanism (./handover.js).
-    const carried = deps.services ? handOverServices(deps.services(), child, TAG) : null
     child.send({ [TAG]: 'go' })
     const serving = await waitFor(child, 'serving', config.upgrade.timeoutMs)
     if (!serving.ok) {
-      if (passing) passing.stop()
-      if (backend && backend.leases) backend.leases.resume()
-      if (recovery) recovery.cancel()
-      if (carried) carried.stop()
+      carried.stop()
+      prepared.resume()
       return abandon(child, failed(serving.reason))
     }
     pending = null
@@ -175,32 +165,6 @@ function createUpgrader (deps) {
       })
     })
     return result
-  }
-
-  /**
-   * socket.io recovery state to the new primary, then relayed to it until
-   * this primary exits (or the new one goes away: this one numbers again).
-   */
-  function handOverRecovery (child) {
-    const service = deps.recovery ? deps.recovery() : undefined
-    if (!service) return null
-    const send = (kind, x) => { if (child.connected) child.send({ [TAG]: kind, x }, unsent) }
-    let handover
-    try {
-      handover = recoveryHandover.handOver(service, { send, serialization: config.bus.serialization })
-    } catch (err) {
-      // The upgrade goes on without it: the new primary numbers afresh (its clients connect as new sockets).
-      service.relay = null
-      log.error(`upgrade: the socket.io recovery state could not be handed over: ${err.message}`, { pid: process.pid })
-      return null
-    }
-    const onMessage = (message) => { if (message && message[TAG] === 'sio') handover.onMessage(message.x) }
-    child.on('message', onMessage)
-    child.once('disconnect', function newPrimaryGone () {
-      child.removeListener('message', onMessage)
-      handover.cancel()
-    })
-    return handover
   }
 
   /** Why this primary cannot be replaced now, or null. */
@@ -262,44 +226,37 @@ function waitFor (child, kind, timeoutMs) {
 }
 
 /**
- * The new primary's side: report ready, take the sessions and the socket.io
- * recovery state, wait for `go`.
+ * The new primary's side: report ready, take every service's state
+ * (./handover.js), wait for `go`.
  * Resolves when it may accept. If the old primary is gone before `go`
  * (killed), this one serves anyway: it holds the sockets now.
- * @param {{ log: object, sessions: () => object|undefined, recovery?: () => object|undefined, services?: () => object, generation: number }} deps
- *   services: the service host, holding its handed-over services' calls (./handover.js holdForHandover)
+ * @param {{ log: object, services: () => object, serialization: 'json'|'advanced', generation: number }} deps
+ *   services: the service host, holding its handed-over services' calls (./handover.js holdForHandover);
+ *   serialization: this primary's bus.serialization
  * @returns {Promise<void>}
  */
 function awaitGo (deps) {
   return new Promise((resolve) => {
-    const backend = deps.sessions()
-    const service = deps.recovery ? deps.recovery() : undefined
-    const recovery = service ? recoveryHandover.takeOver(service, { send: (kind, x) => send({ [TAG]: kind, x }) }) : null
-    const carried = deps.services ? takeOverServices(deps.services(), send, TAG) : null
-    let taken = 0
+    const host = deps.services()
+    const carried = takeOverServices(host, send, TAG, { serialization: deps.serialization })
     let going = false
     function onMessage (message) {
       if (!message || typeof message !== 'object') return
-      if (carried && carried.onMessage(message)) return
-      if (message[TAG] === 'sessions' && backend && Array.isArray(message.entries)) taken += backend.restore(message.entries)
-      else if (message[TAG] === 'op' && backend && typeof message.n === 'number') answerPassedRequest(backend, message.msg, (answer) => send(Object.assign({ [TAG]: 'answer', n: message.n }, answer)))
-      // From an old primary of an earlier version, which applies writes itself and forwards them.
-      else if (message[TAG] === 'write' && backend) answerPassedRequest(backend, message.msg, noAnswer)
-      else if (message[TAG] === 'recovery' && recovery) recovery.onRecovery(message.x)
-      else if (message[TAG] === 'sio' && recovery) recovery.onRelay(message.x)
+      if (carried.onMessage(message)) return
+      // From an old primary of clusterize 0.2.0: the sessions, then each write it applied itself.
+      if (message[TAG] === 'sessions' && Array.isArray(message.entries)) host.importState(SESSION_SERVICE, message.entries)
+      else if (message[TAG] === 'write' && message.msg && typeof message.msg.op === 'string') host.call(SESSION_SERVICE, message.msg.op, message.msg, EARLIER_PRIMARY).catch(earlierWriteFailed)
       else if (message[TAG] === 'go') {
-        debug('go: %d sessions taken over', taken)
+        debug('go')
         going = true
-        // An old primary of an earlier version sends no state: these services start empty.
-        if (carried) carried.release()
-        if (recovery) recovery.go()
+        // An old primary of an earlier clusterize sends no state: these services start empty.
+        carried.release()
         resolve()
       }
     }
     function onOldGone () {
       process.removeListener('message', onMessage)
-      if (carried) carried.oldGone()
-      if (recovery) recovery.oldGone()
+      carried.oldGone()
       if (going) return
       deps.log.warn(`upgrade: the old primary ${readInherited().from} went away before handing over; serving on the inherited sockets`, { pid: process.pid })
       resolve()
@@ -308,7 +265,7 @@ function awaitGo (deps) {
     if (typeof process.send !== 'function' || !process.connected) return onOldGone()
     process.on('message', onMessage)
     process.once('disconnect', onOldGone)
-    send({ [TAG]: 'ready', node: process.version, generation: deps.generation, recovery: recovery ? 1 : 0 })
+    send({ [TAG]: 'ready', node: process.version, generation: deps.generation, handover: carried.version })
   })
 }
 
@@ -334,7 +291,9 @@ function reportFailure (reason, then) {
   process.send({ [TAG]: 'failed', reason }, () => then && then())
 }
 
-function noAnswer () {}
+function earlierWriteFailed (err) {
+  debug('a session write of the earlier primary failed here: %s', err && err.message)
+}
 
 function send (message) {
   if (typeof process.send === 'function' && process.connected) process.send(message, unsent)

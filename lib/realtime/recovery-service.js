@@ -42,6 +42,7 @@ const debug = require('debug')('clusterize:socket.io')
 const { isAlive } = require('../process-alive')
 const { MemoryLog, NamespaceState, DEFAULTS, shouldInclude } = require('./recovery-log')
 const { LiveSockets } = require('./recovery-live')
+const { recoveryHandover } = require('./recovery-handover')
 
 /** The service's name (lib/services): workers notify pub, cfg, live, gone and request persist, restore. */
 const SERVICE = 'recovery'
@@ -93,9 +94,8 @@ class RecoveryService {
     }
     this.boundLogged = false
     this.hooks = hooks
-    // A primary upgrade (./recovery-handover.js): the old primary relays to the new one, which
-    // numbers for both and sends the packets down; the new one holds its workers' calls until then.
-    this.relay = null
+    // A primary upgrade (./recovery-handover.js): the new primary numbers for both and sends the
+    // packets down to the old one; it holds broadcasts and restores until the state is here.
     this.downstream = null
     this.held = null
     /** The old primary's worker processes (draining): a restore waits for them as for a retiring worker. */
@@ -158,7 +158,6 @@ class RecoveryService {
   onQueueMessage (data, meta) {
     if (!data || typeof data !== 'object' || typeof data.n !== 'string') return
     if (this.held !== null && data.op === 'pub') return this.held.push(() => this.onQueueMessage(data, meta))
-    if (this.relay !== null && meta === FROM_THIS_HOST && this.relay.notify(data)) return
     switch (data.op) {
       case 'pub': return this.publish(data, meta || {})
       case 'cfg': return this.configure(data)
@@ -199,7 +198,6 @@ class RecoveryService {
    * for them wake once that is done.
    */
   forgetProcess (workerPid) {
-    if (this.relay !== null) this.relay.exited(workerPid)
     this.foreign.delete(workerPid)
     const held = this.live.heldBy(workerPid)
     let orphans = 0
@@ -229,7 +227,6 @@ class RecoveryService {
         try { resolve(this.onStateRequest(data)) } catch (err) { reject(err) }
       }))
     }
-    if (this.relay !== null) return this.relay.request(data)
     return this.handleRequest(data)
   }
 
@@ -333,25 +330,41 @@ function recoveryOptions (config, log, isRetiring) {
  */
 const recoveryService = {
   name: SERVICE,
-  handover: { crosses: 'handedOver', own: 'lib/realtime/recovery-handover.js', what: 'the socket.io recovery log and its numbering; the old workers\' broadcasts are relayed to the new primary, which numbers them' },
+  handover: { crosses: 'handedOver', what: 'the socket.io recovery log and its numbering, the persisted sessions, the sockets the old workers hold; the old workers\' broadcasts are numbered by the new primary' },
   start: function startRecoveryService (context) {
     const service = createRecoveryService(require('../bus/library').libraryChannel, recoveryOptions(context.config, context.log, context.isRetiringPid))
     if (context.upgrading) service.hold()
-    const notifications = {}
-    for (const op of NOTIFICATIONS) notifications[op] = (data) => service.onQueueMessage(data, FROM_THIS_HOST)
-    const requests = {}
-    for (const op of REQUESTS) requests[op] = (data) => service.onStateRequest(data)
-    return {
-      notifications,
-      requests,
-      api: service,
-      workerExit: (caller) => service.forgetProcess(caller.pid),
-      close: () => {
-        service.detach()
-        return service.close()
-      }
+    const handlers = recoveryHandlers(service)
+    handlers.close = () => {
+      service.detach()
+      return service.close()
     }
+    return handlers
   }
 }
 
-module.exports = { createRecoveryService, recoveryOptions, recoveryService, SERVICE, RecoveryService, NamespaceState, shouldInclude, QUEUE_TOPIC, NAMESPACE_TOPIC_PREFIX, DEFAULTS }
+/**
+ * What the service host calls (lib/services/host.js) for one RecoveryService.
+ * @param {RecoveryService} service
+ */
+function recoveryHandlers (service) {
+  const notifications = {}
+  for (const op of NOTIFICATIONS) {
+    notifications[op] = function recoveryNotification (data, caller) {
+      // A worker of the old primary of an upgrade (draining): a restore waits for it as for a retiring worker.
+      if (caller && caller.passed) service.foreign.add(caller.pid)
+      service.onQueueMessage(data, FROM_THIS_HOST)
+    }
+  }
+  const requests = {}
+  for (const op of REQUESTS) requests[op] = (data) => service.onStateRequest(data)
+  return {
+    notifications,
+    requests,
+    api: service,
+    handover: recoveryHandover(service),
+    workerExit: (caller) => service.forgetProcess(caller.pid)
+  }
+}
+
+module.exports = { createRecoveryService, recoveryOptions, recoveryService, recoveryHandlers, SERVICE, RecoveryService, NamespaceState, shouldInclude, QUEUE_TOPIC, NAMESPACE_TOPIC_PREFIX, DEFAULTS }

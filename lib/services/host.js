@@ -13,9 +13,11 @@
  * something (its client's onPush handler runs); false when no such worker.
  *   close()              shutdown (may return a Promise)
  *   api                  what host.get(name) returns to the primary (stats)
- *   handover             { export(), import(items) } when the definition declares its state
+ *   handover             { export(), import(items), ... } when the definition declares its state
  *                        handed over (lib/primary/handover.js carries it across an upgrade)
- * `caller` is `{ id, pid, generation }` of the worker (slot 0 and this pid in-process).
+ * `caller` is `{ id, pid, generation }` of the worker (slot 0 and this pid in-process);
+ * a worker of the other primary of an upgrade, passed on to this one, also has
+ * `passed: true` (nothing can be pushed to it from here).
  */
 
 const debug = require('debug')('clusterize:services')
@@ -160,10 +162,8 @@ function createServiceHost (definitions, context) {
         held.queue.push(() => forgetIn(name, service, caller))
         continue
       }
-      if (passing !== null && passing.names.has(name)) {
-        passing.sink.exit(name, caller)
-        continue
-      }
+      // sink.exit() says whether it is forgotten here too (socket.io recovery: should the new primary fail, this one goes on).
+      if (passing !== null && passing.names.has(name) && !passing.sink.exit(name, caller)) continue
       forgetIn(name, service, caller)
     }
   }
@@ -222,6 +222,26 @@ function createServiceHost (definitions, context) {
     },
 
     /**
+     * @param {string} name
+     * @returns {object|undefined} the handover a handed-over service gave (lib/primary/handover.js)
+     */
+    handoverOf (name) {
+      const service = services.get(name)
+      return service === undefined || !isHandover(service.started.handover) ? undefined : service.started.handover
+    },
+
+    /**
+     * Answer one of this primary's workers' SERVICE envelopes here while the service
+     * is passed through (a route of 'here' or 'both', lib/primary/handover.js).
+     * @param {object} message
+     * @param {{ id: number, pid: number, generation: number }} caller
+     * @param {(answer: object) => void} respond gets the reply envelope of a call
+     */
+    answerHere (message, caller, respond) {
+      answerMessage(message, caller, respond)
+    },
+
+    /**
      * The names of the services whose state is handed over by export()/import().
      * @returns {string[]}
      */
@@ -272,7 +292,8 @@ function createServiceHost (definitions, context) {
 
     /**
      * From now on, send these services' worker calls, notifications and exits to `sink`
-     * (the new primary, lib/primary/handover.js); stop with passThrough(null).
+     * (the new primary, lib/primary/handover.js); stop with passThrough(null). sink.exit()
+     * answers true when the exited worker is to be forgotten here as well.
      * @param {{ names: string[], sink: { message: Function, exit: Function } }|null} route
      */
     passThrough (route) {
@@ -287,11 +308,12 @@ function createServiceHost (definitions, context) {
      */
     answerPassed (message, caller, respond) {
       if (!message || typeof message.s !== 'string' || typeof message.m !== 'string') return
+      const passed = Object.assign({}, caller, { passed: true })
       if (held !== null && held.names.has(message.s)) {
-        held.queue.push(() => answerMessage(message, caller, respond))
+        held.queue.push(() => answerMessage(message, passed, respond))
         return
       }
-      answerMessage(message, caller, respond)
+      answerMessage(message, passed, respond)
     },
 
     /**
@@ -302,11 +324,12 @@ function createServiceHost (definitions, context) {
     passedExit (name, caller) {
       const service = services.get(name)
       if (service === undefined) return
+      const passed = Object.assign({}, caller, { passed: true })
       if (held !== null && held.names.has(name)) {
-        held.queue.push(() => forgetIn(name, service, caller))
+        held.queue.push(() => forgetIn(name, service, passed))
         return
       }
-      forgetIn(name, service, caller)
+      forgetIn(name, service, passed)
     },
 
     /** Shutdown: close every service (Redis connections, timers). */

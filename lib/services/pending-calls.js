@@ -4,7 +4,7 @@
  * Calls sent and waiting for their answers: an id and a timer each, each
  * settled exactly once (by its answer, its timeout, or failAll). Shared by
  * the worker's service client (./remote.js) and the relay between the two
- * primaries of an upgrade (../realtime/recovery-handover.js).
+ * primaries of an upgrade (../primary/handover.js).
  */
 
 /**

@@ -46,8 +46,6 @@ class SessionBackend {
     this.heap = new ExpiryHeap()
     this.evicted = 0
     this.timer = null
-    /** During a primary upgrade: answers every request instead, from the new primary (lib/primary/session-forward.js). */
-    this.forward = null
     /** The workers' read leases on these sessions (./leases.js), when the primary grants them; told of evictions. */
     this.leases = null
     /** The primary's logger (the session service sets it): one line the first time the bounds evict. */

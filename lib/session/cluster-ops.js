@@ -37,11 +37,9 @@ function sidOf (prefix, key) {
  * Answer one store request with the backend.
  * @param {import('./cluster-backend').SessionBackend} backend
  * @param {{ op: string, prefix?: string, sid?: string, sess?: string, expires?: number, cookie?: string, maxSessions?: number, maxTotalBytes?: number }} msg
- * @returns {*} a JSON-serialisable answer; during a primary upgrade, a Promise of the new
- *   primary's answer (lib/primary/session-forward.js)
+ * @returns {*} a JSON-serialisable answer
  */
 function dispatchSessionOp (backend, msg) {
-  if (backend.forward !== null) return backend.forward(msg)
   // Messages with no prefix (older workers) are in the default namespace ''.
   const prefix = msg && typeof msg.prefix === 'string' ? msg.prefix : ''
   switch (msg && msg.op) {

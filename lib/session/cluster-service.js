@@ -28,14 +28,42 @@ function sessionRequests (backend, leases) {
   for (const op of Object.values(SESSION_OP)) {
     requests[op] = leases === null
       ? function answerSessionRequest (msg) { return backend.dispatch(msg) }
-      : function answerLeasedSessionRequest (msg, caller) { return answerWithLeases(backend, leases, msg, caller.pid) }
+      : function answerLeasedSessionRequest (msg, caller) { return caller.passed ? answerPassed(backend, leases, msg) : answerWithLeases(backend, leases, msg, caller.pid) }
   }
   return requests
 }
 
+/**
+ * A request of the other primary's worker during an upgrade (lib/primary/handover.js):
+ * answered as any worker's (a lease one of this primary's workers holds on the
+ * session is revoked first), but it takes no lease: nothing can revoke it from here.
+ */
+function answerPassed (backend, leases, msg) {
+  const request = Object.assign({}, msg)
+  delete request.lease
+  return answerWithLeases(backend, leases, request, 0)
+}
+
+/**
+ * How the sessions cross `clusterize upgrade`: every lease is revoked first
+ * (the saves its holder answered are then in the store), then the snapshot.
+ * @param {SessionBackend} backend
+ * @param {SessionLeases|null} leases
+ */
+function sessionHandover (backend, leases) {
+  return {
+    /** The message an earlier clusterize's new primary takes the sessions by (a rollback). */
+    legacy: 'sessions',
+    prepare: () => leases === null ? undefined : leases.suspend(),
+    resume: () => { if (leases !== null) leases.resume() },
+    export: () => backend.snapshot(),
+    import: (entries) => { backend.restore(entries) }
+  }
+}
+
 const sessionService = {
   name: SERVICE,
-  handover: { crosses: 'handedOver', own: 'lib/primary/session-forward.js', what: 'every session (the cluster store); the old workers\' session requests are answered by the new primary\'s store from the handover on' },
+  handover: { crosses: 'handedOver', what: 'every session (the cluster store), once every read lease is revoked; the old workers\' session requests are answered by the new primary\'s store from the handover on' },
   /**
    * @param {{ config?: { clusterStore?: { maxSessions: number, maxTotalBytes: number } } }} context
    * @returns {object} handlers; `api` is the backend (stats)
@@ -63,6 +91,7 @@ const sessionService = {
         if (leases !== null) leases.forget(caller.pid)
       },
       api: backend,
+      handover: sessionHandover(backend, leases),
       close: () => {
         if (leases !== null) leases.close()
         return backend.close()

@@ -184,8 +184,8 @@ class SessionLeases {
 
   /**
    * Revoke every lease and grant none until resume(): a primary upgrade hands the
-   * sessions over once this settles, so every save a holder answered is in the
-   * snapshot or forwarded with the writes after it, before the new primary serves.
+   * sessions over once this settles (lib/primary/handover.js prepareServices), so
+   * every save a holder answered is in the snapshot, before the new primary serves.
    * A hung holder holds this up until it answers or exits.
    * @returns {Promise<void>}
    */
