@@ -16,6 +16,10 @@ const { parseArgs, CliUsageError } = require('../lib/cli/args')
  */
 async function main (argv, io) {
   const parsed = parseArgs(argv)
+  if (parsed.command !== 'start' || parsed.flags.help || parsed.flags.version) {
+    endQuietlyOnClosedReader(io.stdout)
+    endQuietlyOnClosedReader(io.stderr)
+  }
   const help = require('../lib/cli/help')
   if (parsed.flags.help) {
     io.stdout.write(help.HELP)
@@ -32,6 +36,18 @@ async function main (argv, io) {
   }
   if (parsed.command === 'top') return require('../lib/cli/top').top(parsed.flags, io)
   return require('../lib/cli/control')[parsed.command](parsed.flags, io)
+}
+
+/**
+ * A client command whose reader went away (`clusterize status | head`) stops
+ * quietly, as a pipe's writer does. Not for `start`: the primary drops and
+ * counts its log lines instead (lib/safe-write.js) and keeps serving.
+ */
+function endQuietlyOnClosedReader (stream) {
+  stream.on('error', function onOutputError (err) {
+    if (err && err.code === 'EPIPE') process.exit(process.exitCode || 0)
+    throw err
+  })
 }
 
 const io = { stdout: process.stdout, stderr: process.stderr, env: process.env }

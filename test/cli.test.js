@@ -22,7 +22,7 @@ const { version } = require('../package.json')
 const { freePort } = require('./helpers/net')
 const { eventually } = require('./helpers/wait')
 const { isAlive } = require('../lib/process-alive')
-const { HELLO_APP: APP, runCli, startCli, httpGet: get, cliScratch } = require('./helpers/cli')
+const { HELLO_APP: APP, CLI_BIN, runCli, startCli, httpGet: get, cliScratch } = require('./helpers/cli')
 
 const { tmp, tracked } = cliScratch('cli')
 
@@ -198,6 +198,17 @@ describe('--help and --version', () => {
     const result = await run(['--version'])
     assert.strictEqual(result.code, 0)
     assert.strictEqual(result.stdout.trim(), version)
+  })
+
+  test('a client command whose reader went away (`clusterize --help | head -0`) ends quietly with 0, no stack trace', async () => {
+    // The read end is closed before node has even loaded the CLI, so its first write meets EPIPE.
+    const child = spawn(process.execPath, [CLI_BIN, '--help'], { stdio: ['ignore', 'pipe', 'pipe'] })
+    child.stdout.destroy()
+    let stderr = ''
+    child.stderr.on('data', (chunk) => { stderr += chunk })
+    const [code] = await new Promise((resolve) => child.once('close', (...args) => resolve(args)))
+    assert.strictEqual(stderr, '')
+    assert.strictEqual(code, 0)
   })
 })
 
