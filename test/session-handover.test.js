@@ -8,7 +8,8 @@
  * revoked before the snapshot, so a save a holder answered is in it; from the
  * handover on the old workers' requests are answered by the new primary's
  * store, which revokes a new worker's lease first and grants the old workers
- * none; a failed upgrade gives the old primary its store and its leases back.
+ * none; a failed upgrade gives the old primary its store and its leases back; a
+ * rollback to 0.2.0 gets the sessions and the old workers' writes by 0.2.0's messages.
  * The upgrade itself, with real primaries, is in test/upgrade.test.js.
  */
 
@@ -16,7 +17,9 @@ const { test } = require('node:test')
 const assert = require('node:assert/strict')
 const { sessionService } = require('../lib/session/cluster-service')
 const { createServiceHost } = require('../lib/services/host')
-const { joinPrimaries, workerOf } = require('./helpers/handover')
+const { EventEmitter } = require('events')
+const { prepareServices, handOverServices } = require('../lib/primary/handover')
+const { joinPrimaries, workerOf, TAG } = require('./helpers/handover')
 
 const EXPIRES = Date.now() + 600000
 
@@ -128,5 +131,34 @@ test('an upgrade that fails: passed requests fail instead of hanging, and the ol
   } finally {
     await old.close()
     await next.close()
+  }
+})
+
+test("a rollback to clusterize 0.2.0 (its ready says no handover): the sessions go by 0.2.0's 'sessions', then each write the old workers make by its 'write'; nothing is passed through", async () => {
+  const old = sessionPrimary()
+  try {
+    const draining = workerOf(old, 101)
+    await draining.call('session', 'set', { op: 'set', sid: 'a', sess: '{"n":1}', expires: EXPIRES })
+    const sent = []
+    const child = new EventEmitter()
+    child.connected = true
+    child.send = (message, done) => { sent.push(JSON.parse(JSON.stringify(message))); if (done) setImmediate(done) }
+    const prepared = await prepareServices(old)
+    const carried = handOverServices(old, child, TAG, { successor: { node: 'v24.0.0', recovery: 1 } })
+    assert.deepEqual(carried.services, [], 'nothing passed through')
+    assert.equal(sent.length, 1)
+    assert.equal(sent[0][TAG], 'sessions')
+    assert.equal(sent[0].entries.length, 1)
+    assert.equal(await draining.call('session', 'set', { op: 'set', sid: 'a', sess: '{"n":2}', expires: EXPIRES, lease: 1 }), true, 'answered here')
+    assert.equal(await draining.call('session', 'get', { op: 'get', sid: 'a' }), '{"n":2}')
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.deepEqual(sent.slice(1), [{ [TAG]: 'write', msg: { op: 'set', sid: 'a', sess: '{"n":2}', expires: EXPIRES } }], 'the write, as 0.2.0 forwarded it, and no read')
+    carried.stop()
+    prepared.resume()
+    await draining.call('session', 'destroy', { op: 'destroy', sid: 'a' })
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.equal(sent.length, 2, 'no more after stop()')
+  } finally {
+    await old.close()
   }
 })

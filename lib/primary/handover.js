@@ -46,8 +46,8 @@
  *   new -> old  svc-reply  { n, m }       the reply envelope to call n
  *   new -> old  svc-down   { s, d }       a service's message to its old self (fromSuccessor)
  * A new primary of an earlier clusterize (a rollback; its `ready` does not say
- * `handover: 1`) gets only what it understood then: the sessions (`sessions`), and
- * nothing is passed through.
+ * `handover: 1`) gets only what it understood then: the sessions (`sessions`, then
+ * `write` for each session write of the old workers), and nothing is passed through.
  */
 
 const debug = require('debug')('clusterize:upgrade')
@@ -204,18 +204,26 @@ function handOverServices (host, child, tag, options) {
 }
 
 /**
- * A new primary of an earlier clusterize (a rollback) takes only the sessions,
- * by the message it knew; this primary keeps answering its own workers.
+ * A new primary of an earlier clusterize (0.2.0, a rollback) takes only the
+ * sessions, by the messages it knew: the snapshot, then each write this
+ * primary applies for its draining workers, which it keeps answering itself.
  */
 function handOverToEarlier (host, child, tag) {
+  const forwarding = []
   for (const name of host.handedOver()) {
     const legacy = host.handoverOf(name).legacy
     const items = typeof legacy === 'string' ? host.exportState(name) : undefined
     if (!Array.isArray(items)) continue
     for (let i = 0; i < items.length; i += BATCH) child.send({ [tag]: legacy, entries: items.slice(i, i + BATCH) }, unsent)
     debug('handed %d items of %s to %d, an earlier clusterize', items.length, name, child.pid)
+    const handover = host.handoverOf(name)
+    if (typeof handover.forwardWrites === 'function') {
+      // 0.2.0 applies the writes its old primary made after the snapshot (its `write` message).
+      handover.forwardWrites((msg) => { if (child.connected) child.send({ [tag]: 'write', msg }, unsent) })
+      forwarding.push(handover)
+    }
   }
-  return { services: [], stop () {} }
+  return { services: [], stop () { for (const handover of forwarding) handover.forwardWrites(null) } }
 }
 
 function routeOf (handover, kind, method) {

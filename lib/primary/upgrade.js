@@ -142,7 +142,8 @@ function createUpgrader (deps) {
     // Every service's state, then the old workers' calls passed on while they drain (./handover.js).
     const carried = handOverServices(host, child, TAG, { serialization: config.bus.serialization, successor: ready.message })
     if (ready.message.handover === undefined) {
-      log.warn(`upgrade: the new primary ${child.pid} is an earlier clusterize: it takes the sessions only; rate limits, singleton leases, cron claims, metrics and socket.io recovery start empty there`, { pid: process.pid })
+      log.warn(`upgrade: the new primary ${child.pid} is an earlier clusterize (0.2.0): it takes the sessions, and the session writes of this primary's workers while they drain, as 0.2.0 did; ` +
+        'a client whose requests alternate between old and new workers meanwhile may read an older copy, and rate limits, singleton leases, cron claims, metrics and socket.io recovery start empty there', { pid: process.pid })
     }
     child.send({ [TAG]: 'go' })
     const serving = await waitFor(child, 'serving', config.upgrade.timeoutMs)

@@ -16,19 +16,34 @@ const { SessionLeases, answerWithLeases } = require('./leases')
 /** The service's name: what the stores' client asks for. */
 const SERVICE = 'session'
 
+/** The operations that change the store. */
+const WRITES = new Set([SESSION_OP.SET, SESSION_OP.TOUCH, SESSION_OP.DESTROY, SESSION_OP.CLEAR])
+
 /**
  * Every operation answers through the backend's dispatch (it reads `msg.op`),
  * with the read leases when there are any.
  * @param {SessionBackend} backend
  * @param {SessionLeases|null} leases
+ * @param {{ to: ((msg: object) => void)|null }} forward during a rollback to clusterize 0.2.0,
+ *   where each write applied here goes too (sessionHandover's forwardWrites)
  * @returns {Object<string, Function>}
  */
-function sessionRequests (backend, leases) {
+function sessionRequests (backend, leases, forward) {
   const requests = {}
   for (const op of Object.values(SESSION_OP)) {
-    requests[op] = leases === null
+    const answer = leases === null
       ? function answerSessionRequest (msg) { return backend.dispatch(msg) }
       : function answerLeasedSessionRequest (msg, caller) { return caller.passed ? answerPassed(backend, leases, msg) : answerWithLeases(backend, leases, msg, caller.pid) }
+    requests[op] = !WRITES.has(op) ? answer : function answerAndForward (msg, caller) {
+      const result = answer(msg, caller)
+      if (forward.to !== null) {
+        const to = forward.to
+        const request = Object.assign({}, msg)
+        delete request.lease
+        Promise.resolve(result).then(function applied () { if (forward.to === to) to(request) }, noop)
+      }
+      return result
+    }
   }
   return requests
 }
@@ -50,8 +65,10 @@ function answerPassed (backend, leases, msg) {
  * @param {SessionBackend} backend
  * @param {SessionLeases|null} leases
  */
-function sessionHandover (backend, leases) {
+function sessionHandover (backend, leases, forward) {
   return {
+    /** A rollback to 0.2.0: each write applied here from now on goes to `to` (its `write` message); null stops. */
+    forwardWrites: (to) => { forward.to = to },
     /** The message an earlier clusterize's new primary takes the sessions by (a rollback). */
     legacy: 'sessions',
     prepare: () => leases === null ? undefined : leases.suspend(),
@@ -79,8 +96,9 @@ const sessionService = {
     backend.leases = leases
     backend.log = (context && context.log) || null
     debug('cluster session backend started (maxSessions %d, leases %d ms)', backend.maxSessions, leaseMs)
+    const forward = { to: null }
     return {
-      requests: sessionRequests(backend, leases),
+      requests: sessionRequests(backend, leases, forward),
       notifications: {
         /** A worker dropped the copies it held under these leases (grants). */
         revoked: function leasesRevoked (grants, caller) {
@@ -91,7 +109,7 @@ const sessionService = {
         if (leases !== null) leases.forget(caller.pid)
       },
       api: backend,
-      handover: sessionHandover(backend, leases),
+      handover: sessionHandover(backend, leases, forward),
       close: () => {
         if (leases !== null) leases.close()
         return backend.close()
@@ -99,5 +117,7 @@ const sessionService = {
     }
   }
 }
+
+function noop () {}
 
 module.exports = { sessionService, SERVICE }
