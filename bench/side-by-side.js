@@ -232,6 +232,41 @@ function memoryTable (two, four) {
     'RSS per worker process, idle / loaded MiB', 'one more worker (4-worker tree - 2-worker tree) / 2, idle / loaded MiB'], rows)
 }
 
+/**
+ * Issue #54's goal rows for what a user gets (no scheduling option), from this run:
+ * each with its measurement and whether it is met.
+ */
+function goalTable (two, four) {
+  const m = (map, c, key) => median(map.get(c).map((r) => r[key]))
+  const isDefault = (c) => c.label.startsWith('clusterize, no scheduling option')
+  const mine = two.contenders.find(isDefault)
+  const watt = two.contenders.find((c) => c.whoPath)
+  const raw = two.contenders.find((c) => c.label === RAW)
+  if (!mine || !watt || !raw) return '(needs Watt, raw node:cluster and the default in the run)'
+  const rows = []
+  const row = (goal, value, met) => rows.push([goal, value, met ? 'met' : '**not met**'])
+  const times = (a, b) => a / b
+  const closeVsWatt = times(m(two.close, mine, 'rps'), m(two.close, watt, 'rps'))
+  row('`Connection: close` req/s >= 0.95x Watt', `${closeVsWatt.toFixed(2)}x`, closeVsWatt >= 0.95)
+  const closeVsRaw = times(m(two.close, mine, 'rps'), m(two.close, raw, 'rps'))
+  row('`Connection: close` req/s >= 1.7x raw node:cluster', `${closeVsRaw.toFixed(2)}x`, closeVsRaw >= 1.7)
+  const keepAliveVsWatt = times(m(two.keepAlive, mine, 'rps'), m(two.keepAlive, watt, 'rps'))
+  row('keep-alive req/s >= 0.95x Watt', `${keepAliveVsWatt.toFixed(2)}x`, keepAliveVsWatt >= 0.95)
+  for (const [name, map] of [['`Connection: close`', two.close], ['keep-alive', two.keepAlive]]) {
+    const mineP99 = m(map, mine, 'p99')
+    const wattP99 = m(map, watt, 'p99')
+    row(`${name} p99 no worse than Watt's`, `${fmt(mineP99, 2)} vs ${fmt(wattP99, 2)} ms`, mineP99 <= wattP99)
+  }
+  const mineFour = four ? four.contenders.find(isDefault) : null
+  if (mineFour) {
+    const ratios = four.balance.get(mineFour).map((counts) => counts[counts.length - 1] > 0 ? counts[0] / counts[counts.length - 1] : Infinity)
+    row(`${BALANCE_CONNECTIONS} keep-alive connections over 4 workers, max/min <= 1.3 (median of rounds)`, fmtRatio(median(ratios)), median(ratios) <= 1.3)
+  }
+  const rssVsWatt = times(two.loaded.get(mine).rss, two.loaded.get(watt).rss)
+  row('tree RSS after load <= 0.5x Watt', `${rssVsWatt.toFixed(2)}x (${fmt(two.loaded.get(mine).rss, 0)} vs ${fmt(two.loaded.get(watt).rss, 0)} MiB)`, rssVsWatt <= 0.5)
+  return markdownTable(['goal (issue #54), no scheduling option', 'this run', ''], rows)
+}
+
 async function main () {
   installCleanup()
   if (!hasWrk()) throw new Error('bench/side-by-side.js needs wrk (Debian/Ubuntu package `wrk`)')
@@ -255,6 +290,9 @@ async function main () {
   console.log('RSS summed over every process of the tree (what `ps` shows; node\'s own pages count once per process), PSS from smaps_rollup (shared pages split). ' +
     'Watt is one process whose workers are threads: its per-worker figure is only the last column, the same arithmetic as for the others.\n')
   console.log(memoryTable(two, four))
+  console.log('\n### The default against issue #54\'s goals, this run\n')
+  console.log(goalTable(two, four))
+  console.log('\nThe memory row asks three processes (a primary and 2 workers) to fit in half of Watt\'s one; raw node:cluster\'s own tree reads 0.8x-0.9x Watt\'s after load in our runs. Runs on two boxes, and why: bench/README.md, "Watt, side by side".')
 }
 
 main().catch((err) => {
