@@ -2,10 +2,11 @@
 
 /**
  * What handing the socket.io recovery state to a new primary costs during
- * `clusterize upgrade` (lib/realtime/recovery-handover.js), beside its
- * anchor, the cluster store's session handover the upgrade already does
- * (lib/primary/upgrade.js): the same IPC channel to a real child process
- * (JSON, as the upgrade's), the same batching.
+ * `clusterize upgrade` (lib/realtime/recovery-handover.js through
+ * lib/primary/handover.js, as the upgrade does), beside an anchor: a plain
+ * batched send of as many express sessions, what the cluster store's
+ * handover amounts to. The same IPC channel to a real child process (JSON,
+ * as the upgrade's).
  *
  *   sync ms   the old primary's event loop is held while it sends (no request is dispatched meanwhile)
  *   total ms  until the new primary has taken everything
@@ -19,31 +20,47 @@
  */
 
 const { spawn } = require('child_process')
-const { RecoveryService } = require('../lib/realtime/recovery-service')
-const { handOver, takeOver } = require('../lib/realtime/recovery-handover')
+const { RecoveryService, recoveryHandlers, recoveryService } = require('../lib/realtime/recovery-service')
+const { createServiceHost } = require('../lib/services/host')
+const { handOverServices } = require('../lib/primary/handover')
+const { takeOverServices, holdForHandover } = require('../lib/primary/handover-take')
 const { SessionBackend } = require('../lib/session/cluster-backend')
+
+const TAG = '$czUpgrade'
 
 const SESSION_BATCH = 1000
 
 if (process.argv.includes('--child')) child()
 else main().catch((err) => { console.error(err); process.exit(1) })
 
+/** A recovery service in a service host, as a primary runs it. */
+function recoveryHost (service) {
+  return createServiceHost([{ name: 'recovery', handover: recoveryService.handover, start: () => recoveryHandlers(service) }], {})
+}
+
 function child () {
-  const service = new RecoveryService({ broadcast () {} })
-  service.hold()
-  const taking = takeOver(service, { send () {} })
+  let service = null
+  let taking = null
   const backend = new SessionBackend({ maxSessions: 1000000, maxTotalBytes: 1024 * 1024 * 1024 })
   let taken = 0
+  function fresh () {
+    service = new RecoveryService({ broadcast () {} })
+    service.hold()
+    const host = recoveryHost(service)
+    holdForHandover(host)
+    taking = takeOverServices(host, () => {}, TAG)
+  }
+  fresh()
   process.on('message', (message) => {
-    if (message.kind === 'recovery') taking.onRecovery(message.x)
-    else if (message.kind === 'sessions') taken += backend.restore(message.entries)
+    if (taking.onMessage(message)) return
+    if (message.kind === 'sessions') taken += backend.restore(message.entries)
     else if (message.kind === 'go') {
-      taking.go()
+      taking.release()
       const stats = service.stats()
       process.send({ done: true, packets: stats.packets, sessions: stats.sessions + taken })
-      service.log.namespaces.clear()
       backend.clear()
       taken = 0
+      fresh()
     }
   })
 }
@@ -93,12 +110,11 @@ async function main () {
   for (const [packets, sessions] of rows) {
     const ours = { sync: [], total: [] }
     const anchor = { sync: [], total: [] }
-    const service = recoveryState(packets, sessions)
+    const host = recoveryHost(recoveryState(packets, sessions))
     const backend = sessionState(sessions)
     for (let round = 0; round < rounds; round++) {
       const mine = await handOff(worker, () => {
-        const handover = handOver(service, { send: (kind, x) => worker.send({ kind, x }) })
-        handover.cancel()
+        handOverServices(host, worker, TAG).stop()
       })
       if (mine.message.packets !== packets || mine.message.sessions !== sessions) throw new Error(`recovery handover took ${JSON.stringify(mine.message)}`)
       ours.sync.push(mine.sync)

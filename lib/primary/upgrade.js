@@ -35,7 +35,8 @@
 const { spawn } = require('child_process')
 const debug = require('debug')('clusterize:upgrade')
 const { readInherited, UPGRADE_ENV } = require('./inherit')
-const { prepareServices, handOverServices, takeOverServices } = require('./handover')
+const { prepareServices, handOverServices } = require('./handover')
+const { takeOverServices } = require('./handover-take')
 const { SERVICE: SESSION_SERVICE } = require('../session/cluster-service')
 
 const TAG = '$czUpgrade'

@@ -9,7 +9,8 @@
  */
 
 const { EventEmitter } = require('events')
-const { prepareServices, handOverServices, takeOverServices, holdForHandover } = require('../../lib/primary/handover')
+const { prepareServices, handOverServices } = require('../../lib/primary/handover')
+const { takeOverServices, holdForHandover } = require('../../lib/primary/handover-take')
 const { service: envelope, SERVICE_OP } = require('../../lib/protocol')
 
 const TAG = '$czUpgrade'
