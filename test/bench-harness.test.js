@@ -396,3 +396,24 @@ test('--steal: <on>/<off> is parsed or refused by name, and a stealer is a real-
   }
   assert.throws(() => process.kill(pid, 0), { code: 'ESRCH' })
 })
+
+test("every name a bench script takes from the library's or the tests' modules is exported there (a script is only run by hand)", () => {
+  const benchDir = path.join(__dirname, '..', 'bench')
+  const scripts = fs.readdirSync(benchDir).filter((f) => f.endsWith('.js')).map((f) => path.join(benchDir, f))
+    .concat(fs.readdirSync(path.join(benchDir, 'lib')).filter((f) => f.endsWith('.js')).map((f) => path.join(benchDir, 'lib', f)))
+  const taking = /const \{([^}]+)\} = require\('((?:\.\.\/)+(?:lib|test|middleware)\/[^']+)'\)/g
+  let checked = 0
+  for (const script of scripts) {
+    const source = fs.readFileSync(script, 'utf8')
+    for (const [, names, request] of source.matchAll(taking)) {
+      const exported = require(path.resolve(path.dirname(script), request))
+      for (const part of names.split(',')) {
+        const name = part.split(':')[0].trim()
+        if (name === '') continue
+        assert.ok(name in exported, `${path.relative(benchDir, script)}: ${request} exports no ${name}`)
+        checked++
+      }
+    }
+  }
+  assert.ok(checked > 20, `names checked: ${checked}`)
+})
