@@ -125,7 +125,8 @@ async function prepareServices (host) {
 function handOverServices (host, child, tag, options) {
   const serialization = (options && options.serialization) || 'json'
   const successor = (options && options.successor) || { handover: HANDOVER_VERSION }
-  if (successor.handover !== HANDOVER_VERSION) return handOverToEarlier(host, child, tag)
+  // A later release speaks this version too (its `ready` says the highest it speaks).
+  if (!(successor.handover >= HANDOVER_VERSION)) return handOverToEarlier(host, child, tag)
   const names = []
   for (const name of host.handedOver()) {
     const items = host.exportState(name)

@@ -138,10 +138,18 @@ function createUpgrader (deps) {
     const ready = await waitFor(child, 'ready', config.upgrade.timeoutMs)
     if (!ready.ok) return abandon(child, failed(ready.reason))
     const host = deps.services()
-    // The saves the workers answered under a session read lease are applied before the snapshot.
-    const prepared = await prepareServices(host)
-    // Every service's state, then the old workers' calls passed on while they drain (./handover.js).
-    const carried = handOverServices(host, child, TAG, { serialization: config.bus.serialization, successor: ready.message })
+    let prepared = null
+    let carried = null
+    try {
+      // The saves the workers answered under a session read lease are applied before the snapshot.
+      prepared = await prepareServices(host)
+      // Every service's state, then the old workers' calls passed on while they drain (./handover.js).
+      carried = handOverServices(host, child, TAG, { serialization: config.bus.serialization, successor: ready.message })
+    } catch (err) {
+      // A service that cannot export (a bug) must not leave its state half handed over: this primary goes on as it was.
+      if (prepared !== null) prepared.resume()
+      return abandon(child, failed(`the state could not be handed over: ${err.message}`))
+    }
     if (ready.message.handover === undefined) {
       log.warn(`upgrade: the new primary ${child.pid} is an earlier clusterize (0.2.0): it takes the sessions, and the session writes of this primary's workers while they drain, as 0.2.0 did; ` +
         'a client whose requests alternate between old and new workers meanwhile may read an older copy, and rate limits, singleton leases, cron claims, metrics and socket.io recovery start empty there', { pid: process.pid })
