@@ -120,7 +120,8 @@ async function prepareServices (host) {
  * @param {string} tag the upgrade messages' marker
  * @param {{ serialization?: 'json'|'advanced', successor?: { handover?: number } }} [options]
  *   serialization: the workers' (bus.serialization); successor: the new primary's `ready`
- * @returns {{ services: string[], stop: () => void }} stop(): answer here again (the new primary failed)
+ * @returns {{ services: string[], earlier?: true, stop: () => void }} stop(): answer here again (the new
+ *   primary failed); earlier: the new primary is an earlier clusterize, which took what it knew
  */
 function handOverServices (host, child, tag, options) {
   const serialization = (options && options.serialization) || 'json'
@@ -205,26 +206,42 @@ function handOverServices (host, child, tag, options) {
 }
 
 /**
- * A new primary of an earlier clusterize (0.2.0, a rollback) takes only the
- * sessions, by the messages it knew: the snapshot, then each write this
- * primary applies for its draining workers, which it keeps answering itself.
+ * A new primary of an earlier clusterize (0.2.0, a rollback) takes only what a
+ * service declares in `handover.legacy` `{ message, writes }`, by the messages
+ * it knew: the snapshot, then each of `writes` that this primary answers for its
+ * draining workers (which it keeps answering itself), as `write` once applied.
  */
 function handOverToEarlier (host, child, tag) {
-  const forwarding = []
+  const writes = new Map()
   for (const name of host.handedOver()) {
     const legacy = host.handoverOf(name).legacy
-    const items = typeof legacy === 'string' ? host.exportState(name) : undefined
+    const items = legacy ? host.exportState(name) : undefined
     if (!Array.isArray(items)) continue
-    for (let i = 0; i < items.length; i += BATCH) child.send({ [tag]: legacy, entries: items.slice(i, i + BATCH) }, unsent)
+    for (let i = 0; i < items.length; i += BATCH) child.send({ [tag]: legacy.message, entries: items.slice(i, i + BATCH) }, unsent)
     debug('handed %d items of %s to %d, an earlier clusterize', items.length, name, child.pid)
-    const handover = host.handoverOf(name)
-    if (typeof handover.forwardWrites === 'function') {
-      // 0.2.0 applies the writes its old primary made after the snapshot (its `write` message).
-      handover.forwardWrites((msg) => { if (child.connected) child.send({ [tag]: 'write', msg }, unsent) })
-      forwarding.push(handover)
-    }
+    writes.set(name, new Set(legacy.writes || []))
   }
-  return { services: [], stop () { for (const handover of forwarding) handover.forwardWrites(null) } }
+  const done = { services: [], earlier: true, stop () {} }
+  if (writes.size === 0) return done
+  host.passThrough({
+    names: Array.from(writes.keys()),
+    sink: {
+      message (message, caller, respond) {
+        host.answerHere(message, caller, function answered (reply) {
+          respond(reply)
+          if (reply.ok !== true || !writes.get(message.s).has(message.m) || !child.connected) return
+          const msg = Object.assign({}, message.d)
+          delete msg.lease
+          child.send({ [tag]: 'write', msg }, unsent)
+        })
+      },
+      exit () {
+        return true
+      }
+    }
+  })
+  done.stop = function stopForwarding () { host.passThrough(null) }
+  return done
 }
 
 function routeOf (handover, kind, method) {

@@ -150,7 +150,7 @@ function createUpgrader (deps) {
       if (prepared !== null) prepared.resume()
       return abandon(child, failed(`the state could not be handed over: ${err.message}`))
     }
-    if (ready.message.handover === undefined) {
+    if (carried.earlier) {
       log.warn(`upgrade: the new primary ${child.pid} is an earlier clusterize (0.2.0): it takes the sessions, and the session writes of this primary's workers while they drain, as 0.2.0 did; ` +
         'a client whose requests alternate between old and new workers meanwhile may read an older copy, and rate limits, singleton leases, cron claims, metrics and socket.io recovery start empty there', { pid: process.pid })
     }

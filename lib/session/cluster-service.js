@@ -16,34 +16,19 @@ const { SessionLeases, answerWithLeases } = require('./leases')
 /** The service's name: what the stores' client asks for. */
 const SERVICE = 'session'
 
-/** The operations that change the store. */
-const WRITES = new Set([SESSION_OP.SET, SESSION_OP.TOUCH, SESSION_OP.DESTROY, SESSION_OP.CLEAR])
-
 /**
  * Every operation answers through the backend's dispatch (it reads `msg.op`),
  * with the read leases when there are any.
  * @param {SessionBackend} backend
  * @param {SessionLeases|null} leases
- * @param {{ to: ((msg: object) => void)|null }} forward during a rollback to clusterize 0.2.0,
- *   where each write applied here goes too (sessionHandover's forwardWrites)
  * @returns {Object<string, Function>}
  */
-function sessionRequests (backend, leases, forward) {
+function sessionRequests (backend, leases) {
   const requests = {}
   for (const op of Object.values(SESSION_OP)) {
-    const answer = leases === null
+    requests[op] = leases === null
       ? function answerSessionRequest (msg) { return backend.dispatch(msg) }
       : function answerLeasedSessionRequest (msg, caller) { return caller.passed ? answerPassed(backend, leases, msg) : answerWithLeases(backend, leases, msg, caller.pid) }
-    requests[op] = !WRITES.has(op) ? answer : function answerAndForward (msg, caller) {
-      const result = answer(msg, caller)
-      if (forward.to !== null) {
-        const to = forward.to
-        const request = Object.assign({}, msg)
-        delete request.lease
-        Promise.resolve(result).then(function applied () { if (forward.to === to) to(request) }, noop)
-      }
-      return result
-    }
   }
   return requests
 }
@@ -65,12 +50,13 @@ function answerPassed (backend, leases, msg) {
  * @param {SessionBackend} backend
  * @param {SessionLeases|null} leases
  */
-function sessionHandover (backend, leases, forward) {
+function sessionHandover (backend, leases) {
   return {
-    /** A rollback to 0.2.0: each write applied here from now on goes to `to` (its `write` message); null stops. */
-    forwardWrites: (to) => { forward.to = to },
-    /** The message an earlier clusterize's new primary takes the sessions by (a rollback). */
-    legacy: 'sessions',
+    /**
+     * A rollback to 0.2.0 (lib/primary/handover.js): the snapshot goes by its `sessions`
+     * message, and each of these operations the draining workers make after it by `write`.
+     */
+    legacy: { message: 'sessions', writes: [SESSION_OP.SET, SESSION_OP.TOUCH, SESSION_OP.DESTROY, SESSION_OP.CLEAR] },
     prepare: () => leases === null ? undefined : leases.suspend(),
     resume: () => { if (leases !== null) leases.resume() },
     export: () => backend.snapshot(),
@@ -96,9 +82,8 @@ const sessionService = {
     backend.leases = leases
     backend.log = (context && context.log) || null
     debug('cluster session backend started (maxSessions %d, leases %d ms)', backend.maxSessions, leaseMs)
-    const forward = { to: null }
     return {
-      requests: sessionRequests(backend, leases, forward),
+      requests: sessionRequests(backend, leases),
       notifications: {
         /** A worker dropped the copies it held under these leases (grants). */
         revoked: function leasesRevoked (grants, caller) {
@@ -109,7 +94,7 @@ const sessionService = {
         if (leases !== null) leases.forget(caller.pid)
       },
       api: backend,
-      handover: sessionHandover(backend, leases, forward),
+      handover: sessionHandover(backend, leases),
       close: () => {
         if (leases !== null) leases.close()
         return backend.close()
@@ -117,7 +102,5 @@ const sessionService = {
     }
   }
 }
-
-function noop () {}
 
 module.exports = { sessionService, SERVICE }
