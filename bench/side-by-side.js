@@ -16,7 +16,7 @@
  *    load, so the memory one more worker costs is (4-worker tree - 2-worker
  *    tree) / 2, for processes and Watt's threads alike.
  *
- *   node bench/side-by-side.js [--rounds 3] [--seconds 3] [--balance-rounds 5] [--no-watt] [--no-pm2]
+ *   node bench/side-by-side.js [--rounds 3] [--seconds 3] [--balance-rounds 5] [--no-watt] [--no-pm2] [--semi-space 8,4] [--settle-seconds 3]
  *
  * Loopback only, ~5 min (--quick ~2), stops every process it started by PID
  * (PM2 by `pm2 kill` in a private PM2_HOME). Measures only.
@@ -40,10 +40,29 @@ const CONNECTIONS = 50
 const BALANCE_CONNECTIONS = 100
 const PAUSE_MS = arg('--pause-ms', 300, 100)
 const WARM_UP_SECONDS = 1
+/**
+ * More load before the measured rounds (after the idle memory is read): in a
+ * first round every contender's p99 read 2-4x its later ones (heaps still
+ * growing, code still compiling), which made the keep-alive p99 row a draw
+ * of who ran first.
+ */
+const SETTLE_SECONDS = arg('--settle-seconds', 3, 0)
 const NODE = node24() || process.execPath
 const WITH_WATT = !process.argv.includes('--no-watt')
 const WITH_PM2 = !process.argv.includes('--no-pm2')
 const RAW = 'raw node:cluster'
+/** --semi-space 8,4: rows of the default with another young-generation size (option maxSemiSpaceMB) beside the shipped one. */
+const SEMI_SPACES = semiSpaceArg()
+
+function semiSpaceArg () {
+  const at = process.argv.indexOf('--semi-space')
+  if (at < 0) return []
+  const list = String(process.argv[at + 1] || '').split(',').map(Number)
+  if (list.length === 0 || !list.every((mb) => Number.isInteger(mb) && mb >= 0 && mb <= 1024)) {
+    throw new Error('--semi-space takes a comma-separated list of sizes in MB (0 = V8\'s default), e.g. --semi-space 8,4')
+  }
+  return list
+}
 
 /** The contenders of one set, each with `workers` workers. */
 function specs (workers, modes) {
@@ -62,6 +81,12 @@ function specs (workers, modes) {
         return c
       }
     })
+  }
+  if (workers === 2) {
+    for (const mb of SEMI_SPACES) {
+      const label = `clusterize, default scheduling, maxSemiSpaceMB: ${mb}`
+      list.push({ label, start: () => startLocal('clusterize', { node: NODE, label, options: { workers, maxSemiSpaceMB: mb } }) })
+    }
   }
   return list
 }
@@ -94,6 +119,17 @@ async function interleave (contenders, rounds, fn) {
     }
   }
   return results
+}
+
+/** Keep-alive then `Connection: close` load on each contender, unmeasured (SETTLE_SECONDS in all). */
+async function settle (contenders) {
+  if (SETTLE_SECONDS === 0) return
+  const closeSeconds = Math.max(1, Math.round(SETTLE_SECONDS / 3))
+  for (const c of contenders) {
+    await wrkRun({ port: c.port, connections: CONNECTIONS, seconds: Math.max(1, SETTLE_SECONDS - closeSeconds) })
+    await wrkClose({ port: c.port, connections: CONNECTIONS, seconds: closeSeconds })
+  }
+  await sleep(PAUSE_MS)
 }
 
 /** Per-worker process RSS (MiB) of a process-based contender; null for Watt (threads). */
@@ -152,6 +188,7 @@ async function twoWorkers (notes) {
     await sleep(1000)
     const idle = new Map()
     for (const c of contenders) idle.set(c, await memory(c))
+    await settle(contenders)
     const keepAlive = await interleave(contenders, ROUNDS, (c) => wrkRun({ port: c.port, connections: CONNECTIONS, seconds: SECONDS }))
     const close = await interleave(contenders, ROUNDS, (c) => wrkClose({ port: c.port, connections: CONNECTIONS, seconds: SECONDS }))
     const loaded = new Map()
@@ -280,7 +317,7 @@ async function main () {
   console.log(machineLine(`servers on Node ${version}${watt ? `, wattpm ${watt.version}` : ''}`))
   console.log(`1-minute load average: ${loadAtStart.toFixed(1)} at the start, ${os.loadavg()[0].toFixed(1)} at the end, on ${os.availableParallelism()} cores (wrk shares them with the servers).`)
   for (const note of notes) console.log(`\nNote: ${note}`)
-  console.log(`\nGET / on the hello Express app, wrk -t1 -c${CONNECTIONS} -d${wrkSeconds(SECONDS)}s --latency, ${ROUNDS} rounds, order rotated each round, medians; ` +
+  console.log(`\nGET / on the hello Express app, wrk -t1 -c${CONNECTIONS} -d${wrkSeconds(SECONDS)}s --latency, ${ROUNDS} rounds after ${SETTLE_SECONDS} s of unmeasured load on each contender, order rotated each round, medians; ` +
     "`Connection: close` = a new TCP connection per request. Ratios against Watt and raw node:cluster from the same run. p50/p99 are wrk's (saturated: they measure queueing on 2 cores as much as the server).\n")
   console.log(throughputTable(two))
   console.log(`\n### Balance: ${BALANCE_CONNECTIONS} keep-alive connections opened at once, 4 workers each\n`)
