@@ -329,7 +329,7 @@ async function main () {
   console.log(memoryTable(two, four))
   console.log('\n### The default against issue #54\'s goals, this run\n')
   console.log(goalTable(two, four))
-  console.log('\nThe memory row asks three processes (a primary and 2 workers) to fit in half of Watt\'s one; raw node:cluster\'s own tree reads 0.8x-0.9x Watt\'s after load in our runs. Runs on two boxes, and why: bench/README.md, "Watt, side by side".')
+  console.log('\nThe memory row asks three processes (a primary and 2 workers) to fit in half of Watt\'s one; raw node:cluster\'s own tree reads 0.67x-1.02x Watt\'s after load in our runs (Watt\'s own RSS after load moved from 354 to 523 MiB between runs). Runs on two boxes, and why: bench/README.md, "Watt, side by side".')
 }
 
 main().catch((err) => {
