@@ -9,7 +9,7 @@
  *
  * 1. 2 workers each: keep-alive and `Connection: close` req/s, p50/p99 (wrk
  *    -t1 -c50, the issues' outside measurement), rounds interleaved with the
- *    order rotated, medians; RSS and PSS of each contender's whole process
+ *    order drawn anew each round, medians; RSS and PSS of each contender's whole process
  *    tree idle and after the load.
  * 2. 4 workers each: 100 keep-alive connections opened at once, how many each
  *    worker got (max/min); the trees' memory again, idle and after a short
@@ -29,7 +29,7 @@ const { startLocal, startPm2 } = require('./lib/contenders')
 const { startWatt } = require('./lib/watt')
 const { median, ratio, fmt, markdownTable } = require('./lib/table')
 const { machineLine } = require('./lib/machine')
-const { rotated } = require('./lib/rounds')
+const { shuffled } = require('./lib/rounds')
 const { installCleanup, node24, sleep, rssMiB } = require('./lib/proc')
 const { hasWrk, wrkRun, wrkClose, wrkSeconds } = require('./lib/wrk')
 
@@ -109,11 +109,11 @@ async function startSet (list, contenders, notes) {
   if (failed) throw failed.reason
 }
 
-/** Run `fn(contender)` for each contender, `rounds` times, order rotated. */
+/** Run `fn(contender)` for each contender, `rounds` times, in an order drawn anew each round (lib/rounds.js shuffled()). */
 async function interleave (contenders, rounds, fn) {
   const results = new Map(contenders.map((c) => [c, []]))
   for (let round = 0; round < rounds; round++) {
-    for (const c of rotated(contenders, round)) {
+    for (const c of shuffled(contenders, round)) {
       results.get(c).push(await fn(c))
       await sleep(PAUSE_MS)
     }
@@ -317,7 +317,7 @@ async function main () {
   console.log(machineLine(`servers on Node ${version}${watt ? `, wattpm ${watt.version}` : ''}`))
   console.log(`1-minute load average: ${loadAtStart.toFixed(1)} at the start, ${os.loadavg()[0].toFixed(1)} at the end, on ${os.availableParallelism()} cores (wrk shares them with the servers).`)
   for (const note of notes) console.log(`\nNote: ${note}`)
-  console.log(`\nGET / on the hello Express app, wrk -t1 -c${CONNECTIONS} -d${wrkSeconds(SECONDS)}s --latency, ${ROUNDS} rounds after ${SETTLE_SECONDS} s of unmeasured load on each contender, order rotated each round, medians; ` +
+  console.log(`\nGET / on the hello Express app, wrk -t1 -c${CONNECTIONS} -d${wrkSeconds(SECONDS)}s --latency, ${ROUNDS} rounds after ${SETTLE_SECONDS} s of unmeasured load on each contender, in an order drawn anew each round (seeded, the same each run), medians; ` +
     "`Connection: close` = a new TCP connection per request. Ratios against Watt and raw node:cluster from the same run. p50/p99 are wrk's (saturated: they measure queueing on 2 cores as much as the server).\n")
   console.log(throughputTable(two))
   console.log(`\n### Balance: ${BALANCE_CONNECTIONS} keep-alive connections opened at once, 4 workers each\n`)

@@ -417,3 +417,23 @@ test("every name a bench script takes from the library's or the tests' modules i
   }
   assert.ok(checked > 20, `names checked: ${checked}`)
 })
+
+test('a drawn order is a permutation, the same for the same round, and does not keep one contender behind another round after round', () => {
+  const { shuffled, rotated } = require('../bench/lib/rounds')
+  const contenders = ['raw', 'pm2', 'watt', 'default', 'rr', 'none', 'balanced', 'reuseport', 'sticky']
+  const predecessors = new Map(contenders.map((c) => [c, new Set()]))
+  for (let round = 0; round < 3; round++) {
+    const order = shuffled(contenders, round)
+    assert.deepStrictEqual(order.slice().sort(), contenders.slice().sort(), `round ${round} holds every contender once`)
+    assert.deepStrictEqual(shuffled(contenders, round), order, `round ${round} is drawn the same each run`)
+    for (let i = 1; i < order.length; i++) predecessors.get(order[i]).add(order[i - 1])
+  }
+  assert.ok(predecessors.get('default').size >= 2, `the default follows more than one contender over 3 rounds: ${[...predecessors.get('default')]}`)
+  // What the rotation did: the default ran right after Watt in every round.
+  for (let round = 0; round < 3; round++) {
+    const order = rotated(contenders, round)
+    const at = order.indexOf('default')
+    if (at > 0) assert.strictEqual(order[at - 1], 'watt')
+  }
+  assert.deepStrictEqual(contenders, ['raw', 'pm2', 'watt', 'default', 'rr', 'none', 'balanced', 'reuseport', 'sticky'], 'the list is not changed')
+})

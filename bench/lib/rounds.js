@@ -14,4 +14,38 @@ function rotated (list, round) {
   return list.slice(k).concat(list.slice(0, k))
 }
 
-module.exports = { rotated }
+/**
+ * Round r runs the contenders in an order drawn from r (the same for every
+ * run): unlike a rotation, which keeps the cyclic order, no contender always
+ * runs right after the same one, so what one leaves behind (a heap being
+ * given back, a busy allocator) does not fall on the same neighbour each round.
+ * @template T
+ * @param {T[]} list
+ * @param {number} round
+ * @returns {T[]}
+ */
+function shuffled (list, round) {
+  const out = list.slice()
+  const random = mulberry32(0x9e3779b9 ^ (round + 1))
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1))
+    const swap = out[i]
+    out[i] = out[j]
+    out[j] = swap
+  }
+  return out
+}
+
+/** A small seeded generator (mulberry32): a fixed seed gives the same sequence on every run. */
+function mulberry32 (seed) {
+  let a = seed >>> 0
+  return function next () {
+    a = (a + 0x6d2b79f5) >>> 0
+    let t = a
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+module.exports = { rotated, shuffled }
