@@ -1,6 +1,8 @@
 'use strict'
 
-/** The order of contenders in rotated rounds. */
+/** The order of contenders in rounds: rotated, or drawn from a seed. */
+
+const { seededRandom } = require('../../test/history/seeded-random')
 
 /**
  * Round r runs the contenders starting at r (mod n): each one goes first once in n rounds.
@@ -26,7 +28,7 @@ function rotated (list, round) {
  */
 function shuffled (list, round) {
   const out = list.slice()
-  const random = mulberry32(0x9e3779b9 ^ (round + 1))
+  const random = seededRandom(0x9e3779b9 ^ (round + 1))
   for (let i = out.length - 1; i > 0; i--) {
     const j = Math.floor(random() * (i + 1))
     const swap = out[i]
@@ -34,18 +36,6 @@ function shuffled (list, round) {
     out[j] = swap
   }
   return out
-}
-
-/** A small seeded generator (mulberry32): a fixed seed gives the same sequence on every run. */
-function mulberry32 (seed) {
-  let a = seed >>> 0
-  return function next () {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
 }
 
 module.exports = { rotated, shuffled }

@@ -11,20 +11,9 @@
 
 const http = require('http')
 const { request } = require('../helpers/cluster')
+const { seededRandom } = require('./seeded-random')
 
 const REQUEST_TIMEOUT_MS = 10000
-
-/** mulberry32: a small seeded generator, so a schedule's clients do the same things run after run. */
-function seededRandom (seed) {
-  let a = seed >>> 0
-  return function random () {
-    a = (a + 0x6D2B79F5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 
