@@ -57,8 +57,10 @@ const SEMI_SPACES = semiSpaceArg()
 function semiSpaceArg () {
   const at = process.argv.indexOf('--semi-space')
   if (at < 0) return []
-  const list = String(process.argv[at + 1] || '').split(',').map(Number)
-  if (list.length === 0 || !list.every((mb) => Number.isInteger(mb) && mb >= 0 && mb <= 1024)) {
+  const parts = String(process.argv[at + 1] || '').split(',')
+  // Number('') is 0: an empty part (or no value at all) must not pass as "V8's default".
+  const list = parts.map((part) => part.trim() === '' ? NaN : Number(part))
+  if (!list.every((mb) => Number.isInteger(mb) && mb >= 0 && mb <= 1024)) {
     throw new Error('--semi-space takes a comma-separated list of sizes in MB (0 = V8\'s default), e.g. --semi-space 8,4')
   }
   return list
