@@ -111,7 +111,7 @@ describe('2-worker cluster with clusterize({ clusterStore })', () => {
     assert.equal(stats.sessions.sessions, 2)
     assert.equal(stats.sessions.evicted, 1)
     // Counted in /stats and /metrics, logged once however often it evicts.
-    assert.deepStrictEqual(stats.bounds, { sessionsEvicted: 1, rateLimitKeysRefused: 0, recoverySessionsDropped: 0 })
+    assert.deepStrictEqual(stats.bounds, { sessionsEvicted: 1, rateLimitKeysRefused: 0, recoverySessionsDropped: 0, recoveryUnsentDropped: 0 })
     for (let i = 0; i < 2; i++) assert.equal((await cluster.get('/big?kb=1', { method: 'POST' })).status, 200)
     const metrics = (await cluster.probe('/metrics')).body
     assert.match(metrics, /^clusterize_primary_bound_reached_total\{bound="sessions"\} 3$/m)

@@ -29,11 +29,14 @@ const session = (pid, rooms, data) => ({ sid: 'sid-' + pid, pid, rooms, data: da
 /** A broadcast ClusterMessage (socket.io-adapter's), as a worker's doPublish() sends it. */
 const broadcast = (uid, packet, opts) => ({ uid, nsp: '/', type: 3, data: { packet, opts } })
 
-/** A primary's recovery service on the shared Redis; `sent` collects what it sends its workers. */
-function primary (channel, log) {
+/**
+ * A primary's recovery service on the shared Redis (or `url`); `sent` collects what it sends its
+ * workers, and what it would forward over the bus bridge (nothing carries that to the other here).
+ */
+function primary (channel, log, url) {
   const sent = []
   const bus = { broadcast: (topic, data, options) => sent.push({ topic, data, options }) }
-  const service = new RecoveryService(bus, { redis: REDIS_URL, channel, log })
+  const service = new RecoveryService(bus, { redis: url || REDIS_URL, channel, log })
   cleanups.push(() => service.close())
   return { service, sent, delivered: () => sent.filter((s) => s.data.o !== undefined) }
 }
@@ -48,14 +51,17 @@ const deliveredTag = (host, tag) => host.delivered().find((s) => s.data.m.data.p
 /**
  * Two primaries on one stream, both reading everything from a marker packet
  * on (each host reads from where the stream is when it starts).
+ * @param {string} label
+ * @param {{ url?: string, maxPackets?: number, log?: object }} [options] url: a private Redis (default
+ *   the shared one); maxPackets: recovery.maxPackets of namespace '/'; log: A's logger
  * @returns {Promise<{ a: object, b: object, channel: string, marker: string }>} marker: the marker's offset
  */
-async function twoPrimaries (label) {
+async function twoPrimaries (label, { url, maxPackets = 1000, log } = {}) {
   const channel = uniquePrefix(label)
-  cleanups.push(() => deletePrefix('{' + channel))
-  const a = primary(channel)
-  const b = primary(channel)
-  for (const host of [a, b]) host.service.onQueueMessage({ op: 'cfg', n: '/', d: 60000, p: 1000, x: 10, l: 5000 }, {})
+  if (url === undefined) cleanups.push(() => deletePrefix('{' + channel))
+  const a = primary(channel, log, url)
+  const b = primary(channel, undefined, url)
+  for (const host of [a, b]) host.service.onQueueMessage({ op: 'cfg', n: '/', d: 60000, p: maxPackets, x: 10, l: 5000 }, {})
   await eventually(() => a.service.stats().redis.ready && b.service.stats().redis.ready, { what: 'both connected to Redis' })
   let probe = 0
   await eventually(() => {
@@ -132,6 +138,131 @@ test('in process: the sockets of a worker that died without persisting them are 
   const restored = await eventually(() => b.service.onStateRequest({ op: 'restore', n: '/', s: 'p1', o: offset }), { what: 'the session restored on B', intervalMs: 50 })
   assert.deepStrictEqual(restored.session, session('p1', ['sid-p1', 'later'], { name: 'crashed' }))
   assert.deepStrictEqual(restored.missed.map(([, data]) => data[1]), ['missed'])
+})
+
+const tagsOf = (host) => host.delivered().map((s) => s.data.m.data.packet.data[1])
+const isStreamOffset = (offset) => /^\d+-\d+$/.test(offset)
+
+test('in process: Redis restarted empty while A sends: B gets what A numbered meanwhile, and what Redis lost, through the stream, once and in A\'s order', redisServerSuite('the in-process outage test', 60000), async () => {
+  const redis = await privateRedis()
+  cleanups.push(() => redis.stop())
+  await redis.start()
+  const { a, b } = await twoPrimaries('sio-rec-catchup', { url: redis.url })
+  for (const host of [a, b]) host.sent.length = 0
+
+  for (const tag of ['r1', 'r2', 'r3']) publish(a, tag)
+  await eventually(() => deliveredTag(b, 'r3'), { what: 'r3 read by B' })
+  await redis.stop()
+  await eventually(() => a.service.stats().redis.degraded, { what: 'A sees Redis gone' })
+  for (const tag of ['d1', 'd2', 'd3']) publish(a, tag)
+  assert.deepStrictEqual(tagsOf(a), ['r1', 'r2', 'r3', 'd1', 'd2', 'd3'], 'A delivers what it numbers meanwhile at once')
+  assert.ok(a.delivered().slice(3).every((s) => !isStreamOffset(s.data.o)), 'numbered by A')
+  assert.strictEqual(a.service.stats().redis.unsent, 3, 'kept for the stream')
+  assert.deepStrictEqual(a.sent.filter((s) => s.options.scope === 'remote'), [], 'nothing of it over the bus bridge')
+
+  await redis.start()
+  await eventually(() => a.service.stats().redis.ready && b.service.stats().redis.ready, { what: 'both connected again' })
+  publish(a, 'after1')
+  publish(a, 'after2')
+  await eventually(() => deliveredTag(b, 'after2') && deliveredTag(a, 'after2'), { what: () => `after2 on both hosts; B has ${tagsOf(b)}` })
+  const expected = ['r1', 'r2', 'r3', 'd1', 'd2', 'd3', 'after1', 'after2']
+  assert.deepStrictEqual(tagsOf(b), expected, 'B: every packet once, in A\'s order (r1-r3 Redis lost are sent again, and dropped as read)')
+  assert.deepStrictEqual(tagsOf(a), expected, 'A: every packet once (its reader skips what it numbered itself)')
+  assert.ok(b.delivered().every((s) => isStreamOffset(s.data.o)), 'B got them all from the stream: offsets any host can replay')
+  assert.strictEqual(a.service.stats().redis.unsent, 0)
+
+  // Cut on B after d1: restored on A with what came after, each once.
+  const offsetOfD1 = deliveredTag(b, 'd1').data.o
+  await b.service.onStateRequest({ op: 'persist', n: '/', session: session('p1', ['sid-p1']) })
+  const restored = await a.service.onStateRequest({ op: 'restore', n: '/', s: 'p1', o: offsetOfD1 })
+  assert.deepStrictEqual(restored.missed.map(([, data]) => data[1]), ['d2', 'd3', 'after1', 'after2'])
+})
+
+test('in process: an XADD that timed out and landed later is sent again: every host delivers it once, and a restore replays it once', redisServerSuite('the in-process copy test', 60000), async () => {
+  const redis = await privateRedis()
+  cleanups.push(() => redis.stop())
+  await redis.start()
+  const { a, b, marker } = await twoPrimaries('sio-rec-copy', { url: redis.url })
+  for (const host of [a, b]) host.sent.length = 0
+  const admin = new Redis(redis.url)
+  admin.on('error', () => {})
+  cleanups.push(() => admin.disconnect())
+
+  // Writes paused longer than the XADD's timeout (2 s): A gives up on p1 and numbers it itself;
+  // the XADD is in Redis's input buffer and lands when the pause ends.
+  await admin.call('CLIENT', 'PAUSE', '3000', 'WRITE')
+  publish(a, 'p1')
+  await eventually(() => deliveredTag(a, 'p1'), { what: 'p1 numbered by A after its XADD timed out', timeoutMs: 10000 })
+  await eventually(() => deliveredTag(b, 'p1'), { what: 'p1 read by B once the pause ended', timeoutMs: 10000 })
+  publish(a, 'p2')
+  await eventually(() => deliveredTag(b, 'p2') && a.service.stats().redis.unsent === 0, { what: 'p2 on B, nothing left to send' })
+  publish(a, 'p3')
+  await eventually(() => deliveredTag(b, 'p3') && deliveredTag(a, 'p3'), { what: 'p3 on both hosts' })
+  const stream = await admin.xrange(`{${a.service.options.channel}}:sio:log:/`, '-', '+')
+  const uidOf = (entry) => entry[1][entry[1].indexOf('u') + 1]
+  const uids = stream.map(uidOf)
+  assert.ok(uids.length > new Set(uids).size, `p1 is in the stream twice (the XADD that timed out, then the copy): ${uids}`)
+  assert.deepStrictEqual(tagsOf(b), ['p1', 'p2', 'p3'], 'B: once each, in order')
+  assert.deepStrictEqual(tagsOf(a), ['p1', 'p2', 'p3'], 'A: once each, in order')
+
+  await a.service.onStateRequest({ op: 'persist', n: '/', session: session('p1', ['sid-p1']) })
+  const restored = await b.service.onStateRequest({ op: 'restore', n: '/', s: 'p1', o: marker })
+  assert.deepStrictEqual(restored.missed.map(([, data]) => data[1]), ['p1', 'p2', 'p3'], 'the copy is not replayed')
+})
+
+test('in process: broadcasts numbered while an XADD is unanswered across a reconnect are not overtaken by the first one after it', redisServerSuite('the in-process overtaking test', 60000), async () => {
+  const redis = await privateRedis()
+  cleanups.push(() => redis.stop())
+  await redis.start()
+  // B sends: it has sent nothing before, so nothing of its own waits to be checked after the outage.
+  const { a: receiver, b: sender } = await twoPrimaries('sio-rec-overtake', { url: redis.url })
+  for (const host of [receiver, sender]) host.sent.length = 0
+  const admin = new Redis(redis.url)
+  admin.on('error', () => {})
+  cleanups.push(() => admin.disconnect())
+  const until = (condition) => new Promise((resolve) => {
+    const poll = () => condition() ? resolve() : setImmediate(poll)
+    poll()
+  })
+
+  // k's XADD waits in Redis (writes paused); its connection is cut and ioredis sends it again
+  // on the next one, where it waits again. d1 and d2 come while the connection is down, m as
+  // soon as it is back: m must not overtake them.
+  await admin.call('CLIENT', 'PAUSE', '1500', 'WRITE')
+  publish(sender, 'k')
+  await admin.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
+  await until(() => !sender.service.stats().redis.ready)
+  publish(sender, 'd1')
+  publish(sender, 'd2')
+  await until(() => sender.service.stats().redis.ready)
+  publish(sender, 'm')
+  await eventually(() => deliveredTag(receiver, 'm') && deliveredTag(sender, 'm'), { what: () => `m on both hosts; the sender has ${tagsOf(sender)}, the receiver ${tagsOf(receiver)}`, timeoutMs: 15000 })
+  publish(sender, 'last')
+  await eventually(() => deliveredTag(receiver, 'last') && deliveredTag(sender, 'last'), { what: 'the last one on both hosts' })
+  assert.deepStrictEqual(tagsOf(receiver), ['k', 'd1', 'd2', 'm', 'last'], 'the other host: in the sender\'s order, once each')
+  assert.deepStrictEqual(tagsOf(sender), ['k', 'd1', 'd2', 'm', 'last'], 'the sender: in its own order, once each')
+})
+
+test('in process: past recovery.maxPackets waiting for Redis, the oldest are not sent to the other hosts (counted, logged once); the rest go in order', redisServerSuite('the in-process bound test', 60000), async () => {
+  const redis = await privateRedis()
+  cleanups.push(() => redis.stop())
+  await redis.start()
+  const warnings = []
+  const { a, b } = await twoPrimaries('sio-rec-unsent', { url: redis.url, maxPackets: 3, log: { info () {}, warn: (line) => warnings.push(line) } })
+  for (const host of [a, b]) host.sent.length = 0
+
+  await redis.stop()
+  await eventually(() => a.service.stats().redis.degraded, { what: 'A sees Redis gone' })
+  for (let i = 1; i <= 6; i++) publish(a, `d${i}`)
+  assert.deepStrictEqual(tagsOf(a), ['d1', 'd2', 'd3', 'd4', 'd5', 'd6'], 'A delivers every one')
+  assert.deepStrictEqual(a.service.stats().redis, { ready: false, degraded: true, unsent: 3, unsentDropped: 3 })
+  assert.strictEqual(warnings.filter((line) => /recovery\.maxPackets \(3\)/.test(line)).length, 1, `logged once: ${warnings.join('\n')}`)
+
+  await redis.start()
+  await eventually(() => a.service.stats().redis.ready && b.service.stats().redis.ready, { what: 'both connected again' })
+  publish(a, 'after')
+  await eventually(() => deliveredTag(b, 'after'), { what: () => `after on B; B has ${tagsOf(b)}` })
+  assert.deepStrictEqual(tagsOf(b), ['d4', 'd5', 'd6', 'after'], 'the three kept, then the next one, in order')
 })
 
 /** A TCP proxy in front of cluster `port` (test/helpers/tcp-proxy.js), closed after the tests. */
@@ -340,6 +471,11 @@ test('two clusters, Redis restarted while cluster A sends: every client on clust
   for (const c of clients) {
     assert.deepStrictEqual(numbers(c), expected, `${c.name}: every message of A once, in A's order`)
     assert.deepStrictEqual(c.connects.length, 1, `${c.name}: never cut`)
+  }
+  // What A numbered itself during the outage reached B through the stream too: offsets any host can replay.
+  for (const c of clients.filter((c) => c.name.startsWith('b'))) {
+    const numbered = c.offsets.filter((offset, i) => typeof c.got[i] === 'number')
+    assert.deepStrictEqual(numbered.filter((offset) => !isStreamId(offset)), [], `${c.name}: every message of A from the stream`)
   }
   for (const socket of sockets) socket.disconnect()
   await a.stop()

@@ -517,6 +517,8 @@ export interface PrimaryBoundStats {
   rateLimitKeysRefused: number
   /** socket.io recovery sessions dropped for `recovery.maxSessions`. */
   recoverySessionsDropped: number
+  /** socket.io broadcasts numbered while Redis was away that were not sent to the other hosts: more than `recovery.maxPackets` waited. */
+  recoveryUnsentDropped: number
 }
 
 export interface PrimaryConnectionStats {

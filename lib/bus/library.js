@@ -60,15 +60,6 @@ const libraryChannel = {
     // Only for the other hosts, and there is no Redis bridge to them: nothing to encode or send.
     if (scope === 'remote' && core.bridge === null) return
     transport.broadcast(topic, core.codec.encode(name, data), Boolean(options && options.self), scope)
-  },
-
-  /**
-   * Broadcasts to the other hosts that Redis has not taken yet (the bridge's outage
-   * buffer, or publishes not yet acknowledged); false without a bridge.
-   * @returns {boolean}
-   */
-  bridgeBacklog: function bridgeBacklog () {
-    return core.bridge !== null && typeof core.bridge.backlog === 'function' && core.bridge.backlog()
   }
 }
 

@@ -322,16 +322,6 @@ function createRedisBridge (options) {
       refreshSubscribers(false)
     },
 
-    /**
-     * Whether broadcasts still wait to reach the other hosts: in the outage buffer, being
-     * flushed, or handed to PUBLISH and not acknowledged. What is sent to the other hosts
-     * by another path (the socket.io recovery stream) waits behind them until this is false.
-     * @returns {boolean}
-     */
-    backlog () {
-      return buffer.length > 0 || flushing || queuedBytes > 0
-    },
-
     /** @returns {object} for /ready and /stats */
     status () {
       return {

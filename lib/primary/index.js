@@ -389,10 +389,12 @@ function startPrimary (createApp, config) {
     const sessions = services.get('session')
     const rateLimit = services.get('rate-limit')
     const recovery = services.get('recovery')
+    const recoveryStats = recovery ? recovery.stats() : {}
     return {
       sessionsEvicted: sessions ? sessions.evicted : 0,
       rateLimitKeysRefused: rateLimit && typeof rateLimit.refused === 'function' ? rateLimit.refused() : 0,
-      recoverySessionsDropped: (recovery && recovery.stats().sessionsDropped) || 0
+      recoverySessionsDropped: recoveryStats.sessionsDropped || 0,
+      recoveryUnsentDropped: (recoveryStats.redis && recoveryStats.redis.unsentDropped) || 0
     }
   }
 }

@@ -226,11 +226,12 @@ function definePrimaryMetrics (client, registry, primaryStatus) {
   counter('clusterize_log_lines_dropped_total', 'Log lines the primary could not write: its stdout/stderr (or --json) reader went away or stopped reading', [], (metric, status) => {
     metric.inc((status.output || {}).dropped || 0)
   })
-  counter('clusterize_primary_bound_reached_total', 'What the bounds of the stores the primary holds turned away: sessions evicted for clusterStore.maxSessions/maxTotalBytes (sessions), new rate-limit clients refused when the counters are full (rate_limit_keys), socket.io recovery sessions dropped for recovery.maxSessions (recovery_sessions)', ['bound'], (metric, status) => {
+  counter('clusterize_primary_bound_reached_total', 'What the bounds of the stores the primary holds turned away: sessions evicted for clusterStore.maxSessions/maxTotalBytes (sessions), new rate-limit clients refused when the counters are full (rate_limit_keys), socket.io recovery sessions dropped for recovery.maxSessions (recovery_sessions), socket.io broadcasts numbered while Redis was away and not sent to the other hosts for recovery.maxPackets (recovery_unsent)', ['bound'], (metric, status) => {
     const bounds = status.bounds || {}
     metric.inc({ bound: 'sessions' }, bounds.sessionsEvicted || 0)
     metric.inc({ bound: 'rate_limit_keys' }, bounds.rateLimitKeysRefused || 0)
     metric.inc({ bound: 'recovery_sessions' }, bounds.recoverySessionsDropped || 0)
+    metric.inc({ bound: 'recovery_unsent' }, bounds.recoveryUnsentDropped || 0)
   })
   new client.Gauge({
     name: 'clusterize_dashboard_streams',

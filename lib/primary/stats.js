@@ -21,7 +21,7 @@ const { outputStatus } = require('../safe-write')
  * @param {object} [parts.sessions] what the cluster session store holds
  * @param {object} [parts.dashboard] the dashboard's stream counters, when it is on
  * @param {{ list: () => object[] }} [parts.singletons] the singleton service's api
- * @param {{ sessionsEvicted: number, rateLimitKeysRefused: number, recoverySessionsDropped: number }} [parts.bounds]
+ * @param {{ sessionsEvicted: number, rateLimitKeysRefused: number, recoverySessionsDropped: number, recoveryUnsentDropped: number }} [parts.bounds]
  *   what the bounds of the primary's stores evicted or refused since it started
  * @param {object} [parts.scaling] the worker count and what sets it (./autoscale.js)
  * @returns {object}

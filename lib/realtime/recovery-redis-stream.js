@@ -41,7 +41,7 @@ const { isStreamId, compareIds } = require('./recovery-log')
 const COMMAND_TIMEOUT_MS = 2000
 /** Entries read per XREAD. */
 const READ_COUNT = 512
-/** How many uids of entries read are remembered, to drop their copies from the bus bridge. */
+/** How many uids of entries read are remembered, to drop their copies (sent again after an outage, or over the bus bridge). */
 const READ_UIDS_KEPT = 8192
 
 /** SET the session with its expiry, index it, drop expired and over-the-bound ones. */
@@ -94,8 +94,12 @@ function createRedisStream (options) {
   let counter = 0
   /** @type {Map<string, number>} entry uid -> when this host delivered it itself */
   const skipped = new Map()
-  /** The uids of the latest entries read (bounded): a copy that comes over the bus bridge too is dropped. */
-  const readUids = new Set()
+  /**
+   * The uids of the latest entries read (bounded), with the id each was first read at: a copy
+   * (sent again after an outage, or over the bus bridge) is dropped, and a restore skips it.
+   * @type {Map<string, string>}
+   */
+  const readUids = new Map()
   /** @type {Map<string, { key: string, lastId: string|null, located: Promise|null }>} namespaces read, by name (located: the XREVRANGE in flight) */
   const streams = new Map()
   /** @type {Map<string, string>} stream key -> namespace */
@@ -210,19 +214,22 @@ function createRedisStream (options) {
           const id = idBuffer.toString()
           stream.lastId = id
           const entry = parseEntry(fields)
-          // Skipped (delivered here already) or malformed: only the position moves.
-          const skip = entry === null || (entry.u !== undefined && skipped.delete(entry.u))
-          if (entry !== null && entry.u !== undefined) remember(entry.u)
-          options.onEntry(name, id, skip ? null : entry.m)
+          const uid = entry === null ? undefined : entry.u
+          // Delivered here already (this host numbered it, or read it before: a copy), or malformed: only the position moves.
+          const mine = uid !== undefined && skipped.delete(uid)
+          const copy = uid !== undefined && readUids.has(uid)
+          if (uid !== undefined) remember(uid, id)
+          options.onEntry(name, id, entry === null || mine || copy ? null : entry.m)
         }
       }
     }
     reading = false
   }
 
-  function remember (uid) {
-    readUids.add(uid)
-    if (readUids.size > READ_UIDS_KEPT) readUids.delete(readUids.values().next().value)
+  function remember (uid, id) {
+    if (readUids.has(uid)) return
+    readUids.set(uid, id)
+    if (readUids.size > READ_UIDS_KEPT) readUids.delete(readUids.keys().next().value)
   }
 
   /** @returns {{ u?: string, m: object }|null} */
@@ -284,15 +291,21 @@ function createRedisStream (options) {
       locateAll()
     },
 
+    /** A new entry uid of this host (a packet numbered here that goes to the stream later). */
+    mint () {
+      return `${instance}.${++counter}`
+    },
+
     /**
      * Add a packet to the namespace's stream; it comes back through the reader.
      * Throws (sync) when the bus codec refuses the message.
+     * @param {string} [uid] the packet's uid when it was minted before (sent again): readers drop a second copy
      * @returns {{ uid: string, added: Promise<string> }} the entry's uid, and its id once Redis took it
      */
-    append (name, m, maxPackets) {
+    append (name, m, maxPackets, uid) {
       const key = streamKey(name)
       const payload = encode(key, m)
-      const uid = `${instance}.${++counter}`
+      if (uid === undefined) uid = `${instance}.${++counter}`
       const add = () => cmd.xadd(key, 'MAXLEN', '~', maxPackets, '*', 'u', uid, 'd', payload)
       const stream = streams.get(name)
       if (stream !== undefined && stream.lastId === null) {
@@ -303,9 +316,46 @@ function createRedisStream (options) {
       return { uid, added: add() }
     },
 
-    /** This host delivered entry `uid` itself (its XADD failed): skip it if it shows up in the stream after all. */
+    /** This host delivered entry `uid` itself (numbered here): skip it when it shows up in the stream. */
     skip (uid) {
+      // Moved to the end: the expiry in trim() goes oldest first.
+      skipped.delete(uid)
       skipped.set(uid, Date.now())
+    },
+
+    /** @returns {boolean} entry `uid` was read from the stream, or delivered by this host itself */
+    wasRead (uid) {
+      return readUids.has(uid) || skipped.has(uid)
+    },
+
+    /**
+     * A copy of an entry read before (sent again after an outage): the id of the first one
+     * read differs. A restore skips the copy: this host's clients got the packet there.
+     * @param {string|undefined} uid
+     * @param {string} id
+     * @returns {boolean}
+     */
+    isCopy (uid, id) {
+      if (uid === undefined) return false
+      const first = readUids.get(uid)
+      return first !== undefined && first !== id
+    },
+
+    /**
+     * The uids of the entries of `name` from `fromId` to `toId` that the stream still holds
+     * (what a Redis that restarted kept).
+     * @returns {Promise<Set<string>>}
+     */
+    kept (name, fromId, toId) {
+      return cmd.xrangeBuffer(streamKey(name), fromId, toId).then((entries) => {
+        const uids = new Set()
+        for (const [, fields] of entries) {
+          for (let i = 0; i < fields.length; i += 2) {
+            if (fields[i].toString() === 'u') uids.add(fields[i + 1].toString())
+          }
+        }
+        return uids
+      })
     },
 
     /**
@@ -333,12 +383,12 @@ function createRedisStream (options) {
 
     /**
      * The entries of `name` from `offset` to `head` included.
-     * @returns {Promise<Array<[string, object]>>} [id, m] pairs
+     * @returns {Promise<Array<[string, object, string|undefined]>>} [id, m, uid]
      */
     range (name, offset, head) {
       return cmd.xrangeBuffer(streamKey(name), offset, head).then((entries) => entries.map(([id, fields]) => {
         const entry = parseEntry(fields)
-        return [id.toString(), entry === null ? null : entry.m]
+        return entry === null ? [id.toString(), null, undefined] : [id.toString(), entry.m, entry.u]
       }))
     },
 

@@ -105,8 +105,7 @@ class RecoveryService {
     if (this.options.redis) {
       // Loaded only with bus.redis (it brings ioredis).
       const { RedisLog } = require('./recovery-redis')
-      const bridgeBacklog = typeof bus.bridgeBacklog === 'function' ? () => bus.bridgeBacklog() : () => false
-      this.log = new RedisLog(memory, hooks, Object.assign({}, this.options, { waitMs: () => this.liveWaitMs, bridgeBacklog }))
+      this.log = new RedisLog(memory, hooks, Object.assign({}, this.options, { waitMs: () => this.liveWaitMs }))
     } else {
       this.log = memory
     }

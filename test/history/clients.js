@@ -220,13 +220,14 @@ function clientLoops ({ port, history, random, clients, thinkMs }, next) {
  * A receiver that reconnects without its state recovered is a new receiver
  * (it may have missed anything meanwhile, by design): `r3`, then `r3.2`.
  */
-async function socketIoClients ({ cluster, history, random, receivers = 4, thinkMs = 10 }) {
+async function socketIoClients ({ cluster, clusters = [cluster], history, random, receivers = 4, thinkMs = 10 }) {
   const { io } = require('socket.io-client')
-  const url = `http://127.0.0.1:${cluster.port}`
+  const urlOf = (host) => `http://127.0.0.1:${clusters[host % clusters.length].port}`
   const options = { transports: ['websocket'], reconnectionDelay: 100, reconnectionDelayMax: 500, timeout: 5000 }
   const sockets = []
   for (let r = 0; r < receivers; r++) {
-    const socket = io(url, options)
+    // With several hosts, the receivers take turns: the sender's host and the others.
+    const socket = io(urlOf(r), options)
     sockets.push(socket)
     let incarnation = 0
     let name = `r${r}`
@@ -237,7 +238,7 @@ async function socketIoClients ({ cluster, history, random, receivers = 4, think
       history.event({ client: name, op: 'receive', value: { sender, seq } })
     })
   }
-  const sender = io(url, options)
+  const sender = io(urlOf(0), options)
   sockets.push(sender)
   await Promise.all(sockets.map((socket) => socket.connected || new Promise((resolve) => socket.once('connect', resolve))))
   let stopped = false

@@ -38,16 +38,18 @@ async function runSchedule (schedule, { seed = 1, log = () => {} } = {}) {
     if (schedule.redis) {
       // Append-only, fsync'd on every write: a SIGKILLed Redis loses nothing it acknowledged.
       dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cz-history-redis-'))
-      redis = await (await privateRedis({ args: ['--appendonly', 'yes', '--appendfsync', 'always', '--dir', dir] })).start()
+      // `redisRestartsEmpty`: no persistence, a killed Redis comes back without what it held.
+      const args = schedule.redisRestartsEmpty ? ['--dir', dir] : ['--appendonly', 'yes', '--appendfsync', 'always', '--dir', dir]
+      redis = await (await privateRedis({ args })).start()
     }
     if (schedule.service === 'singleton' || schedule.service === 'bus') collector = await startCollector(history)
     const options = Object.assign({}, schedule.cluster)
     if (collector) options.collector = collector.port
     if (redis && schedule.service === 'session') Object.assign(options, { redisUrl: redis.url, redisPrefix: 'history:' })
-    if (redis && schedule.service === 'singleton') options.busRedis = redis.url
+    if (redis && (schedule.service === 'singleton' || schedule.service === 'socketio')) options.busRedis = redis.url
     for (let host = 0; host < (schedule.hosts || 1); host++) clusters.push(await startHistoryCluster(options))
     log(`${schedule.name}: cluster ready on port ${clusters.map((c) => c.port).join(', ')}`)
-    const drive = { cluster: clusters[0], history, random }
+    const drive = { cluster: clusters[0], clusters, history, random }
     if (schedule.service === 'session') clients = await sessionClientsWithProbe(drive, schedule)
     else if (schedule.service === 'rate-limit') clients = await rateLimitClients(Object.assign(drive, schedule.clients))
     else if (schedule.service === 'bus') clients = await busSenders(Object.assign(drive, schedule.clients))

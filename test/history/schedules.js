@@ -97,6 +97,17 @@ const SCHEDULES = {
     cluster: { socketio: true },
     durationMs: 12000,
     faults: [{ at: 2000, fault: 'kill-worker' }, { at: 5000, fault: 'stop-primary', ms: 1500 }, { at: 8000, fault: 'reload' }]
+  },
+  // Issue 51 item 7: the sender on one host, receivers on both, Redis killed and restarted empty
+  // (and stopped): per-sender order on every receiver of every host.
+  'socketio-hosts-redis': {
+    service: 'socketio',
+    redis: true,
+    redisRestartsEmpty: true,
+    hosts: 2,
+    cluster: { socketio: true },
+    durationMs: 14000,
+    faults: [{ at: 2000, fault: 'kill-redis', ms: 1500 }, { at: 6000, fault: 'stop-redis', ms: 2000 }, { at: 10000, fault: 'kill-redis', ms: 500 }]
   }
 }
 
@@ -111,7 +122,8 @@ const SURVIVABLE = {
   // token is for, and the checker cannot tell it from two holders.
   singleton: ['stop-holder-primary', 'kill-worker', 'reload', 'upgrade', 'kill-redis'],
   bus: ['stop-primary', 'block-primary', 'kill-worker', 'stop-worker', 'reload'],
-  socketio: ['stop-primary', 'kill-worker', 'stop-worker', 'reload', 'upgrade']
+  socketio: ['stop-primary', 'kill-worker', 'stop-worker', 'reload', 'upgrade'],
+  'socketio-redis': ['kill-redis', 'stop-redis', 'stop-primary', 'kill-worker', 'reload']
 }
 
 /** The base of each chaos service: a schedule without faults. */
@@ -122,7 +134,8 @@ const CHAOS_BASES = {
   'rate-limit': { service: 'rate-limit', cluster: { rateLimit: { limit: 30, windowMs: 3600000 } }, clients: { keyEveryMs: 5000 } },
   singleton: { service: 'singleton', redis: true, hosts: 2, cluster: { singleton: true, singletonLeaseMs: 2000 } },
   bus: { service: 'bus', cluster: { bus: true, workers: 3 } },
-  socketio: { service: 'socketio', cluster: { socketio: true } }
+  socketio: { service: 'socketio', cluster: { socketio: true } },
+  'socketio-redis': { service: 'socketio', redis: true, redisRestartsEmpty: true, hosts: 2, cluster: { socketio: true } }
 }
 
 /**
