@@ -359,15 +359,16 @@ function createRedisStream (options) {
     },
 
     /**
-     * A packet another host forwarded over the bus bridge after its XADD of entry `uid`
-     * failed: false if this host read that entry from the stream already (drop the copy);
-     * else true, and the entry is skipped if it shows up in the stream later.
+     * Entry `uid` is about to be delivered by another way than this reader (this host's own
+     * broadcast its reader has not reached, or, from an earlier clusterize, another host's
+     * over the bus bridge): false if this host read it from the stream already (drop it);
+     * else true, and the entry is skipped when it shows up in the stream.
      * @param {string} uid
      * @returns {boolean} deliver it
      */
     claim (uid) {
       if (readUids.has(uid)) return false
-      skipped.set(uid, Date.now())
+      this.skip(uid)
       return true
     },
 
