@@ -253,12 +253,18 @@ class StreamSender {
       if (this.degraded && this.stream === stream) this.recovered()
       this.remember({ state, data, uid: appended.uid, id })
     }, (err) => {
-      stream.skip(appended.uid)
       if (this.stream !== stream) return // closed meanwhile (shutdown)
+      const id = stream.readAt(appended.uid)
+      if (id !== undefined) {
+        // Its answer was lost, but this host's reader delivered it: it is in the stream.
+        this.remember({ state, data, uid: appended.uid, id })
+      } else {
+        // It may have reached the stream after all, or not (Redis restarted without it): numbered
+        // here, and sent again with its uid; a host that read it already drops the copy.
+        stream.skip(appended.uid)
+        slot.run = () => this.numberHere(state, Object.assign({}, data, { u: appended.uid }))
+      }
       this.degrade(err.message)
-      // It may have reached the stream after all, or not (Redis restarted without it): numbered
-      // here, and sent again with its uid; a host that read it already drops the copy.
-      slot.run = () => this.numberHere(state, Object.assign({}, data, { u: appended.uid }))
     }).catch((err) => debug('recovery: fallback delivery failed: %s', err.message)).then(() => {
       slot.done = true
       this.drainSending()

@@ -323,6 +323,11 @@ function createRedisStream (options) {
       skipped.set(uid, Date.now())
     },
 
+    /** @returns {string|undefined} the id entry `uid` was first read at, if this reader read it */
+    readAt (uid) {
+      return readUids.get(uid)
+    },
+
     /** @returns {boolean} entry `uid` was read from the stream, or delivered by this host itself */
     wasRead (uid) {
       return readUids.has(uid) || skipped.has(uid)
