@@ -171,11 +171,14 @@ test('in process: Redis restarted empty while A sends: B gets what A numbered me
   assert.ok(b.delivered().every((s) => isStreamOffset(s.data.o)), 'B got them all from the stream: offsets any host can replay')
   assert.strictEqual(a.service.stats().redis.unsent, 0)
 
-  // Cut on B after d1: restored on A with what came after, each once.
+  // Cut on B after d1: restored on B with what came after, each once. Not on A: its clients got
+  // d1-d3 before any stream entry it delivered meanwhile, so it cannot tell what such an offset missed.
   const offsetOfD1 = deliveredTag(b, 'd1').data.o
   await b.service.onStateRequest({ op: 'persist', n: '/', session: session('p1', ['sid-p1']) })
-  const restored = await a.service.onStateRequest({ op: 'restore', n: '/', s: 'p1', o: offsetOfD1 })
+  const restored = await b.service.onStateRequest({ op: 'restore', n: '/', s: 'p1', o: offsetOfD1 })
   assert.deepStrictEqual(restored.missed.map(([, data]) => data[1]), ['d2', 'd3', 'after1', 'after2'])
+  await b.service.onStateRequest({ op: 'persist', n: '/', session: session('p2', ['sid-p2']) })
+  assert.strictEqual(await a.service.onStateRequest({ op: 'restore', n: '/', s: 'p2', o: offsetOfD1 }), null, 'not exact on the host that numbered them')
 })
 
 test('in process: an XADD that timed out and landed later is sent again: every host delivers it once, and a restore replays it once', redisServerSuite('the in-process copy test', 60000), async () => {

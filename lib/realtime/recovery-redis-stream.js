@@ -78,7 +78,8 @@ function keyPrefix (channel) {
  * @param {'json'|'advanced'} [options.serialization]
  * @param {number} [options.maxMessageBytes]
  * @param {{ info: Function, warn: Function }} options.log
- * @param {(nsp: string, id: string, m: object) => void} options.onEntry an entry read from a stream, in order
+ * @param {(nsp: string, id: string, m: object|null, here: boolean) => void} options.onEntry an entry read from a stream, in order
+ *   (m null: only the position moves; here: this host delivered it itself, numbered here)
  * @param {(up: boolean, cause?: string) => void} [options.onStateChange]
  */
 function createRedisStream (options) {
@@ -219,7 +220,7 @@ function createRedisStream (options) {
           const mine = uid !== undefined && skipped.delete(uid)
           const copy = uid !== undefined && readUids.has(uid)
           if (uid !== undefined) remember(uid, id)
-          options.onEntry(name, id, entry === null || mine || copy ? null : entry.m)
+          options.onEntry(name, id, entry === null || mine || copy ? null : entry.m, mine && !copy)
         }
       }
     }

@@ -94,7 +94,7 @@ class RedisLog {
         serialization: this.options.serialization,
         maxMessageBytes: this.options.maxMessageBytes,
         log: this.log,
-        onEntry: (name, id, entry) => this.fromStream(name, id, entry),
+        onEntry: (name, id, entry, here) => this.fromStream(name, id, entry, here),
         onStateChange: (up, cause) => {
           if (up) this.recovered()
           else this.degrade(cause || 'connection lost')
@@ -124,9 +124,12 @@ class RedisLog {
   }
 
   /** An entry of the shared stream, in stream order: to this host's workers (entry null: skipped, only the position moves). */
-  fromStream (name, id, entry) {
+  fromStream (name, id, entry, here) {
     const state = this.memory.namespaces.get(name)
     if (state === undefined) return
+    // A packet this host numbered itself (its clients got it then, before the stream entries it
+    // delivered meanwhile): offsets up to here cannot be replayed exactly on this host.
+    if (here) state.streamFloor = id
     if (entry !== null && entry.m) {
       if (state.mixed) {
         state.mixed = false
