@@ -262,10 +262,12 @@ test('in process: past recovery.maxPackets waiting for Redis, the oldest are not
   assert.strictEqual(warnings.filter((line) => /recovery\.maxPackets \(3\)/.test(line)).length, 1, `logged once: ${warnings.join('\n')}`)
 
   await redis.start()
-  await eventually(() => a.service.stats().redis.ready && b.service.stats().redis.ready, { what: 'both connected again' })
+  // Once the three are in the stream: a broadcast made before would wait with them, over the bound.
+  await eventually(() => a.service.stats().redis.ready && a.service.stats().redis.unsent === 0, { what: 'A sent what waited' })
   publish(a, 'after')
   await eventually(() => deliveredTag(b, 'after'), { what: () => `after on B; B has ${tagsOf(b)}` })
   assert.deepStrictEqual(tagsOf(b), ['d4', 'd5', 'd6', 'after'], 'the three kept, then the next one, in order')
+  assert.strictEqual(a.service.stats().redis.unsentDropped, 3)
 })
 
 /** A TCP proxy in front of cluster `port` (test/helpers/tcp-proxy.js), closed after the tests. */
