@@ -44,6 +44,8 @@ class StreamSender {
      * @type {Array<{ state: object, data: object, uid: string }>}
      */
     this.unsent = []
+    /** @type {Map<object, number>} how many of `unsent` each namespace has (its bound is its maxPackets) */
+    this.unsentOf = new Map()
     /** Unsent broadcasts dropped at a namespace's maxPackets during this outage (the other hosts never get them). */
     this.unsentDropped = 0
     this.unsentDroppedTotal = 0
@@ -135,9 +137,11 @@ class StreamSender {
   keepUnsent (item) {
     this.unsent.push(item)
     const state = item.state
-    let count = 0
-    for (const kept of this.unsent) if (kept.state === state) count++
-    if (count <= state.maxPackets) return
+    const count = (this.unsentOf.get(state) || 0) + 1
+    if (count <= state.maxPackets) {
+      this.unsentOf.set(state, count)
+      return
+    }
     const oldest = this.unsent.findIndex((kept) => kept.state === state)
     this.unsent.splice(oldest, 1)
     this.unsentDroppedTotal++
@@ -178,6 +182,7 @@ class StreamSender {
       if (this.stream !== stream) return
       const items = lost.concat(this.unsent)
       this.unsent = []
+      this.unsentOf.clear()
       debug('recovery: Redis is back: %d broadcasts (%d it lost) to the stream before the newer ones', items.length, lost.length)
       for (const item of items) this.sendAgain(stream, item)
     }, (err) => {
